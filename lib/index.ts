@@ -1,0 +1,11 @@
+export { writeLock, WRITE_TAG } from './write-lock';
+export type { WriteLock, WriteLockOptions, WriteLockAcquireParams, WriteLockReleaseParams, WriteLockExtendParams } from './write-lock';
+export { multiLock } from './multi-lock';
+export type { MultiLock, MultiLockOptions, MultiLockAcquireParams, MultiLockReleaseParams } from './multi-lock';
+export { LockHandle } from './lock-handle';
+export type { LockData } from './lock-handle';
+export { LockError, isLockError } from './errors';
+export type { LockErrorType, LockErrorSubtype, LockErrorFields, BoomLike } from './errors';
+export type { CallOptions, LockOptions, PromiseLibrary, WriteConcernW } from './options';
+export type { LockRelationships, TagRelationship } from './relationships';
+export type { StoredLock, StoredEntry } from './stored-format';

@@ -1,0 +1,122 @@
+import type { Document } from 'mongodb';
+
+/** A lock as plain data: what `JSON.stringify(handle)` gives and what `release`/`extend` accept back. */
+export interface LockData {
+  /** 128 random bits, hex: the proof of ownership. */
+  readonly id: string;
+  /** The tag (`write` for writeLock). */
+  readonly tag: string;
+  /** Acquisition time, ms since the epoch by the server's clock (monglock v2's token). */
+  readonly timestamp: number;
+  /** Fencing token: strictly increases per document over all acquisitions, never reset. */
+  readonly fence: number;
+  /** When the lease ends, ms since the epoch by the server's clock. */
+  readonly expiresAt: number;
+}
+
+/** What a handle calls back into: the lock that made it. */
+export interface HandleOwner {
+  release(filter: Document, lock: LockData, params?: object): PromiseLike<void>;
+  extend(filter: Document, lock: LockData, params?: object): PromiseLike<LockData>;
+  guard(filter: Document, lock: LockData, extra?: Document): Document;
+}
+
+/**
+ * A held lock. Survives `JSON.stringify`/`JSON.parse` as {@link LockData}: the parsed object can
+ * still be passed to `release(filter, { lock })` (for example in a later HTTP request). Used
+ * where a number is expected, it is its `timestamp`, as monglock v2's writeLock token was.
+ */
+export class LockHandle implements LockData {
+  readonly id: string;
+  readonly tag: string;
+  readonly timestamp: number;
+  readonly fence: number;
+  #expiresAt: number;
+  readonly #owner: HandleOwner;
+  readonly #filter: Document;
+
+  constructor(data: LockData, owner: HandleOwner, filter: Document) {
+    this.id = data.id;
+    this.tag = data.tag;
+    this.timestamp = data.timestamp;
+    this.fence = data.fence;
+    this.#expiresAt = data.expiresAt;
+    this.#owner = owner;
+    this.#filter = filter;
+  }
+
+  /** When the lease ends, ms since the epoch by the server's clock. */
+  get expiresAt(): number {
+    return this.#expiresAt;
+  }
+
+  /** Releases this lock. Same outcomes as `release(filter, { lock })`. */
+  release(params?: object): PromiseLike<void> {
+    return this.#owner.release(this.#filter, this.toJSON(), params);
+  }
+
+  /**
+   * Pushes the lease forward to `locktimeout` ms (default: the tag's lease) from the server's now.
+   * Fails with `LockNotFound`/`LockWasReacquired` if the lock was lost; never re-creates it.
+   */
+  extend(locktimeout?: number, params?: object): PromiseLike<this> {
+    const extended = this.#owner.extend(this.#filter, this.toJSON(), { ...params, locktimeout });
+    return extended.then((data) => {
+      this.#expiresAt = data.expiresAt;
+      return this;
+    });
+  }
+
+  /**
+   * A filter that matches the locked document only while this lock is held and unexpired by the
+   * server's clock, combined with `extra`: `collection.updateOne(handle.guard(), update)` from a
+   * holder whose lease ran out matches nothing.
+   */
+  guard(extra?: Document): Document {
+    return this.#owner.guard(this.#filter, this.toJSON(), extra);
+  }
+
+  /** The plain data, for JSON. */
+  toJSON(): LockData {
+    return { id: this.id, tag: this.tag, timestamp: this.timestamp, fence: this.fence, expiresAt: this.#expiresAt };
+  }
+
+  /** The timestamp, so that v2 code treating the token as a number keeps working. */
+  valueOf(): number {
+    return this.timestamp;
+  }
+}
+
+/** Ids monglock issues are 32 hex digits; any such plain string is accepted (a forged one is then `LockNotFound`). */
+const LOCK_ID = /^[A-Za-z0-9_-]{1,64}$/;
+
+/**
+ * Validates a lock passed back by a caller (a handle, or its JSON) and returns its data.
+ * Throws a TypeError naming `name` for anything else, including handles edited by hand.
+ */
+export function readLockData(name: string, value: unknown, knownTags: ReadonlySet<string>): LockData {
+  if (typeof value !== 'object' || value === null) {
+    throw new TypeError(`Expected \`${name}\` to be a lock returned by acquire, got ${value === null ? 'null' : typeof value}`);
+  }
+  const lock = (value instanceof LockHandle ? value.toJSON() : value) as Partial<Record<keyof LockData, unknown>>;
+  if (typeof lock.id !== 'string' || !LOCK_ID.test(lock.id)) {
+    throw new TypeError(`Expected \`${name}.id\` to be the id string of a lock returned by acquire`);
+  }
+  if (typeof lock.tag !== 'string' || !knownTags.has(lock.tag)) {
+    throw new TypeError(`Expected \`${name}.tag\` to be one of this lock's tags (${[...knownTags].join(', ')})`);
+  }
+  const numbers = ['timestamp', 'fence', 'expiresAt'] as const;
+  for (const key of numbers) {
+    const n = lock[key];
+    if (n !== undefined && (typeof n !== 'number' || !Number.isSafeInteger(n) || n < 0)) {
+      throw new TypeError(`Expected \`${name}.${key}\` to be a non-negative integer`);
+    }
+  }
+  return {
+    id: lock.id,
+    tag: lock.tag,
+    timestamp: (lock.timestamp as number | undefined) ?? 0,
+    fence: (lock.fence as number | undefined) ?? 0,
+    expiresAt: (lock.expiresAt as number | undefined) ?? 0,
+  };
+}

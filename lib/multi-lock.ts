@@ -1,0 +1,95 @@
+import type { Document } from 'mongodb';
+import { DocumentLock } from './document-lock';
+import type { LockData, LockHandle } from './lock-handle';
+import { expectObject, expectSafeName, type CallOptions, type LockOptions } from './options';
+import { resolveTagRules, type LockRelationships } from './relationships';
+
+/** Options of {@link multiLock}. */
+export interface MultiLockOptions extends LockOptions {
+  /** Lease in ms per tag. */
+  readonly locktimeouts?: Readonly<Record<string, number>>;
+  /** Lease in ms for tags without one in `locktimeouts`. @default undefined (every tag needs one) */
+  readonly locktimeout?: number;
+  /** `{ [tag]: { cooperative?: tags[], assertive?: tags[] } }`; tags not named are concurrent. */
+  readonly lockRelationships?: LockRelationships;
+}
+
+/** Per-call options of `acquire`: a `tag` for a new lock, or the `lock` that `AssertiveLock` carried to continue. */
+export interface MultiLockAcquireParams extends CallOptions {
+  readonly tag?: string;
+  readonly lock?: LockData;
+  /** Lease of a new lock in ms. @default options.locktimeouts[tag] */
+  readonly locktimeout?: number;
+}
+
+/** Per-call options of `release` and `extend`. */
+export interface MultiLockReleaseParams extends CallOptions {
+  /** The lock to release: a handle or its JSON. */
+  readonly lock: LockData;
+  /** For `extend`: new lease in ms from the server's now. @default the tag's lease */
+  readonly locktimeout?: number;
+}
+
+/** Tagged locks with concurrent, cooperative and assertive relationships. */
+export interface MultiLock {
+  /**
+   * With `tag`, takes a new lock; with `lock`, continues an assertive acquisition. Rejects with
+   * `RessourceNotFound` (404), `CooperativeLock` (409, nothing written), `AssertiveLock` (409,
+   * the lock is registered: call again with `{ lock: err.lock }` — `err.data` with boom),
+   * `LockNotFound` (409, the continued lock expired or is gone) or `DbError` (500).
+   */
+  acquire(filter: Document, params: MultiLockAcquireParams): Promise<LockHandle>;
+  /** Removes exactly `params.lock`. Rejects with `LockNotFound` (409) or `RessourceNotFound` (404). */
+  release(filter: Document, params: MultiLockReleaseParams): Promise<void>;
+  /** Pushes `params.lock`'s lease forward from the server's now; rejects with `LockNotFound` if it was lost. */
+  extend(filter: Document, params: MultiLockReleaseParams): Promise<LockHandle>;
+}
+
+/**
+ * Creates a multiLock: tagged locks on the caller's documents.
+ * @throws {TypeError | RangeError} on invalid tags, leases or relationships (cycles of assertive tags included).
+ * @example
+ * const rw = multiLock({
+ *   collection,
+ *   locktimeouts: { read: 2000, write: 20000 },
+ *   lockRelationships: { read: { cooperative: ['write'] }, write: { cooperative: ['write'], assertive: ['read'] } },
+ * });
+ * const handle = await rw.acquire({ _id: 1 }, { tag: 'read' });
+ */
+export function multiLock(options: MultiLockOptions): MultiLock {
+  const o = expectObject('options', options);
+  const core = new DocumentLock(options, {
+    rules: resolveTagRules(o.locktimeouts, o.locktimeout, o.lockRelationships),
+    conflict: 'CooperativeLock',
+    reportsReacquired: false,
+  });
+
+  const lockOf = (params: unknown): LockData => {
+    const p = expectObject('params', params);
+    if (p.lock === undefined) throw new TypeError('Expected `params.lock` to be the lock to release or extend');
+    return core.lockData('params.lock', p.lock);
+  };
+
+  return {
+    acquire: (filter, params) =>
+      core.run(async () => {
+        const p = expectObject('params', params);
+        if (p.lock !== undefined) return core.resume(filter, p.lock, params);
+        const tag = expectSafeName('params.tag', p.tag);
+        if (!core.engine.tags.has(tag)) {
+          throw new TypeError(`Unknown tag \`${tag}\`: declare it in \`locktimeouts\` or \`lockRelationships\``);
+        }
+        return core.acquire(filter, tag, params);
+      }),
+    release: (filter, params) =>
+      core.run(async () => {
+        const lock = lockOf(params);
+        await core.releaseWith(filter, lock.tag, { id: lock.id }, lock, params);
+      }),
+    extend: (filter, params) =>
+      core.run(async () => {
+        const lock = lockOf(params);
+        return core.extendWith(filter, lock, { id: lock.id }, params);
+      }),
+  };
+}

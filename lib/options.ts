@@ -1,0 +1,204 @@
+import type { Collection, Document } from 'mongodb';
+import type { BoomLike } from './errors';
+
+/** Largest lease, timeout or wait in ms: what a Node timer can hold (about 24.8 days). */
+export const MAX_MS = 2 ** 31 - 1;
+
+/** A promise constructor such as bluebird's, used to wrap what public methods return. */
+export type PromiseLibrary = { resolve<T>(value: T | PromiseLike<T>): PromiseLike<T> };
+
+/** Write concern for lock writes: `'majority'` or a number of members (1 or more). */
+export type WriteConcernW = 'majority' | number;
+
+/** Options every lock call may override. */
+export interface CallOptions {
+  /**
+   * Bounds every database call, in ms: sent as `maxTimeMS` and `wtimeoutMS`, and enforced by a
+   * client-side deadline so that no call hangs.
+   * @default 10000
+   */
+  readonly timeout?: number;
+  /**
+   * Write concern of lock writes. `0` is refused: it cannot confirm an acquisition.
+   * @default 'majority'
+   */
+  readonly w?: WriteConcernW;
+  /** A boom module (`require('@hapi/boom')`); errors become boom errors. @default undefined */
+  readonly boom?: BoomLike;
+}
+
+/** Options shared by {@link writeLock} and {@link multiLock}. */
+export interface LockOptions extends CallOptions {
+  /** The collection whose documents are locked. */
+  readonly collection: Collection<Document>;
+  /**
+   * Name of the property that holds the lock in each document.
+   * @default 'lock'
+   */
+  readonly field?: string;
+  /**
+   * Promise library whose promises public methods return, for example bluebird. The global
+   * `Promise` is never touched.
+   * @default the native Promise
+   */
+  readonly Promise?: PromiseLibrary;
+  /**
+   * The local clock, in ms since the epoch. Only the elapsed time between readings matters:
+   * lease times come from the server's clock (see "Server-side time" in the README).
+   * @default Date.now
+   */
+  readonly clock?: () => number;
+}
+
+/** Call options with every default filled in. */
+export interface ResolvedCallOptions {
+  readonly timeout: number;
+  readonly w: WriteConcernW;
+  readonly boom: BoomLike | undefined;
+}
+
+const SAFE_NAME = /^[A-Za-z0-9_-]{1,64}$/;
+const FORBIDDEN_NAMES = new Set(['__proto__', 'constructor', 'prototype', 'hasOwnProperty', 'toString', 'valueOf']);
+
+/** Describes a value for an error message: `abc` (string). */
+export function describe(value: unknown): string {
+  let shown: string;
+  try {
+    shown = typeof value === 'string' ? value : typeof value === 'bigint' ? `${value}n` : (JSON.stringify(value) ?? String(value));
+  } catch {
+    shown = Object.prototype.toString.call(value);
+  }
+  if (shown.length > 60) shown = `${shown.slice(0, 57)}...`;
+  const kind = value === null ? 'null' : Array.isArray(value) ? 'array' : typeof value;
+  return `\`${shown}\` (${kind})`;
+}
+
+/** True for a non-null object that is not an array. */
+export function isPlainObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/** Throws a TypeError unless `value` is a plain object. */
+export function expectObject(name: string, value: unknown): Record<string, unknown> {
+  if (!isPlainObject(value)) throw new TypeError(`Expected \`${name}\` to be an object, got ${describe(value)}`);
+  return value;
+}
+
+/** Throws unless `value` is an integer in [min, MAX_MS]. */
+export function expectMs(name: string, value: unknown, min = 1): number {
+  if (typeof value !== 'number' || !Number.isInteger(value)) {
+    throw new TypeError(`Expected \`${name}\` to be an integer number of ms, got ${describe(value)}`);
+  }
+  if (value < min || value > MAX_MS) {
+    throw new RangeError(`Expected \`${name}\` to be between ${min} and ${MAX_MS} ms, got ${describe(value)}`);
+  }
+  return value;
+}
+
+/** Throws unless `value` is a time in ms since the epoch (a non-negative safe integer). */
+export function expectTimestamp(name: string, value: unknown): number {
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 0) {
+    throw new TypeError(`Expected \`${name}\` to be a lock's timestamp (ms since the epoch), got ${describe(value)}`);
+  }
+  return value;
+}
+
+/**
+ * Throws unless `value` is safe as a field name inside an update path: letters, digits, `_` and
+ * `-` only (so never `$` or `.`), at most 64 characters, and not an Object prototype name.
+ */
+export function expectSafeName(name: string, value: unknown): string {
+  if (typeof value !== 'string' || !SAFE_NAME.test(value) || FORBIDDEN_NAMES.has(value)) {
+    throw new TypeError(
+      `Expected \`${name}\` to be 1-64 letters, digits, \`_\` or \`-\` (not a prototype name), got ${describe(value)}`,
+    );
+  }
+  return value;
+}
+
+/** Throws unless `value` is a usable write concern (never 0). */
+export function expectW(name: string, value: unknown): WriteConcernW {
+  if (typeof value === 'number') {
+    if (!Number.isInteger(value) || value < 1 || value > 50) {
+      throw new RangeError(`Expected \`${name}\` to be 'majority' or an integer from 1 to 50 (0 cannot confirm a lock), got ${describe(value)}`);
+    }
+    return value;
+  }
+  if (value !== 'majority') {
+    throw new TypeError(`Expected \`${name}\` to be 'majority' or a number of members, got ${describe(value)}`);
+  }
+  return value;
+}
+
+/** Throws unless `value` has the boom helpers monglock calls. */
+export function expectBoom(name: string, value: unknown): BoomLike | undefined {
+  if (value === undefined || value === null || value === false) return undefined;
+  const candidate = value as Partial<Record<keyof BoomLike, unknown>>;
+  if (
+    typeof value !== 'object' && typeof value !== 'function' ||
+    typeof candidate.notFound !== 'function' ||
+    typeof candidate.conflict !== 'function' ||
+    typeof candidate.badImplementation !== 'function'
+  ) {
+    throw new TypeError(`Expected \`${name}\` to be a boom module (with notFound, conflict and badImplementation), got ${describe(value)}`);
+  }
+  return value as BoomLike;
+}
+
+/** Throws unless `value` looks like a driver Collection. */
+export function expectCollection(name: string, value: unknown): Collection<Document> {
+  const candidate = value as Partial<Record<string, unknown>> | null;
+  if (
+    typeof candidate !== 'object' || candidate === null ||
+    typeof candidate.findOneAndUpdate !== 'function' ||
+    typeof candidate.updateOne !== 'function' ||
+    typeof candidate.aggregate !== 'function'
+  ) {
+    throw new TypeError(`Expected \`${name}\` to be a MongoDB driver Collection, got ${describe(value)}`);
+  }
+  return value as Collection<Document>;
+}
+
+/** Throws unless `value` is a function (or undefined, when optional). */
+export function expectFunction<T>(name: string, value: unknown): T {
+  if (typeof value !== 'function') throw new TypeError(`Expected \`${name}\` to be a function, got ${describe(value)}`);
+  return value as T;
+}
+
+/** Fills in and validates the call options: explicit values (0 and `false` too) are never replaced by defaults. */
+export function resolveCallOptions(
+  params: Record<string, unknown>,
+  defaults: ResolvedCallOptions,
+  prefix = 'params',
+): ResolvedCallOptions {
+  return {
+    timeout: params.timeout === undefined ? defaults.timeout : expectMs(`${prefix}.timeout`, params.timeout),
+    w: params.w === undefined ? defaults.w : expectW(`${prefix}.w`, params.w),
+    boom: params.boom === undefined ? defaults.boom : expectBoom(`${prefix}.boom`, params.boom),
+  };
+}
+
+/** Validates the options shared by writeLock and multiLock. */
+export function resolveLockOptions(options: unknown): {
+  collection: Collection<Document>;
+  field: string;
+  call: ResolvedCallOptions;
+  Promise: PromiseLibrary | undefined;
+  clock: () => number;
+} {
+  const o = expectObject('options', options);
+  const field = o.field === undefined ? 'lock' : expectSafeName('options.field', o.field);
+  if (field === '_id') throw new TypeError('Expected `options.field` not to be `_id`');
+  let PromiseLib: PromiseLibrary | undefined;
+  if (o.Promise !== undefined) {
+    PromiseLib = o.Promise as PromiseLibrary;
+    expectFunction('options.Promise.resolve', (PromiseLib as { resolve?: unknown }).resolve);
+  }
+  return {
+    collection: expectCollection('options.collection', o.collection),
+    field,
+    call: resolveCallOptions(o, { timeout: 10_000, w: 'majority', boom: undefined }, 'options'),
+    Promise: PromiseLib,
+    clock: o.clock === undefined ? Date.now : expectFunction<() => number>('options.clock', o.clock),
+  };
+}

@@ -1,0 +1,93 @@
+import { describe, expectMs, expectObject, expectSafeName } from './options';
+
+/** How locks of one tag treat locks of other tags. Tags not named are concurrent (ignored). */
+export interface TagRelationship {
+  /** Acquiring this tag is refused (`CooperativeLock`) while an unexpired lock of any of these tags is held. */
+  readonly cooperative?: readonly string[];
+  /**
+   * Acquiring this tag registers the lock even while these tags are held, and reports
+   * `AssertiveLock` until they are gone (call `acquire(filter, { lock })` again).
+   */
+  readonly assertive?: readonly string[];
+}
+
+/** `{ [tag]: { cooperative?, assertive? } }`, as in monglock v2. */
+export type LockRelationships = Readonly<Record<string, TagRelationship>>;
+
+/** Everything the engine needs to know about one tag. */
+export interface TagRule {
+  readonly tag: string;
+  /** Default lease, in ms. */
+  readonly lease: number;
+  readonly cooperative: readonly string[];
+  readonly assertive: readonly string[];
+  /** Cooperative with itself: at most one unexpired lock of this tag at a time. */
+  readonly exclusive: boolean;
+}
+
+/**
+ * Validates tags, leases and relationships, and returns one rule per tag. Refused with a
+ * TypeError/RangeError: unsafe tag names, tags without a lease, references to unknown tags, a tag
+ * both cooperative with and assertive over another, and any cycle of assertive relationships
+ * (a tag over itself included), which can deadlock.
+ */
+export function resolveTagRules(
+  locktimeouts: unknown,
+  locktimeout: unknown,
+  lockRelationships: unknown,
+): ReadonlyMap<string, TagRule> {
+  const leases = locktimeouts === undefined ? {} : expectObject('options.locktimeouts', locktimeouts);
+  const relationships = lockRelationships === undefined ? {} : expectObject('options.lockRelationships', lockRelationships);
+  const defaultLease = locktimeout === undefined ? undefined : expectMs('options.locktimeout', locktimeout);
+
+  const declared = new Set<string>();
+  for (const tag of Object.keys(leases)) declared.add(expectSafeName(`options.locktimeouts key`, tag));
+  for (const tag of Object.keys(relationships)) declared.add(expectSafeName(`options.lockRelationships key`, tag));
+
+  const lists = new Map<string, { cooperative: string[]; assertive: string[] }>();
+  for (const [tag, value] of Object.entries(relationships)) {
+    const relation = expectObject(`options.lockRelationships.${tag}`, value);
+    const cooperative = tagList(`options.lockRelationships.${tag}.cooperative`, relation.cooperative);
+    const assertive = tagList(`options.lockRelationships.${tag}.assertive`, relation.assertive);
+    for (const other of [...cooperative, ...assertive]) declared.add(other);
+    const both = cooperative.find((other) => assertive.includes(other));
+    if (both !== undefined) {
+      throw new TypeError(`Tag \`${tag}\` cannot be both cooperative with and assertive over \`${both}\``);
+    }
+    lists.set(tag, { cooperative, assertive });
+  }
+  if (declared.size === 0) throw new TypeError('Expected `options.locktimeouts` or `options.lockRelationships` to declare at least one tag');
+
+  const rules = new Map<string, TagRule>();
+  for (const tag of declared) {
+    const lease = leases[tag] === undefined ? defaultLease : expectMs(`options.locktimeouts.${tag}`, leases[tag]);
+    if (lease === undefined) {
+      throw new RangeError(`Tag \`${tag}\` has no lease: set \`options.locktimeouts.${tag}\` or a default \`options.locktimeout\``);
+    }
+    const { cooperative = [], assertive = [] } = lists.get(tag) ?? {};
+    rules.set(tag, { tag, lease, cooperative, assertive, exclusive: cooperative.includes(tag) });
+  }
+  rejectAssertiveCycles(rules);
+  return rules;
+}
+
+function tagList(name: string, value: unknown): string[] {
+  if (value === undefined) return [];
+  if (!Array.isArray(value)) throw new TypeError(`Expected \`${name}\` to be an array of tags, got ${describe(value)}`);
+  return [...new Set(value.map((tag, index) => expectSafeName(`${name}[${index}]`, tag)))];
+}
+
+function rejectAssertiveCycles(rules: ReadonlyMap<string, TagRule>): void {
+  const state = new Map<string, 'visiting' | 'done'>();
+  const visit = (tag: string, path: string[]): void => {
+    if (state.get(tag) === 'done') return;
+    if (state.get(tag) === 'visiting') {
+      const cycle = [...path.slice(path.indexOf(tag)), tag].join(' over ');
+      throw new TypeError(`Assertive relationships form a cycle (${cycle}), which can deadlock`);
+    }
+    state.set(tag, 'visiting');
+    for (const next of rules.get(tag)?.assertive ?? []) visit(next, [...path, tag]);
+    state.set(tag, 'done');
+  };
+  for (const tag of rules.keys()) visit(tag, []);
+}

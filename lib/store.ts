@@ -1,0 +1,98 @@
+import type { Collection, Document, UpdateFilter, WriteConcernSettings } from 'mongodb';
+import type { ResolvedCallOptions } from './options';
+
+/** A database call that outlived its `timeout`: the client-side deadline fired first. */
+export class DeadlineExceededError extends Error {
+  override readonly name = 'DeadlineExceededError';
+
+  constructor(operation: string, ms: number) {
+    super(`${operation} did not settle within ${ms} ms`);
+  }
+}
+
+/** What `inspect` read: the document's lock property, and the server's clock at that moment. */
+export interface Inspection {
+  readonly doc: Document | null;
+  /** The server's `$$NOW`; undefined when no document matched. */
+  readonly serverNow: Date | undefined;
+  /** Local time at which the reply arrived. */
+  readonly arrivedAt: number;
+}
+
+const SERVER_NOW = '__monglockServerNow';
+
+/**
+ * The only module that talks to the driver. Every call is bounded by `timeout` three ways:
+ * `maxTimeMS` on the server, `wtimeoutMS` for the write concern, and a client-side deadline that
+ * settles the promise even when the server is unreachable.
+ */
+export class Store {
+  constructor(
+    readonly collection: Collection<Document>,
+    readonly field: string,
+    private readonly localNow: () => number,
+  ) {}
+
+  /** One atomic update of the first matching document; resolves its lock property after the update, or null. */
+  findOneAndUpdate(
+    filter: Document,
+    update: Document,
+    call: ResolvedCallOptions,
+    arrayFilters?: Document[],
+  ): Promise<Document | null> {
+    return withDeadline('findOneAndUpdate', call.timeout, () =>
+      this.collection.findOneAndUpdate(filter, update as UpdateFilter<Document>, {
+        returnDocument: 'after',
+        projection: { [this.field]: 1 },
+        maxTimeMS: call.timeout,
+        writeConcern: writeConcern(call),
+        ...(arrayFilters ? { arrayFilters } : {}),
+      }),
+    );
+  }
+
+  /** One atomic update of the first matching document; resolves whether one matched. */
+  async updateOne(filter: Document, update: Document, call: ResolvedCallOptions): Promise<boolean> {
+    const result = await withDeadline('updateOne', call.timeout, () =>
+      this.collection.updateOne(filter, update as UpdateFilter<Document>, { maxTimeMS: call.timeout, writeConcern: writeConcern(call) }),
+    );
+    return result.matchedCount > 0;
+  }
+
+  /** Reads the first document matching `filter` (its lock property only) and the server's clock. */
+  async inspect(filter: Document, call: ResolvedCallOptions): Promise<Inspection> {
+    const docs = await withDeadline('aggregate', call.timeout, () =>
+      this.collection
+        .aggregate([{ $match: filter }, { $limit: 1 }, { $project: { [this.field]: 1, [SERVER_NOW]: '$$NOW' } }], {
+          maxTimeMS: call.timeout,
+        })
+        .toArray(),
+    );
+    const arrivedAt = this.localNow();
+    const doc = docs[0] ?? null;
+    const serverNow: unknown = doc?.[SERVER_NOW];
+    return { doc, serverNow: serverNow instanceof Date ? serverNow : undefined, arrivedAt };
+  }
+}
+
+function writeConcern(call: ResolvedCallOptions): WriteConcernSettings {
+  return { w: call.w, wtimeoutMS: call.timeout };
+}
+
+/**
+ * Runs `operation` and settles within `ms`: the driver's promise keeps running if the deadline
+ * fires first, but its late outcome is observed (no unhandled rejection) and dropped.
+ */
+async function withDeadline<T>(name: string, ms: number, operation: () => Promise<T>): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const pending = operation();
+  pending.catch(() => undefined);
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new DeadlineExceededError(name, ms)), ms);
+  });
+  try {
+    return await Promise.race([pending, deadline]);
+  } finally {
+    clearTimeout(timer);
+  }
+}

@@ -1,0 +1,100 @@
+import type { Document } from 'mongodb';
+import { DocumentLock } from './document-lock';
+import type { LockData, LockHandle } from './lock-handle';
+import { expectMs, expectObject, expectTimestamp, type CallOptions, type LockOptions } from './options';
+import { resolveTagRules } from './relationships';
+
+/** The tag under which writeLock stores its entries (a multiLock on the same document sees it as `write`). */
+export const WRITE_TAG = 'write';
+
+/** Options of {@link writeLock}. */
+export interface WriteLockOptions extends LockOptions {
+  /**
+   * Lease in ms: after it, the lock is free for the next acquirer.
+   * @default 10000
+   */
+  readonly locktimeout?: number;
+}
+
+/** Per-call options of `acquire`. */
+export interface WriteLockAcquireParams extends CallOptions {
+  /** Lease of this lock in ms. @default options.locktimeout */
+  readonly locktimeout?: number;
+}
+
+/** Per-call options of `release`: the proof of ownership. Without one, the release is forced. */
+export interface WriteLockReleaseParams extends CallOptions {
+  /** The handle `acquire` resolved, or its `timestamp` (monglock v2). */
+  readonly timestamp?: number | LockData;
+  /** The handle `acquire` resolved, or its JSON. */
+  readonly lock?: LockData;
+}
+
+/** Per-call options of `extend`. */
+export interface WriteLockExtendParams extends WriteLockReleaseParams {
+  /** New lease in ms from the server's now. @default options.locktimeout */
+  readonly locktimeout?: number;
+}
+
+/** One exclusive lock per document. */
+export interface WriteLock {
+  /**
+   * Locks the first document matching `filter`. Rejects with `RessourceNotFound` (404) when none
+   * matches, `LockAlreadyTaken` (409) while an unexpired lock is held, `DbError` (500) when
+   * MongoDB fails or `timeout` passes.
+   */
+  acquire(filter: Document, params?: WriteLockAcquireParams): Promise<LockHandle>;
+  /**
+   * Releases the lock proven by `params.lock` or `params.timestamp`; rejects with
+   * `LockWasReacquired` (409) if it expired and someone else acquired it. Without a proof this
+   * is monglock v2's forced release: whoever holds the lock loses it.
+   */
+  release(filter: Document, params?: WriteLockReleaseParams): Promise<void>;
+  /** Pushes the lease forward from the server's now; rejects with `LockWasReacquired`/`LockNotFound` if the lock was lost. */
+  extend(filter: Document, params: WriteLockExtendParams): Promise<LockHandle>;
+}
+
+/**
+ * Creates a writeLock: one exclusive lock per document, stored in the document itself.
+ * @throws {TypeError | RangeError} on invalid options.
+ * @example
+ * const lock = writeLock({ collection: db.collection('orders'), locktimeout: 5000 });
+ * const handle = await lock.acquire({ _id: orderId });
+ * try { ... } finally { await lock.release({ _id: orderId }, { lock: handle }); }
+ */
+export function writeLock(options: WriteLockOptions): WriteLock {
+  const o = expectObject('options', options);
+  const lease = o.locktimeout === undefined ? 10_000 : expectMs('options.locktimeout', o.locktimeout);
+  const core = new DocumentLock(options, {
+    rules: resolveTagRules({ [WRITE_TAG]: lease }, undefined, { [WRITE_TAG]: { cooperative: [WRITE_TAG] } }),
+    conflict: 'LockAlreadyTaken',
+    reportsReacquired: true,
+  });
+
+  const proofOf = (params: unknown): { lock?: LockData; timestamp?: number } => {
+    if (params === undefined) return {};
+    const p = expectObject('params', params);
+    const given = p.lock ?? p.timestamp;
+    if (given === undefined) return {};
+    if (typeof given === 'object') return { lock: core.lockData(p.lock === undefined ? 'params.timestamp' : 'params.lock', given) };
+    return { timestamp: expectTimestamp('params.timestamp', given) };
+  };
+
+  return {
+    acquire: (filter, params) => core.run(() => core.acquire(filter, WRITE_TAG, params)),
+    release: (filter, params) =>
+      core.run(async () => {
+        const { lock, timestamp } = proofOf(params);
+        const proof = lock ? { id: lock.id } : timestamp !== undefined ? { timestamp } : undefined;
+        await core.releaseWith(filter, WRITE_TAG, proof, lock, params);
+      }),
+    extend: (filter, params) =>
+      core.run(async () => {
+        const { lock, timestamp } = proofOf(params);
+        if (lock) return core.extendWith(filter, lock, { id: lock.id }, params);
+        if (timestamp === undefined) throw new TypeError('Expected `params.lock` or `params.timestamp` to prove which lock to extend');
+        const claimed: LockData = { id: '', tag: WRITE_TAG, timestamp, fence: 0, expiresAt: 0 };
+        return core.extendWith(filter, claimed, { timestamp }, params);
+      }),
+  };
+}
