@@ -1,8 +1,10 @@
 import type { Document } from 'mongodb';
-import { lockError } from './errors';
+import { isLockError, lockError } from './errors';
+import { LeaseKeeper } from './lease-keeper';
 import { AssertivePending, LockEngine, type Proof } from './lock-engine';
 import { LockHandle, readLockData, type HandleOwner, type LockData } from './lock-handle';
 import {
+  expectFunction,
   expectMs,
   expectObject,
   resolveCallOptions,
@@ -14,6 +16,7 @@ import type { TagRule } from './relationships';
 import { ServerClock } from './server-clock';
 import { Store } from './store';
 import { LockPaths } from './stored-format';
+import { abortable, readWaitParams, retryWithin } from './waiting';
 
 /** How the two factories differ. */
 export interface DocumentLockKind {
@@ -22,9 +25,13 @@ export interface DocumentLockKind {
   readonly reportsReacquired: boolean;
 }
 
+/** The body of `using()`: runs while the lock is held; `signal` aborts if the lease is lost. */
+export type UsingBody<T> = (handle: LockHandle, signal: AbortSignal) => T | PromiseLike<T>;
+
 /**
  * Locks embedded in the caller's documents: validation of every argument before any write,
- * handles, the boom bridge and the optional promise library around one {@link LockEngine}.
+ * waiting, `using()`, handles, the boom bridge and the optional promise library around one
+ * {@link LockEngine}.
  */
 export class DocumentLock implements HandleOwner {
   readonly engine: LockEngine;
@@ -62,20 +69,100 @@ export class DocumentLock implements HandleOwner {
     return { params: object, call: resolveCallOptions(object, this.defaults) };
   }
 
-  /** Takes a new lock of `tag`; rejects with `AssertiveLock` (carrying the lock) while asserted tags are held. */
-  async acquire(filter: unknown, tag: string, params: unknown): Promise<LockHandle> {
+  /**
+   * Takes a new lock of `tag`, or with `lock` continues an assertive one. Without `params.wait`
+   * it fails fast; with it, conflicts (assertive continuations included) are retried with
+   * backoff until the lock is won, `wait` ms pass or `params.signal` aborts.
+   */
+  async acquire(filter: unknown, tag: string | undefined, params: unknown, lock?: unknown): Promise<LockHandle> {
     const userFilter = expectFilter(filter);
     const { params: p, call } = this.callOptions(params);
-    const lease = p.locktimeout === undefined ? this.engine.rule(tag).lease : expectMs('params.locktimeout', p.locktimeout);
-    return this.settle(await this.engine.acquire(userFilter, tag, lease, call), userFilter, call);
+    const resumed = lock === undefined ? undefined : this.lockData('params.lock', lock);
+    const ruleTag = resumed?.tag ?? tag ?? '';
+    const lease = this.leaseOf(ruleTag, p);
+    const waiting = readWaitParams(p);
+    if (waiting.signal?.aborted) throw waiting.signal.reason;
+
+    // An assertive lock registered by this call: continued on retries, released if we give up.
+    let registered: LockData | undefined;
+    const step = async (): Promise<LockData> => {
+      const continuing = registered ?? resumed;
+      let outcome: LockData | AssertivePending;
+      try {
+        outcome = continuing
+          ? await this.engine.resume(userFilter, continuing, call)
+          : await this.engine.acquire(userFilter, ruleTag, lease, call);
+      } catch (error) {
+        if (registered && isLockError(error, 'LockNotFound')) registered = undefined;
+        throw error;
+      }
+      if (outcome instanceof AssertivePending) {
+        if (!continuing) registered = outcome.lock;
+        const carried = new LockHandle(outcome.lock, this, userFilter);
+        throw lockError('AssertiveLock', call.boom, { lock: carried, detail: `registered; waiting for tag ${outcome.blockedBy.join(', ')}` });
+      }
+      if (waiting.signal?.aborted && outcome.id !== resumed?.id) {
+        await this.releaseQuietly(userFilter, outcome, call);
+        throw waiting.signal.reason;
+      }
+      return outcome;
+    };
+    const retryable = (error: unknown): boolean =>
+      isLockError(error, this.engine.conflict) ||
+      isLockError(error, 'AssertiveLock') ||
+      (isLockError(error, 'LockNotFound') && resumed === undefined);
+    try {
+      const data = await retryWithin(waiting, () => abortable(step(), waiting.signal), retryable);
+      return new LockHandle(data, this, userFilter);
+    } catch (error) {
+      if (!registered || (waiting.wait === 0 && !waiting.signal?.aborted)) throw error;
+      await this.releaseQuietly(userFilter, registered, call);
+      if (!isLockError(error, 'AssertiveLock')) throw error;
+      throw lockError('AssertiveLock', call.boom, { detail: `still asserting after waiting ${waiting.wait} ms; the registered lock was released` });
+    }
   }
 
-  /** Continues an assertive acquisition with the lock that `AssertiveLock` carried. */
-  async resume(filter: unknown, lock: unknown, params: unknown): Promise<LockHandle> {
-    const userFilter = expectFilter(filter);
-    const data = readLockData('params.lock', lock, this.engine.tags);
-    const { call } = this.callOptions(params);
-    return this.settle(await this.engine.resume(userFilter, data, call), userFilter, call);
+  /**
+   * Acquires (honouring `params.wait`/`params.signal`), runs `body` while extending the lease
+   * before it can expire, aborts the body's signal when an extension fails or the lease is lost,
+   * and always releases. Resolves the body's result; a body error is never masked by a release
+   * failure. After it settles no timer is left.
+   */
+  async using<T>(filter: unknown, tag: string | undefined, params: unknown, body: unknown): Promise<T> {
+    const work = expectFunction<UsingBody<T>>('body', body);
+    const handle = await this.acquire(filter, tag, params);
+    const { params: p, call } = this.callOptions(params);
+    const leaseMs = this.leaseOf(handle.tag, p);
+    const callParams = { timeout: call.timeout, w: call.w, boom: call.boom };
+    const controller = new AbortController();
+    const outer = readWaitParams(p).signal;
+    const forward = (): void => controller.abort(outer?.reason);
+    outer?.addEventListener('abort', forward, { once: true });
+    const keeper = new LeaseKeeper(
+      {
+        remaining: () => handle.expiresAt - this.engine.now(),
+        extend: () => handle.extend(leaseMs, callParams),
+        expired: () => lockError('LockNotFound', call.boom, { detail: 'the lease ended before it could be extended' }),
+      },
+      leaseMs,
+      controller,
+    );
+    const finish = async (): Promise<void> => {
+      await keeper.stop();
+      outer?.removeEventListener('abort', forward);
+      await handle.release(callParams);
+    };
+    let result: T;
+    try {
+      result = await work(handle, controller.signal);
+    } catch (error) {
+      await finish().catch(() => undefined);
+      throw error;
+    }
+    await finish().catch((error: unknown) => {
+      if (!isLockError(error, 'RessourceNotFound')) throw error;
+    });
+    return result;
   }
 
   /** Releases the lock identified by `proof` (or, without one, force-releases `tag`). */
@@ -89,8 +176,7 @@ export class DocumentLock implements HandleOwner {
   async extendWith(filter: unknown, lock: LockData, proof: Proof, params: unknown): Promise<LockHandle> {
     const userFilter = expectFilter(filter);
     const { params: p, call } = this.callOptions(params);
-    const lease = p.locktimeout === undefined ? this.engine.rule(lock.tag).lease : expectMs('params.locktimeout', p.locktimeout);
-    const extended = await this.engine.extend(userFilter, lock, proof, lease, call);
+    const extended = await this.engine.extend(userFilter, lock, proof, this.leaseOf(lock.tag, p), call);
     return new LockHandle(extended, this, userFilter);
   }
 
@@ -112,12 +198,13 @@ export class DocumentLock implements HandleOwner {
     return readLockData(name, value, this.engine.tags);
   }
 
-  private settle(outcome: LockData | AssertivePending, filter: Document, call: ResolvedCallOptions): LockHandle {
-    if (outcome instanceof AssertivePending) {
-      const lock = new LockHandle(outcome.lock, this, filter);
-      throw lockError('AssertiveLock', call.boom, { lock, detail: `registered; waiting for tag ${outcome.blockedBy.join(', ')}` });
-    }
-    return new LockHandle(outcome, this, filter);
+  /** `params.locktimeout`, validated, else the tag's lease. */
+  private leaseOf(tag: string, params: Record<string, unknown>): number {
+    return params.locktimeout === undefined ? this.engine.rule(tag).lease : expectMs('params.locktimeout', params.locktimeout);
+  }
+
+  private async releaseQuietly(filter: Document, lock: LockData, call: ResolvedCallOptions): Promise<void> {
+    await this.engine.release(filter, lock.tag, { id: lock.id }, lock, call).catch(() => undefined);
   }
 }
 

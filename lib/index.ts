@@ -9,3 +9,5 @@ export type { LockErrorType, LockErrorSubtype, LockErrorFields, BoomLike } from 
 export type { CallOptions, LockOptions, PromiseLibrary, WriteConcernW } from './options';
 export type { LockRelationships, TagRelationship } from './relationships';
 export type { StoredLock, StoredEntry } from './stored-format';
+export type { UsingBody } from './document-lock';
+export type { WaitOptions } from './waiting';

@@ -59,6 +59,16 @@ export class LockEngine {
     this.tags = new Set(settings.rules.keys());
   }
 
+  /** Subtype of a refused acquisition. */
+  get conflict(): 'LockAlreadyTaken' | 'CooperativeLock' {
+    return this.settings.conflict;
+  }
+
+  /** The current estimate of the server's clock, ms since the epoch. */
+  now(): number {
+    return this.settings.clock.stamp();
+  }
+
   /** The rule of a known tag. */
   rule(tag: string): TagRule {
     const rule = this.settings.rules.get(tag);
@@ -205,10 +215,8 @@ export class LockEngine {
     const entries = stored.tags?.[lock.tag] ?? [];
     const own = entries.find((entry) => matchesProof(entry, proof));
     if (own && seen.serverNow && own.exp.getTime() > seen.serverNow.getTime()) return { retry: true, error: stampRefused(call) };
-    const subtype: LockErrorSubtype =
-      this.settings.reportsReacquired && ('timestamp' in proof || (stored.fence ?? 0) > lock.fence || entries.length > 0)
-        ? 'LockWasReacquired'
-        : 'LockNotFound';
+    const takenOver = !own && ('timestamp' in proof || (stored.fence ?? 0) > lock.fence || entries.length > 0);
+    const subtype: LockErrorSubtype = this.settings.reportsReacquired && takenOver ? 'LockWasReacquired' : 'LockNotFound';
     return { retry: false, error: lockError(subtype, call.boom, { detail: own ? 'the lock expired' : 'the lock is not held' }) };
   }
 

@@ -16,8 +16,8 @@ export interface LockData {
 
 /** What a handle calls back into: the lock that made it. */
 export interface HandleOwner {
-  release(filter: Document, lock: LockData, params?: object): PromiseLike<void>;
-  extend(filter: Document, lock: LockData, params?: object): PromiseLike<LockData>;
+  release(filter: Document, lock: LockData, params?: object): Promise<void>;
+  extend(filter: Document, lock: LockData, params?: object): Promise<LockData>;
   guard(filter: Document, lock: LockData, extra?: Document): Document;
 }
 
@@ -51,7 +51,7 @@ export class LockHandle implements LockData {
   }
 
   /** Releases this lock. Same outcomes as `release(filter, { lock })`. */
-  release(params?: object): PromiseLike<void> {
+  release(params?: object): Promise<void> {
     return this.#owner.release(this.#filter, this.toJSON(), params);
   }
 
@@ -59,7 +59,7 @@ export class LockHandle implements LockData {
    * Pushes the lease forward to `locktimeout` ms (default: the tag's lease) from the server's now.
    * Fails with `LockNotFound`/`LockWasReacquired` if the lock was lost; never re-creates it.
    */
-  extend(locktimeout?: number, params?: object): PromiseLike<this> {
+  extend(locktimeout?: number, params?: object): Promise<this> {
     const extended = this.#owner.extend(this.#filter, this.toJSON(), { ...params, locktimeout });
     return extended.then((data) => {
       this.#expiresAt = data.expiresAt;

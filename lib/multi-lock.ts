@@ -1,8 +1,9 @@
 import type { Document } from 'mongodb';
-import { DocumentLock } from './document-lock';
+import { DocumentLock, type UsingBody } from './document-lock';
 import type { LockData, LockHandle } from './lock-handle';
 import { expectObject, expectSafeName, type CallOptions, type LockOptions } from './options';
 import { resolveTagRules, type LockRelationships } from './relationships';
+import type { WaitOptions } from './waiting';
 
 /** Options of {@link multiLock}. */
 export interface MultiLockOptions extends LockOptions {
@@ -15,7 +16,7 @@ export interface MultiLockOptions extends LockOptions {
 }
 
 /** Per-call options of `acquire`: a `tag` for a new lock, or the `lock` that `AssertiveLock` carried to continue. */
-export interface MultiLockAcquireParams extends CallOptions {
+export interface MultiLockAcquireParams extends CallOptions, WaitOptions {
   readonly tag?: string;
   readonly lock?: LockData;
   /** Lease of a new lock in ms. @default options.locktimeouts[tag] */
@@ -43,6 +44,11 @@ export interface MultiLock {
   release(filter: Document, params: MultiLockReleaseParams): Promise<void>;
   /** Pushes `params.lock`'s lease forward from the server's now; rejects with `LockNotFound` if it was lost. */
   extend(filter: Document, params: MultiLockReleaseParams): Promise<LockHandle>;
+  /**
+   * Acquires `params.tag` (waiting per `params.wait`, assertive continuations included), runs
+   * `body` while extending the lease, aborts `signal` if the lease is lost, always releases.
+   */
+  using<T>(filter: Document, params: MultiLockAcquireParams, body: UsingBody<T>): Promise<T>;
 }
 
 /**
@@ -64,6 +70,12 @@ export function multiLock(options: MultiLockOptions): MultiLock {
     reportsReacquired: false,
   });
 
+  const tagOf = (params: Record<string, unknown>): string => {
+    const tag = expectSafeName('params.tag', params.tag);
+    if (!core.engine.tags.has(tag)) throw new TypeError(`Unknown tag \`${tag}\`: declare it in \`locktimeouts\` or \`lockRelationships\``);
+    return tag;
+  };
+
   const lockOf = (params: unknown): LockData => {
     const p = expectObject('params', params);
     if (p.lock === undefined) throw new TypeError('Expected `params.lock` to be the lock to release or extend');
@@ -74,13 +86,10 @@ export function multiLock(options: MultiLockOptions): MultiLock {
     acquire: (filter, params) =>
       core.run(async () => {
         const p = expectObject('params', params);
-        if (p.lock !== undefined) return core.resume(filter, p.lock, params);
-        const tag = expectSafeName('params.tag', p.tag);
-        if (!core.engine.tags.has(tag)) {
-          throw new TypeError(`Unknown tag \`${tag}\`: declare it in \`locktimeouts\` or \`lockRelationships\``);
-        }
-        return core.acquire(filter, tag, params);
+        if (p.lock !== undefined) return core.acquire(filter, undefined, params, p.lock);
+        return core.acquire(filter, tagOf(p), params);
       }),
+    using: (filter, params, body) => core.run(() => core.using(filter, tagOf(expectObject('params', params)), params, body)),
     release: (filter, params) =>
       core.run(async () => {
         const lock = lockOf(params);

@@ -1,8 +1,9 @@
 import type { Document } from 'mongodb';
-import { DocumentLock } from './document-lock';
+import { DocumentLock, type UsingBody } from './document-lock';
 import type { LockData, LockHandle } from './lock-handle';
 import { expectMs, expectObject, expectTimestamp, type CallOptions, type LockOptions } from './options';
 import { resolveTagRules } from './relationships';
+import type { WaitOptions } from './waiting';
 
 /** The tag under which writeLock stores its entries (a multiLock on the same document sees it as `write`). */
 export const WRITE_TAG = 'write';
@@ -16,8 +17,8 @@ export interface WriteLockOptions extends LockOptions {
   readonly locktimeout?: number;
 }
 
-/** Per-call options of `acquire`. */
-export interface WriteLockAcquireParams extends CallOptions {
+/** Per-call options of `acquire` and `using`. */
+export interface WriteLockAcquireParams extends CallOptions, WaitOptions {
   /** Lease of this lock in ms. @default options.locktimeout */
   readonly locktimeout?: number;
 }
@@ -52,6 +53,11 @@ export interface WriteLock {
   release(filter: Document, params?: WriteLockReleaseParams): Promise<void>;
   /** Pushes the lease forward from the server's now; rejects with `LockWasReacquired`/`LockNotFound` if the lock was lost. */
   extend(filter: Document, params: WriteLockExtendParams): Promise<LockHandle>;
+  /**
+   * Acquires, runs `body` while extending the lease automatically, aborts `signal` if the lease
+   * is lost, releases in any case, and resolves the body's result.
+   */
+  using<T>(filter: Document, params: WriteLockAcquireParams | undefined, body: UsingBody<T>): Promise<T>;
 }
 
 /**
@@ -82,6 +88,7 @@ export function writeLock(options: WriteLockOptions): WriteLock {
 
   return {
     acquire: (filter, params) => core.run(() => core.acquire(filter, WRITE_TAG, params)),
+    using: (filter, params, body) => core.run(() => core.using(filter, WRITE_TAG, params, body)),
     release: (filter, params) =>
       core.run(async () => {
         const { lock, timestamp } = proofOf(params);

@@ -1,0 +1,63 @@
+/** What a lease keeper needs of a held lock. */
+export interface KeptLease {
+  /** ms left of the lease, by the estimate of the server's clock. */
+  remaining(): number;
+  /** Pushes the lease forward; rejects when the lock is lost or MongoDB fails. */
+  extend(): PromiseLike<unknown>;
+  /** The error that tells the body its lease ended before an extension could land. */
+  expired(): Error;
+}
+
+/**
+ * Keeps a lease alive while a `using()` body runs: extends it each time half of `leaseMs` is
+ * left, and aborts `controller` with the reason as soon as an extension fails or the lease runs
+ * out first. `stop()` clears every timer and waits for an extension in flight.
+ */
+export class LeaseKeeper {
+  private extendTimer: NodeJS.Timeout | undefined;
+  private expiryTimer: NodeJS.Timeout | undefined;
+  private inFlight: Promise<void> | undefined;
+  private stopped = false;
+
+  constructor(
+    private readonly lease: KeptLease,
+    private readonly leaseMs: number,
+    private readonly controller: AbortController,
+  ) {
+    this.schedule();
+  }
+
+  /** Stops extending; resolves once no timer and no extension is left. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    this.clearTimers();
+    await this.inFlight;
+  }
+
+  private schedule(): void {
+    const left = this.lease.remaining();
+    this.extendTimer = setTimeout(() => this.extend(), Math.max(0, left - this.leaseMs / 2));
+    this.expiryTimer = setTimeout(() => this.lose(this.lease.expired()), Math.max(0, left));
+  }
+
+  private extend(): void {
+    this.inFlight = Promise.resolve(this.lease.extend()).then(
+      () => {
+        if (this.stopped || this.controller.signal.aborted) return;
+        clearTimeout(this.expiryTimer);
+        this.schedule();
+      },
+      (error: unknown) => this.lose(error),
+    );
+  }
+
+  private lose(reason: unknown): void {
+    this.clearTimers();
+    if (!this.stopped && !this.controller.signal.aborted) this.controller.abort(reason);
+  }
+
+  private clearTimers(): void {
+    clearTimeout(this.extendTimer);
+    clearTimeout(this.expiryTimer);
+  }
+}

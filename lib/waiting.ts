@@ -1,0 +1,98 @@
+import { describe, expectMs } from './options';
+
+/** Per-call options for waiting on a held lock. */
+export interface WaitOptions {
+  /**
+   * ms to keep retrying while the lock is held (exponential backoff with jitter, capped), an
+   * assertive tag's continuations included. `0` fails fast, as monglock v2.
+   * @default 0
+   */
+  readonly wait?: number;
+  /** Cancels a waiting acquisition: it rejects promptly with `signal.reason`. */
+  readonly signal?: AbortSignal;
+}
+
+/** How long an acquisition may wait for a held lock, and what can cancel it (resolved). */
+export interface WaitParams {
+  /** ms to keep retrying; 0 fails fast, as monglock v2 did. */
+  readonly wait: number;
+  readonly signal: AbortSignal | undefined;
+}
+
+/** First retry delay, in ms; it doubles per attempt up to {@link MAX_RETRY_DELAY}. */
+export const MIN_RETRY_DELAY = 4;
+/** Largest retry delay, in ms. */
+export const MAX_RETRY_DELAY = 150;
+
+/** Reads `params.wait` (ms, default 0) and `params.signal` (an AbortSignal). */
+export function readWaitParams(params: Record<string, unknown>): WaitParams {
+  const wait = params.wait === undefined ? 0 : expectMs('params.wait', params.wait, 0);
+  const signal = params.signal;
+  if (signal !== undefined && !(signal instanceof AbortSignal)) {
+    throw new TypeError(`Expected \`params.signal\` to be an AbortSignal, got ${describe(signal)}`);
+  }
+  return { wait, signal };
+}
+
+/**
+ * The delay before retry number `attempt` (1-based): exponential, capped, with "equal jitter"
+ * (half fixed, half random) so that waiters spread out without ever retrying at once.
+ */
+export function retryDelay(attempt: number): number {
+  const ceiling = Math.min(MAX_RETRY_DELAY, MIN_RETRY_DELAY * 2 ** Math.min(attempt - 1, 16));
+  return ceiling / 2 + Math.random() * (ceiling / 2);
+}
+
+/** Resolves after `ms`, or rejects with the signal's reason as soon as it aborts. */
+export function delay(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const onAbort = (): void => {
+      clearTimeout(timer);
+      reject(signal?.reason);
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+/**
+ * Settles with `promise`, or rejects with the signal's reason as soon as it aborts (the
+ * promise's late outcome is then dropped: the attempt cleans up after itself).
+ */
+export function abortable<T>(promise: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+  if (!signal) return promise;
+  promise.catch(() => undefined);
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = (): void => reject(signal.reason);
+    if (signal.aborted) return onAbort();
+    signal.addEventListener('abort', onAbort, { once: true });
+    promise.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
+  });
+}
+
+/**
+ * Calls `attempt` until it resolves, an error is not `retryable`, the signal aborts, or `wait`
+ * ms have passed (then the last retryable error is thrown). Sleeps {@link retryDelay} between
+ * attempts, never past the deadline.
+ */
+export async function retryWithin<T>(
+  params: WaitParams,
+  attempt: () => Promise<T>,
+  retryable: (error: unknown) => boolean,
+  now: () => number = Date.now,
+): Promise<T> {
+  const deadline = now() + params.wait;
+  for (let count = 1; ; count++) {
+    try {
+      return await attempt();
+    } catch (error) {
+      const left = deadline - now();
+      if (!retryable(error) || left <= 0) throw error;
+      await delay(Math.min(left, retryDelay(count)), params.signal);
+    }
+  }
+}
