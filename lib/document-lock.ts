@@ -1,6 +1,5 @@
 import type { Document } from 'mongodb';
 import { isLockError, lockError } from './errors';
-import { LeaseKeeper } from './lease-keeper';
 import { AssertivePending, LockEngine, type Proof } from './lock-engine';
 import { LockHandle, readLockData, type HandleOwner, type LockData } from './lock-handle';
 import {
@@ -13,6 +12,7 @@ import {
   type ResolvedCallOptions,
 } from './options';
 import type { TagRule } from './relationships';
+import { holdWhile, type UsingBody } from './scoped-hold';
 import { ServerClock } from './server-clock';
 import { Store } from './store';
 import { LockPaths } from './stored-format';
@@ -24,9 +24,6 @@ export interface DocumentLockKind {
   readonly conflict: 'LockAlreadyTaken' | 'CooperativeLock';
   readonly reportsReacquired: boolean;
 }
-
-/** The body of `using()`: runs while the lock is held; `signal` aborts if the lease is lost. */
-export type UsingBody<T> = (handle: LockHandle, signal: AbortSignal) => T | PromiseLike<T>;
 
 /**
  * Locks embedded in the caller's documents: validation of every argument before any write,
@@ -132,37 +129,17 @@ export class DocumentLock implements HandleOwner {
     const work = expectFunction<UsingBody<T>>('body', body);
     const handle = await this.acquire(filter, tag, params);
     const { params: p, call } = this.callOptions(params);
-    const leaseMs = this.leaseOf(handle.tag, p);
-    const callParams = { timeout: call.timeout, w: call.w, boom: call.boom };
-    const controller = new AbortController();
-    const outer = readWaitParams(p).signal;
-    const forward = (): void => controller.abort(outer?.reason);
-    outer?.addEventListener('abort', forward, { once: true });
-    const keeper = new LeaseKeeper(
+    return holdWhile(
+      handle,
       {
-        remaining: () => handle.expiresAt - this.engine.now(),
-        extend: () => handle.extend(leaseMs, callParams),
-        expired: () => lockError('LockNotFound', call.boom, { detail: 'the lease ended before it could be extended' }),
+        leaseMs: this.leaseOf(handle.tag, p),
+        now: () => this.engine.now(),
+        callParams: { timeout: call.timeout, w: call.w, boom: call.boom },
+        outerSignal: readWaitParams(p).signal,
+        boom: call.boom,
       },
-      leaseMs,
-      controller,
+      work,
     );
-    const finish = async (): Promise<void> => {
-      await keeper.stop();
-      outer?.removeEventListener('abort', forward);
-      await handle.release(callParams);
-    };
-    let result: T;
-    try {
-      result = await work(handle, controller.signal);
-    } catch (error) {
-      await finish().catch(() => undefined);
-      throw error;
-    }
-    await finish().catch((error: unknown) => {
-      if (!isLockError(error, 'RessourceNotFound')) throw error;
-    });
-    return result;
   }
 
   /** Releases the lock identified by `proof` (or, without one, force-releases `tag`). */

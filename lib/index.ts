@@ -9,5 +9,7 @@ export type { LockErrorType, LockErrorSubtype, LockErrorFields, BoomLike } from 
 export type { CallOptions, LockOptions, PromiseLibrary, WriteConcernW } from './options';
 export type { LockRelationships, TagRelationship } from './relationships';
 export type { StoredLock, StoredEntry } from './stored-format';
-export type { UsingBody } from './document-lock';
+export type { UsingBody } from './scoped-hold';
 export type { WaitOptions } from './waiting';
+export { resourceLocks, ResourceLockHandle } from './resource-locks';
+export type { ResourceLocks, ResourceLocksOptions, ResourceLockParams, ResourceLockType, LockDetails, LockStatus, StatusFilter } from './resource-locks';

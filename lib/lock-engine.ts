@@ -19,6 +19,29 @@ import {
   type StoredLock,
 } from './stored-format';
 
+/** What a lock kind adds to an acquisition (resource locks: owner details, limits, GC date). */
+export interface AcquireExtras {
+  /** Extra fields stored in the entry. */
+  readonly entry?: Document;
+  /** Extra filter clauses, given the stamp. */
+  readonly conditions?: (stamp: Date) => Document[];
+  /** Extra update operators (never on the tag arrays), given the stamp and the expiry. */
+  readonly update?: (stamp: Date, exp: Date) => Document;
+}
+
+/** Expiry of a lock without a lease: the last ms of year 9999. */
+export const NEVER = Date.UTC(9999, 11, 31, 23, 59, 59, 999);
+
+/** The expiry of a lease of `lease` ms stamped at `stamp` (`Infinity`: no expiry). */
+export function expiryOf(stamp: number, lease: number): number {
+  return Number.isFinite(lease) ? stamp + lease : NEVER;
+}
+
+/** The fencing token stored in a lock: its epoch (resource documents) plus its counter. */
+export function fenceOf(lock: StoredLock): number {
+  return (lock.epoch ?? 0) + (lock.fence ?? 0);
+}
+
 /** How a caller proves it owns a lock: its id, or (monglock v2 writeLock) its acquisition timestamp. */
 export type Proof = { readonly id: string } | { readonly timestamp: number };
 
@@ -80,30 +103,41 @@ export class LockEngine {
    * Takes a new lock of `tag` on the first document matching `filter`. Resolves the lock, or an
    * {@link AssertivePending} when it was registered but tags it is assertive over are still held.
    */
-  async acquire(filter: Document, tag: string, lease: number, call: ResolvedCallOptions): Promise<LockData | AssertivePending> {
+  async acquire(
+    filter: Document,
+    tag: string,
+    lease: number,
+    call: ResolvedCallOptions,
+    extras: AcquireExtras = {},
+  ): Promise<LockData | AssertivePending> {
     const { paths, conflict } = this.settings;
     const rule = this.rule(tag);
     const id = randomBytes(16).toString('hex');
     return this.withStamp(filter, call, async (stamp) => {
       const at = new Date(stamp);
-      const entry: StoredEntry = { id, at, exp: new Date(stamp + lease) };
-      const update: Document = {
-        $inc: { [paths.fence]: 1 },
-        ...(rule.exclusive ? { $set: { [paths.tag(tag)]: [entry] } } : { $push: { [paths.tag(tag)]: entry } }),
-        ...this.pruneOthers(tag, at),
-      };
+      const exp = new Date(expiryOf(stamp, lease));
+      const entry: StoredEntry = { ...extras.entry, id, at, exp };
+      const update = mergeUpdates(
+        {
+          $inc: { [paths.fence]: 1 },
+          ...(rule.exclusive ? { $set: { [paths.tag(tag)]: [entry] } } : { $push: { [paths.tag(tag)]: entry } }),
+          ...this.pruneOthers(tag, at),
+        },
+        extras.update?.(at, exp),
+      );
       const guarded = {
         $and: [
           filter,
           ...rule.cooperative.map((other) => noLiveEntry(paths, other, at)),
           { $expr: stampWithin(at, stampTolerance(lease)) },
+          ...(extras.conditions?.(at) ?? []),
         ],
       };
       const doc = await this.settings.store.findOneAndUpdate(guarded, update, call);
       if (!doc) return undefined;
       const lock = paths.read(doc);
       if (!rule.exclusive && hasExpiredEntries(lock, tag, stamp)) await this.pruneOwnTag(doc, tag, at, call);
-      const data: LockData = { id, tag, timestamp: stamp, fence: lock.fence ?? 0, expiresAt: stamp + lease };
+      const data: LockData = { id, tag, timestamp: stamp, fence: fenceOf(lock), expiresAt: exp.getTime() };
       return this.assertiveOutcome(data, lock, stamp);
     }, (seen, stamp) => {
       if (!seen.doc) return { retry: false, error: lockError('RessourceNotFound', call.boom, { detail: 'no document matches the filter' }) };
@@ -160,18 +194,29 @@ export class LockEngine {
   }
 
   /** Pushes a held lock's lease to `lease` ms from the server's now. Resolves the new expiry. */
-  async extend(filter: Document, lock: LockData, proof: Proof, lease: number, call: ResolvedCallOptions): Promise<LockData> {
+  async extend(
+    filter: Document,
+    lock: LockData,
+    proof: Proof,
+    lease: number,
+    call: ResolvedCallOptions,
+    extraUpdate?: (stamp: Date, exp: Date) => Document,
+  ): Promise<LockData> {
     const { paths } = this.settings;
     return this.withStamp(filter, call, async (stamp) => {
       const at = new Date(stamp);
       const guarded = {
         $and: [filter, { $expr: { $and: [entryLiveOnServer(paths, lock.tag, proof), stampWithin(at, stampTolerance(lease))] } }],
       };
-      const update = { $set: { [`${paths.tag(lock.tag)}.$[mine].exp`]: new Date(stamp + lease) }, ...this.pruneOthers(lock.tag, at) };
+      const exp = new Date(expiryOf(stamp, lease));
+      const update = mergeUpdates(
+        { $set: { [`${paths.tag(lock.tag)}.$[mine].exp`]: exp }, ...this.pruneOthers(lock.tag, at) },
+        extraUpdate?.(at, exp),
+      );
       const arrayFilters = [prefixed('mine', proofMatch(proof))];
       const doc = await this.settings.store.findOneAndUpdate(guarded, update, call, arrayFilters);
       if (!doc) return undefined;
-      return { ...lock, expiresAt: stamp + lease };
+      return { ...lock, expiresAt: exp.getTime() };
     }, (seen) => this.explainLost(seen, lock, proof, call));
   }
 
@@ -282,6 +327,14 @@ function matchesProof(entry: StoredEntry, proof: Proof): boolean {
   if ('id' in proof) return entry.id === proof.id;
   const at = entry.at instanceof Date ? entry.at.getTime() : NaN;
   return at >= proof.timestamp && at < proof.timestamp + 1;
+}
+
+/** Merges two update documents operator by operator. */
+export function mergeUpdates(base: Document, extra: Document | undefined): Document {
+  if (!extra) return base;
+  const merged: Document = { ...base };
+  for (const [operator, fields] of Object.entries(extra)) merged[operator] = { ...(merged[operator] as Document | undefined), ...(fields as Document) };
+  return merged;
 }
 
 function prefixed(name: string, match: Document): Document {

@@ -45,7 +45,7 @@ export interface LockOptions extends CallOptions {
   /**
    * The local clock, in ms since the epoch. Only the elapsed time between readings matters:
    * lease times come from the server's clock (see "Server-side time" in the README).
-   * @default Date.now
+   * @default a monotonic clock (`performance.timeOrigin + performance.now()`)
    */
   readonly clock?: () => number;
 }
@@ -165,6 +165,11 @@ export function expectFunction<T>(name: string, value: unknown): T {
   return value as T;
 }
 
+/** ms since the epoch that never jumps (wall-clock steps do not move it): what elapsed time is measured with. */
+export function monotonicNow(): number {
+  return performance.timeOrigin + performance.now();
+}
+
 /** Fills in and validates the call options: explicit values (0 and `false` too) are never replaced by defaults. */
 export function resolveCallOptions(
   params: Record<string, unknown>,
@@ -199,6 +204,6 @@ export function resolveLockOptions(options: unknown): {
     field,
     call: resolveCallOptions(o, { timeout: 10_000, w: 'majority', boom: undefined }, 'options'),
     Promise: PromiseLib,
-    clock: o.clock === undefined ? Date.now : expectFunction<() => number>('options.clock', o.clock),
+    clock: o.clock === undefined ? monotonicNow : expectFunction<() => number>('options.clock', o.clock),
   };
 }

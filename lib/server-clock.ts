@@ -13,6 +13,7 @@
 export class ServerClock {
   private offset = 0;
   private verified = 0;
+  private observedAt: number | undefined;
 
   constructor(private readonly localNow: () => number) {}
 
@@ -29,6 +30,15 @@ export class ServerClock {
   /** Learns the server's time `serverNow` from a reply that arrived at local time `arrivedAt`. */
   observe(serverNow: Date, arrivedAt: number): void {
     this.offset = serverNow.getTime() - arrivedAt;
+    this.observedAt = arrivedAt;
+  }
+
+  /**
+   * True when a server time was observed within `maxAgeMs`, so that `stamp()` is a fresh lower
+   * bound of the server's clock.
+   */
+  synchronizedWithin(maxAgeMs: number): boolean {
+    return this.observedAt !== undefined && this.localNow() - this.observedAt <= maxAgeMs;
   }
 
   /** Records a stamp the server accepted (so it is in the server's past from now on). */

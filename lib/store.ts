@@ -30,7 +30,7 @@ export class Store {
   constructor(
     readonly collection: Collection<Document>,
     readonly field: string,
-    private readonly localNow: () => number,
+    protected readonly localNow: () => number,
   ) {}
 
   /** One atomic update of the first matching document; resolves its lock property after the update, or null. */
@@ -72,6 +72,79 @@ export class Store {
     const doc = docs[0] ?? null;
     const serverNow: unknown = doc?.[SERVER_NOW];
     return { doc, serverNow: serverNow instanceof Date ? serverNow : undefined, arrivedAt };
+  }
+}
+
+/** The extra calls resource locks make, on their own lock collection. */
+export class ResourceStore extends Store {
+  /** Inserts `doc` for the filter's equality fields unless a document matches; resolves whether it inserted. */
+  async insertIfMissing(filter: Document, doc: Document, call: ResolvedCallOptions): Promise<boolean> {
+    try {
+      const result = await withDeadline('updateOne', call.timeout, () =>
+        this.collection.updateOne(filter, { $setOnInsert: doc }, { upsert: true, maxTimeMS: call.timeout, writeConcern: writeConcern(call) }),
+      );
+      return result.upsertedCount > 0;
+    } catch (error) {
+      if ((error as { code?: unknown }).code === 11000) return false; // created concurrently
+      throw error;
+    }
+  }
+
+  /** The server's clock, read by stamping a meta document (which exists even in an empty collection). */
+  async serverTime(metaId: string, call: ResolvedCallOptions): Promise<{ serverNow: Date; arrivedAt: number }> {
+    const doc = await withDeadline('findOneAndUpdate', call.timeout, () =>
+      this.collection.findOneAndUpdate({ _id: metaId as never }, { $currentDate: { now: true } }, {
+        upsert: true,
+        returnDocument: 'after',
+        maxTimeMS: call.timeout,
+        writeConcern: writeConcern(call),
+      }),
+    );
+    const arrivedAt = this.localNow();
+    const serverNow: unknown = doc?.now;
+    if (!(serverNow instanceof Date)) throw new Error('The server did not return its time');
+    return { serverNow, arrivedAt };
+  }
+
+  /** Every document matching `filter`, with the server's clock at the time of the read. */
+  async readAll(filter: Document, call: ResolvedCallOptions): Promise<{ docs: Document[]; serverNow: Date | undefined }> {
+    const docs = await withDeadline('aggregate', call.timeout, () =>
+      this.collection.aggregate([{ $match: filter }, { $addFields: { [SERVER_NOW]: '$$NOW' } }], { maxTimeMS: call.timeout }).toArray(),
+    );
+    const serverNow: unknown = docs[0]?.[SERVER_NOW];
+    return { docs, serverNow: serverNow instanceof Date ? serverNow : undefined };
+  }
+
+  /** One atomic update of the document matching `filter`, resolving it as it was before (or null). */
+  async updateReturningBefore(filter: Document, update: Document, call: ResolvedCallOptions): Promise<Document | null> {
+    return withDeadline('findOneAndUpdate', call.timeout, () =>
+      this.collection.findOneAndUpdate(filter, update as UpdateFilter<Document>, {
+        returnDocument: 'before',
+        maxTimeMS: call.timeout,
+        writeConcern: writeConcern(call),
+      }),
+    );
+  }
+
+  /** Updates every matching document; resolves how many changed. */
+  async updateMany(filter: Document, update: Document, call: ResolvedCallOptions): Promise<number> {
+    const result = await withDeadline('updateMany', call.timeout, () =>
+      this.collection.updateMany(filter, update as UpdateFilter<Document>, { maxTimeMS: call.timeout, writeConcern: writeConcern(call) }),
+    );
+    return result.modifiedCount;
+  }
+
+  /** Deletes every matching document; resolves how many. */
+  async deleteMany(filter: Document, call: ResolvedCallOptions): Promise<number> {
+    const result = await withDeadline('deleteMany', call.timeout, () =>
+      this.collection.deleteMany(filter, { maxTimeMS: call.timeout, writeConcern: writeConcern(call) }),
+    );
+    return result.deletedCount;
+  }
+
+  /** Creates indexes; resolves their names. */
+  createIndexes(indexes: Array<{ key: Document; name: string; unique?: boolean; expireAfterSeconds?: number }>, call: ResolvedCallOptions): Promise<string[]> {
+    return withDeadline('createIndexes', call.timeout, () => this.collection.createIndexes(indexes, { maxTimeMS: call.timeout }));
   }
 }
 

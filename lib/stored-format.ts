@@ -26,6 +26,8 @@ export interface StoredEntry {
 /** The stored lock property. */
 export interface StoredLock {
   fence?: number;
+  /** Resource documents only: the fence base set when the document is created (ms x 1000). */
+  epoch?: number;
   tags?: Record<string, StoredEntry[] | undefined>;
 }
 

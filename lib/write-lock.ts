@@ -1,5 +1,6 @@
 import type { Document } from 'mongodb';
-import { DocumentLock, type UsingBody } from './document-lock';
+import { DocumentLock } from './document-lock';
+import type { UsingBody } from './scoped-hold';
 import type { LockData, LockHandle } from './lock-handle';
 import { expectMs, expectObject, expectTimestamp, type CallOptions, type LockOptions } from './options';
 import { resolveTagRules } from './relationships';
