@@ -1,0 +1,197 @@
+import type { Plugin, Request, RequestRoute, ResponseToolkit, Server } from '@hapi/hapi';
+import type { Document } from 'mongodb';
+import { isLockError, type BoomLike } from './errors';
+import type { LockHandle } from './lock-handle';
+import { multiLock, type MultiLock, type MultiLockOptions } from './multi-lock';
+import { describe, expectMs, isPlainObject } from './options';
+import { writeLock, type WriteLock, type WriteLockOptions } from './write-lock';
+
+/** Route-level configuration, in a route's `options.plugins.monglock`. */
+export interface RouteLockOptions {
+  /** The lock: a writeLock or multiLock instance, or the options to make one (multiLock when they have `locktimeouts` or `lockRelationships`). */
+  readonly lock: WriteLock | MultiLock | WriteLockOptions | MultiLockOptions;
+  /** Builds the filter of the document to lock from the request, for example `(request) => ({ _id: request.params.id })`. */
+  readonly filter: (request: Request) => Document;
+  /** The tag, for a multiLock. */
+  readonly tag?: string;
+  /**
+   * ms to wait for a held lock inside the request (an assertive tag waits for the tags it asserts
+   * over too); then the route answers 409 and an assertive registration is released.
+   * @default 0
+   */
+  readonly wait?: number;
+  /** Lease in ms. @default the lock's */
+  readonly locktimeout?: number;
+  /**
+   * `'hold'`: release after the response. `'checkout'`: keep the lock after the response (the
+   * handler returns it; a later request releases or extends it).
+   * @default 'hold'
+   */
+  readonly mode?: 'hold' | 'checkout';
+}
+
+/** Plugin options. */
+export interface MonglockPluginOptions {
+  /** The boom module to answer with. @default require('@hapi/boom') */
+  readonly boom?: BoomLike;
+}
+
+/** What the plugin gives a handler, in `request.plugins.monglock`. */
+export interface RequestLock {
+  /** The held lock (its JSON is what a checkout route returns). */
+  readonly lock: LockHandle;
+  /** `lock.guard(extra)`: a filter matching the document only while the lock is held. */
+  guard(extra?: Document): Document;
+}
+
+interface Resolved {
+  readonly lock: WriteLock | MultiLock;
+  readonly settings: RouteLockOptions;
+}
+
+interface Held {
+  lock?: LockHandle;
+  handler: 'not started' | 'running' | 'finished';
+  responded: boolean;
+  released: boolean;
+}
+
+const NAME = 'monglock';
+
+/**
+ * The hapi plugin: locks the document a route works on before its handler, gives the handler the
+ * lock (`request.plugins.monglock`), and releases it once the response has gone out (also when
+ * the handler threw or the client disconnected: never while the handler still runs, except after
+ * hapi's own server timeout). Lock errors answer 404/409/500 with the subtype as message.
+ * @example
+ * await server.register({ plugin: monglockPlugin });
+ * server.route({ method: 'POST', path: '/orders/{id}/pay', options: {
+ *   plugins: { monglock: { lock: orders, filter: (request) => ({ _id: request.params.id }), wait: 2000 } },
+ *   handler: (request) => pay(request.plugins.monglock.lock) } });
+ */
+export const monglockPlugin: Plugin<MonglockPluginOptions> = {
+  name: NAME,
+  version: '3.0.0',
+  register(server: Server, options: MonglockPluginOptions = {}) {
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    const boom: BoomLike = options.boom ?? (require('@hapi/boom') as BoomLike);
+    const routes = new WeakMap<object, Resolved>();
+    const states = new WeakMap<Request, Held>();
+    const stateOf = (request: Request): Held => {
+      let state = states.get(request);
+      if (!state) states.set(request, (state = { handler: 'not started', responded: false, released: false }));
+      return state;
+    };
+
+    // Release once the response is out (or the client is gone) and the handler is not running:
+    // after a disconnect or hapi's server timeout the handler goes on, and so does its lock.
+    const releaseWhenDone = (state: Held): void => {
+      if (!state.lock || state.released || !state.responded || state.handler === 'running') return;
+      state.released = true;
+      state.lock.release().catch((error: unknown) => server.log(['monglock', 'error'], error as object));
+    };
+
+    const resolve = (route: RequestRoute): Resolved | undefined => {
+      const config = (route.settings.plugins as Record<string, unknown> | undefined)?.[NAME];
+      if (config === undefined) return undefined;
+      let resolved = routes.get(route.settings);
+      if (!resolved) {
+        resolved = resolveRoute(`${route.method} ${route.path}`, config);
+        routes.set(route.settings, resolved);
+        trackHandler(route, (request, phase) => {
+          const state = stateOf(request);
+          state.handler = phase;
+          releaseWhenDone(state);
+        });
+      }
+      return resolved;
+    };
+
+    server.events.on('route', (route) => {
+      try {
+        resolve(route);
+      } catch {
+        // Reported by onPreStart (server.initialize/start) and by the route's first request.
+      }
+    });
+    // A misconfigured route fails server.initialize()/start(), not its first request.
+    server.ext('onPreStart', () => {
+      for (const route of server.table()) resolve(route);
+    });
+
+    server.ext('onPreHandler', async (request: Request, h: ResponseToolkit) => {
+      const resolved = resolve(request.route);
+      if (!resolved) return h.continue;
+      const { settings } = resolved;
+      const filter = settings.filter(request);
+      const params = { tag: settings.tag, wait: settings.wait, locktimeout: settings.locktimeout, boom };
+      let lock: LockHandle;
+      try {
+        lock = await resolved.lock.acquire(filter, params as never);
+      } catch (error) {
+        if (isLockError(error, 'AssertiveLock') && error.lock) await (error.lock as LockHandle).release().catch(() => undefined);
+        throw error;
+      }
+      if (settings.mode !== 'checkout') {
+        const state = stateOf(request);
+        state.lock = lock;
+        releaseWhenDone(state); // the client may have gone while we waited for the lock
+      }
+      const plugins = request.plugins as Record<string, unknown>;
+      plugins[NAME] = { lock, guard: (extra?: Document) => lock.guard(extra) } satisfies RequestLock;
+      return h.continue;
+    });
+
+    server.events.on('response', (request: Request) => {
+      const state = states.get(request);
+      if (!state) return;
+      state.responded = true;
+      releaseWhenDone(state);
+    });
+  },
+};
+
+/**
+ * Wraps a route's handler to report when it starts and finishes. hapi looks the handler up in
+ * `route.settings.handler` on each request, so the wrapper sees every call.
+ */
+function trackHandler(route: RequestRoute, report: (request: Request, phase: 'running' | 'finished') => void): void {
+  const settings = route.settings as { handler?: unknown };
+  const original = settings.handler;
+  if (typeof original !== 'function') return;
+  settings.handler = async function tracked(this: unknown, request: Request, h: ResponseToolkit): Promise<unknown> {
+    report(request, 'running');
+    try {
+      return await (original as (this: unknown, request: Request, h: ResponseToolkit) => unknown).call(this, request, h);
+    } finally {
+      report(request, 'finished');
+    }
+  };
+}
+
+/** The lock the plugin acquired for this request (throws if the route has none). */
+export function lockOf(request: Request): RequestLock {
+  const state = (request.plugins as Record<string, unknown>)[NAME] as RequestLock | undefined;
+  if (!state) throw new Error(`Route ${request.route.method} ${request.route.path} has no monglock configuration`);
+  return state;
+}
+
+function resolveRoute(where: string, config: unknown): Resolved {
+  if (!isPlainObject(config)) throw new TypeError(`Expected \`plugins.monglock\` of ${where} to be an object, got ${describe(config)}`);
+  const settings = config as unknown as RouteLockOptions;
+  if (typeof settings.filter !== 'function') throw new TypeError(`Expected \`plugins.monglock.filter\` of ${where} to be a function (request) => filter`);
+  if (settings.wait !== undefined) expectMs(`plugins.monglock.wait of ${where}`, settings.wait, 0);
+  if (settings.mode !== undefined && settings.mode !== 'hold' && settings.mode !== 'checkout') {
+    throw new TypeError(`Expected \`plugins.monglock.mode\` of ${where} to be 'hold' or 'checkout'`);
+  }
+  const given = settings.lock as unknown as Record<string, unknown> | undefined;
+  if (!given || typeof given !== 'object') throw new TypeError(`Expected \`plugins.monglock.lock\` of ${where} to be a lock or lock options`);
+  const lock =
+    typeof given.acquire === 'function'
+      ? (given as unknown as WriteLock | MultiLock)
+      : given.locktimeouts !== undefined || given.lockRelationships !== undefined
+        ? multiLock(given as unknown as MultiLockOptions)
+        : writeLock(given as unknown as WriteLockOptions);
+  return { lock, settings };
+}
+
