@@ -1,0 +1,56 @@
+/** Checkout/checkin across HTTP requests (README: hapi plugin). */
+import * as Boom from '@hapi/boom';
+import Hapi from '@hapi/hapi';
+import { MongoClient } from 'mongodb';
+import { writeLock, type LockData } from 'monglock';
+import { lockOf, monglockPlugin } from 'monglock/hapi';
+
+async function main(): Promise<void> {
+  const client = await MongoClient.connect(process.env.MONGODB_URI ?? 'mongodb://127.0.0.1:27017');
+  const collection = client.db('monglock_examples').collection('drafts');
+  await collection.deleteMany({});
+  await collection.insertOne({ _id: 'd-1' as never });
+  const server = Hapi.server({ port: 0 });
+  try {
+    // #region readme
+    const drafts = writeLock({ collection, locktimeout: 60_000, boom: Boom });
+    await server.register({ plugin: monglockPlugin });
+    const filter = (request: Hapi.Request) => ({ _id: request.params.id });
+
+    server.route([
+      {
+        method: 'POST',
+        path: '/drafts/{id}/checkout', // the lock outlives the request: the client keeps the JSON
+        options: { plugins: { monglock: { lock: drafts, filter, mode: 'checkout' } }, handler: (request) => lockOf(request).lock },
+      },
+      {
+        method: 'POST',
+        path: '/drafts/{id}/extend',
+        handler: (request) => drafts.extend(filter(request), { lock: (request.payload as { lock: LockData }).lock }),
+      },
+      {
+        method: 'POST',
+        path: '/drafts/{id}/checkin',
+        handler: async (request) => {
+          await drafts.release(filter(request), { lock: (request.payload as { lock: LockData }).lock });
+          return { checkedIn: true };
+        },
+      },
+    ]);
+    // #endregion
+    const lock = JSON.parse((await server.inject({ method: 'POST', url: '/drafts/d-1/checkout' })).payload) as LockData;
+    const busy = await server.inject({ method: 'POST', url: '/drafts/d-1/checkout' });
+    const extended = await server.inject({ method: 'POST', url: '/drafts/d-1/extend', payload: { lock } });
+    const back = await server.inject({ method: 'POST', url: '/drafts/d-1/checkin', payload: { lock } });
+    console.log(busy.statusCode, extended.statusCode, back.payload);
+    if (busy.statusCode !== 409 || extended.statusCode !== 200 || back.statusCode !== 200) throw new Error('unexpected');
+  } finally {
+    await server.stop();
+    await client.close();
+  }
+}
+
+main().catch((error: unknown) => {
+  console.error(error);
+  process.exit(1);
+});

@@ -1,0 +1,34 @@
+/** Scoped lock with automatic extension, lost-lock signal and guarded write (README: using()). */
+import { MongoClient } from 'mongodb';
+import { writeLock } from 'monglock';
+
+async function main(): Promise<void> {
+  const client = await MongoClient.connect(process.env.MONGODB_URI ?? 'mongodb://127.0.0.1:27017');
+  const collection = client.db('monglock_examples').collection('invoices');
+  await collection.deleteMany({});
+  await collection.insertOne({ _id: 'inv-7' as never, lines: [3, 4], total: null });
+  const id = 'inv-7';
+  try {
+    // #region readme
+    const invoices = writeLock({ collection, locktimeout: 300 });
+
+    const total = await invoices.using({ _id: id }, { wait: 2000 }, async (handle, signal) => {
+      const invoice = await collection.findOne({ _id: id as never });
+      await new Promise((resolve) => setTimeout(resolve, 700)); // longer than the lease: it is extended
+      if (signal.aborted) throw signal.reason; // the lease was lost
+      const sum = (invoice?.lines as number[]).reduce((a, b) => a + b, 0);
+      await collection.updateOne(handle.guard(), { $set: { total: sum } }); // matches only while we hold the lock
+      return sum;
+    });
+    // #endregion
+    console.log('total', total);
+    if (total !== 7 || (await collection.findOne({ _id: id as never }))?.total !== 7) throw new Error('unexpected');
+  } finally {
+    await client.close();
+  }
+}
+
+main().catch((error: unknown) => {
+  console.error(error);
+  process.exit(1);
+});
