@@ -18,6 +18,9 @@ import { Store } from './store';
 import { LockPaths } from './stored-format';
 import { abortable, readWaitParams, retryWithin } from './waiting';
 
+/** While waiting, every how many refused attempts one is explained by a read (missing document, clock). */
+const EXPLAIN_EVERY = 8;
+
 /** How the two factories differ. */
 export interface DocumentLockKind {
   readonly rules: ReadonlyMap<string, TagRule>;
@@ -82,13 +85,16 @@ export class DocumentLock implements HandleOwner {
 
     // An assertive lock registered by this call: continued on retries, released if we give up.
     let registered: LockData | undefined;
+    let attempts = 0;
     const step = async (): Promise<LockData> => {
       const continuing = registered ?? resumed;
+      // While waiting, a refusal is explained (a second command) on the first try and every 8th.
+      const explain = attempts++ % EXPLAIN_EVERY === 0;
       let outcome: LockData | AssertivePending;
       try {
         outcome = continuing
           ? await this.engine.resume(userFilter, continuing, call)
-          : await this.engine.acquire(userFilter, ruleTag, lease, call);
+          : await this.engine.acquire(userFilter, ruleTag, lease, call, { explain });
       } catch (error) {
         if (registered && isLockError(error, 'LockNotFound')) registered = undefined;
         throw error;

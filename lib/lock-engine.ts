@@ -27,6 +27,11 @@ export interface AcquireExtras {
   readonly conditions?: (stamp: Date) => Document[];
   /** Extra update operators (never on the tag arrays), given the stamp and the expiry. */
   readonly update?: (stamp: Date, exp: Date) => Document;
+  /**
+   * When false, a refusal is reported as a conflict without the read that explains it (one
+   * command instead of two): for retries while waiting, once a refusal has been explained.
+   */
+  readonly explain?: boolean;
 }
 
 /** Expiry of a lock without a lease: the last ms of year 9999. */
@@ -139,14 +144,14 @@ export class LockEngine {
       if (!rule.exclusive && hasExpiredEntries(lock, tag, stamp)) await this.pruneOwnTag(doc, tag, at, call);
       const data: LockData = { id, tag, timestamp: stamp, fence: fenceOf(lock), expiresAt: exp.getTime() };
       return this.assertiveOutcome(data, lock, stamp);
-    }, (seen, stamp) => {
+    }, extras.explain === false ? null : (seen, stamp) => {
       if (!seen.doc) return { retry: false, error: lockError('RessourceNotFound', call.boom, { detail: 'no document matches the filter' }) };
       const lock = paths.read(seen.doc);
       const now = seen.serverNow?.getTime() ?? stamp;
       const holders = rule.cooperative.filter((other) => liveEntries(lock, other, now).length > 0);
       const detail = holders.length > 0 ? `held by tag ${holders.join(', ')}` : 'held when the update ran';
       return { retry: stampSuspect(seen, stamp, lease), error: lockError(conflict, call.boom, { detail }) };
-    });
+    }, () => lockError(conflict, call.boom, { detail: 'still held' }));
   }
 
   /**
@@ -269,12 +274,14 @@ export class LockEngine {
    * Runs a stamped write. When it matches nothing, reads the document and the server's clock
    * (which also corrects the clock estimate); `explain` says which error that is, and whether the
    * stamp may have been refused, in which case the write is tried again with a fresh stamp.
+   * Without `explain`, a write that matched nothing throws `unexplained()` at once (no read).
    */
   private async withStamp<T>(
     filter: Document,
     call: ResolvedCallOptions,
     write: (stamp: number) => Promise<T | undefined>,
-    explain: (seen: Inspection, stamp: number) => Verdict,
+    explain: ((seen: Inspection, stamp: number) => Verdict) | null,
+    unexplained?: () => Error,
   ): Promise<T> {
     const { clock, store } = this.settings;
     for (let attempt = 1; ; attempt++) {
@@ -284,6 +291,7 @@ export class LockEngine {
         clock.accepted(stamp);
         return result;
       }
+      if (!explain) throw unexplained?.() ?? new Error('refused');
       const seen = await this.db(call, () => store.inspect(filter, call));
       if (seen.serverNow) clock.observe(seen.serverNow, seen.arrivedAt);
       const verdict = explain(seen, stamp);

@@ -235,14 +235,18 @@ describe('lease safety', () => {
       expect(latencies[9]).to.be.below(MAX_RETRY_DELAY + 200);
     });
 
-    it('rejects with the last conflict once `wait` runs out', async () => {
+    it('rejects with the last conflict once `wait` runs out; retries cost one command, one in 8 is explained', async () => {
       const collection = await freshCollection([{ _id: 1 }]);
       const lock = writeLock({ collection });
       await lock.acquire({ _id: 1 });
       const started = Date.now();
-      const error = await rejectionOf(lock.acquire({ _id: 1 }, { wait: 300 }));
-      expect(error.subtype).to.equal('LockAlreadyTaken');
-      expect(Date.now() - started).to.be.within(280, 700);
+      const waited = await commandsSentBy(() => lock.acquire({ _id: 1 }, { wait: 600 }));
+      expect((waited.error as LockError).subtype).to.equal('LockAlreadyTaken');
+      expect(Date.now() - started).to.be.within(580, 1000);
+      const attempts = waited.commands.filter((name) => name === 'findAndModify').length;
+      const explained = waited.commands.filter((name) => name === 'aggregate').length;
+      expect(attempts).to.be.at.least(6);
+      expect(explained).to.equal(Math.ceil(attempts / 8));
     });
 
     it('an AbortSignal cancels promptly, and an aborted one sends nothing', async () => {

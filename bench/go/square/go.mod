@@ -1,0 +1,3 @@
+module monglock.local/bench/square
+
+go 1.21

@@ -1,0 +1,109 @@
+import type { Collection, Document, MongoClient } from 'mongodb';
+import type { Contender } from './contenders';
+
+/** Latency of one uncontended acquire + release, in ms. */
+export interface Latency {
+  readonly p50: number;
+  readonly p99: number;
+}
+
+/** One hot resource under `workers` concurrent workers. */
+export interface Hot {
+  /** Completed critical sections per second. */
+  readonly perSecond: number;
+  /** Jain's fairness index of the workers' completions: 1 = all equal, 1/n = one worker got all. */
+  readonly fairness: number;
+}
+
+/** MongoDB commands a library sends (driver command monitoring). */
+export interface Commands {
+  readonly acquire: number;
+  readonly release: number;
+  readonly refused: number | null;
+}
+
+export type NewCollection = () => Promise<Collection<Document>>;
+
+function quantile(sorted: number[], q: number): number {
+  return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? NaN;
+}
+
+/** (1) Uncontended acquire + release of one resource, `iterations` times after a warm-up. */
+export async function latency(contender: Contender, fresh: NewCollection, iterations: number): Promise<Latency> {
+  await contender.prepare(await fresh(), ['r']);
+  for (let i = 0; i < Math.min(50, iterations); i++) await (await contender.lock('r'))();
+  const times: number[] = [];
+  for (let i = 0; i < iterations; i++) {
+    const start = performance.now();
+    const release = await contender.lock('r');
+    await release();
+    times.push(performance.now() - start);
+  }
+  times.sort((a, b) => a - b);
+  return { p50: quantile(times, 0.5), p99: quantile(times, 0.99) };
+}
+
+/** (2) `workers` workers taking turns on one hot resource for `durationMs`. */
+export async function hot(contender: Contender, fresh: NewCollection, workers: number, durationMs: number): Promise<Hot> {
+  await contender.prepare(await fresh(), ['hot']);
+  const counts = new Array<number>(workers).fill(0);
+  let running = true;
+  const start = performance.now();
+  const timer = setTimeout(() => (running = false), durationMs);
+  await Promise.all(
+    counts.map(async (_, worker) => {
+      while (running) {
+        const release = await contender.lock('hot');
+        counts[worker]!++;
+        await release();
+      }
+    }),
+  );
+  clearTimeout(timer);
+  const elapsed = (performance.now() - start) / 1000;
+  const total = counts.reduce((a, b) => a + b, 0);
+  const squares = counts.reduce((a, b) => a + b * b, 0);
+  return { perSecond: total / elapsed, fairness: squares === 0 ? 0 : (total * total) / (workers * squares) };
+}
+
+/** (3) Acquire + release of `resources` different resources by `workers` workers; per second. */
+export async function manyResources(contender: Contender, fresh: NewCollection, resources: number, workers: number): Promise<number> {
+  const names = Array.from({ length: resources }, (_, i) => `r${i}`);
+  await contender.prepare(await fresh(), names);
+  let next = 0;
+  const start = performance.now();
+  await Promise.all(
+    Array.from({ length: workers }, async () => {
+      while (next < names.length) {
+        const release = await contender.lock(names[next++]!);
+        await release();
+      }
+    }),
+  );
+  return resources / ((performance.now() - start) / 1000);
+}
+
+/** (4) Commands per uncontended acquire, per release and per refused acquire. */
+export async function commands(contender: Contender, fresh: NewCollection, client: MongoClient): Promise<Commands> {
+  await contender.prepare(await fresh(), ['c']);
+  await (await contender.lock('c'))();
+  let sent = 0;
+  const count = (event: { commandName: string }): void => {
+    if (!['hello', 'isMaster', 'ismaster', 'endSessions', 'ping'].includes(event.commandName)) sent++;
+  };
+  client.on('commandStarted', count);
+  try {
+    const measure = async (step: () => Promise<unknown>): Promise<{ n: number; result: unknown }> => {
+      const before = sent;
+      const result = await step();
+      return { n: sent - before, result };
+    };
+    const acquired = await measure(() => contender.tryLock('c'));
+    const held = acquired.result as (() => Promise<void>) | null;
+    const refused = contender.kind === 'floor' ? null : (await measure(() => contender.tryLock('c'))).n;
+    const released = await measure(() => held!());
+    return { acquire: acquired.n, release: released.n, refused };
+  } finally {
+    client.off('commandStarted', count);
+  }
+}
