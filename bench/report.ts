@@ -18,7 +18,7 @@ export interface Results {
   readonly backend: string;
   readonly date: string;
   readonly machine: string;
-  readonly settings: { rounds: number; latencyIterations: number; hotMs: number; workers: number[]; manyResources: number; manyWorkers: number };
+  readonly settings: { rounds: number; latencyIterations: number; hotMs: number; workers: number[]; manyResources: number; manyWorkers: number; manyRounds: number };
   readonly contenders: ContenderResult[];
   readonly skipped: string[];
 }
@@ -36,7 +36,8 @@ export function renderTable(results: Results): string {
   const bestLatency = Math.min(...peers.map((p) => p.latency?.p50 ?? Infinity));
   const { workers } = results.settings;
   const lines = [
-    `Backend: **${results.backend}**; ${results.machine}; ${results.date.slice(0, 10)}; medians of ${results.settings.rounds} round(s).`,
+    `Backend: **${results.backend}**; ${results.machine}; ${results.date.slice(0, 10)}; medians of ${results.settings.rounds} round(s) ` +
+      `(${results.settings.manyRounds} for the ${results.settings.manyResources} resources, by ${results.settings.manyWorkers} workers), after a warm-up.`,
     '',
     `| library | acquire+release p50 / p99 (ms) | × floor | × best peer | ${workers.map((w) => `hot ×${w} (cs/s)`).join(' | ')} | fairness ×16 | hot ×16 × best peer | ${results.settings.manyResources} resources (/s) | × floor | commands acquire / release / refused |`,
     `|---|---|---|---|${workers.map(() => '---|').join('')}---|---|---|---|---|`,

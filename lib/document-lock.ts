@@ -97,6 +97,10 @@ export class DocumentLock implements HandleOwner {
           : await this.engine.acquire(userFilter, ruleTag, lease, call, { explain });
       } catch (error) {
         if (registered && isLockError(error, 'LockNotFound')) registered = undefined;
+        if (isLockError(error, 'DbError') && error.lock && !(error.lock instanceof LockHandle)) {
+          // The write may have been applied: give the caller a handle that can release it.
+          (error as { lock: unknown }).lock = new LockHandle(error.lock as LockData, this, userFilter);
+        }
         throw error;
       }
       if (outcome instanceof AssertivePending) {

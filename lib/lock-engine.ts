@@ -7,6 +7,7 @@ import type { TagRule } from './relationships';
 import { ServerClock, stampTolerance } from './server-clock';
 import type { Inspection, Store } from './store';
 import {
+  allOf,
   entryLiveOnServer,
   hasEntry,
   hasExpiredEntries,
@@ -130,15 +131,20 @@ export class LockEngine {
         },
         extras.update?.(at, exp),
       );
-      const guarded = {
-        $and: [
-          filter,
-          ...rule.cooperative.map((other) => noLiveEntry(paths, other, at)),
-          { $expr: stampWithin(at, stampTolerance(lease)) },
-          ...(extras.conditions?.(at) ?? []),
-        ],
-      };
-      const doc = await this.settings.store.findOneAndUpdate(guarded, update, call);
+      const guarded = allOf(filter, [
+        ...rule.cooperative.map((other) => noLiveEntry(paths, other, at)),
+        { $expr: stampWithin(at, stampTolerance(lease)) },
+        ...(extras.conditions?.(at) ?? []),
+      ]);
+      let doc: Document | null;
+      try {
+        doc = await this.settings.store.findOneAndUpdate(guarded, update, call);
+      } catch (error) {
+        // The write may have been applied although its reply was lost (a wtimeout, a dropped
+        // connection): hand the caller the lock it may hold, so that it can still release it.
+        const attempted: LockData = { id, tag, timestamp: stamp, fence: 0, expiresAt: exp.getTime() };
+        throw lockError('DbError', call.boom, { cause: error, detail: `${describeFailure(error)} (the lock may have been written: release err.lock)`, lock: attempted });
+      }
       if (!doc) return undefined;
       const lock = paths.read(doc);
       if (!rule.exclusive && hasExpiredEntries(lock, tag, stamp)) await this.pruneOwnTag(doc, tag, at, call);
@@ -163,9 +169,7 @@ export class LockEngine {
     const rule = this.rule(lock.tag);
     return this.withStamp(filter, call, async (stamp) => {
       const at = new Date(stamp);
-      const guarded = {
-        $and: [filter, { $expr: { $and: [entryLiveOnServer(paths, lock.tag, { id: lock.id }), stampWithin(at, stampTolerance(rule.lease))] } }],
-      };
+      const guarded = allOf(filter, [{ $expr: { $and: [entryLiveOnServer(paths, lock.tag, { id: lock.id }), stampWithin(at, stampTolerance(rule.lease))] } }]);
       const doc = await this.settings.store.findOneAndUpdate(guarded, { $pull: pruneTags(paths, this.tags, at) }, call);
       if (!doc) return undefined;
       const stored = paths.read(doc);
@@ -192,7 +196,7 @@ export class LockEngine {
     const match = proofMatch(proof);
     const pull = at ? { $or: [match, { exp: { $lte: at } }] } : match;
     const update = { ...others, $pull: { ...(others.$pull ?? {}), [paths.tag(tag)]: pull } };
-    const matched = await this.db(call, () => store.updateOne({ $and: [filter, hasEntry(paths, tag, match)] }, update, call));
+    const matched = await this.db(call, () => store.updateOne(allOf(filter, [hasEntry(paths, tag, match)]), update, call));
     if (matched) return;
     const seen = await this.db(call, () => store.inspect(filter, call));
     throw this.explainLost(seen, claimed ?? { id: '', tag, timestamp: 0, fence: 0, expiresAt: 0 }, proof, call).error;
@@ -210,9 +214,7 @@ export class LockEngine {
     const { paths } = this.settings;
     return this.withStamp(filter, call, async (stamp) => {
       const at = new Date(stamp);
-      const guarded = {
-        $and: [filter, { $expr: { $and: [entryLiveOnServer(paths, lock.tag, proof), stampWithin(at, stampTolerance(lease))] } }],
-      };
+      const guarded = allOf(filter, [{ $expr: { $and: [entryLiveOnServer(paths, lock.tag, proof), stampWithin(at, stampTolerance(lease))] } }]);
       const exp = new Date(expiryOf(stamp, lease));
       const update = mergeUpdates(
         { $set: { [`${paths.tag(lock.tag)}.$[mine].exp`]: exp }, ...this.pruneOthers(lock.tag, at) },
@@ -228,7 +230,7 @@ export class LockEngine {
   /** A filter that matches the document only while the lock is held and unexpired by server time. */
   guard(filter: Document, lock: LockData, extra?: Document): Document {
     const live = { $expr: entryLiveOnServer(this.settings.paths, lock.tag, { id: lock.id }) };
-    return { $and: [filter, live, ...(extra ? [extra] : [])] };
+    return allOf(filter, [live, ...(extra ? [extra] : [])]);
   }
 
   private assertiveOutcome(data: LockData, lock: StoredLock, stamp: number): LockData | AssertivePending {
@@ -265,7 +267,8 @@ export class LockEngine {
     const entries = stored.tags?.[lock.tag] ?? [];
     const own = entries.find((entry) => matchesProof(entry, proof));
     if (own && seen.serverNow && own.exp.getTime() > seen.serverNow.getTime()) return { retry: true, error: stampRefused(call) };
-    const takenOver = !own && ('timestamp' in proof || (stored.fence ?? 0) > lock.fence || entries.length > 0);
+    // Reacquired: the document has issued a later lock than this one (its fence moved on).
+    const takenOver = !own && ('timestamp' in proof || fenceOf(stored) > lock.fence);
     const subtype: LockErrorSubtype = this.settings.reportsReacquired && takenOver ? 'LockWasReacquired' : 'LockNotFound';
     return { retry: false, error: lockError(subtype, call.boom, { detail: own ? 'the lock expired' : 'the lock is not held' }) };
   }
@@ -305,9 +308,13 @@ export class LockEngine {
       return await step();
     } catch (error) {
       if (error instanceof Error && 'subtype' in error) throw error;
-      throw lockError('DbError', call.boom, { cause: error, detail: error instanceof Error ? error.message : String(error) });
+      throw lockError('DbError', call.boom, { cause: error, detail: describeFailure(error) });
     }
   }
+}
+
+function describeFailure(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
 }
 
 /**

@@ -102,6 +102,16 @@ export function stampWithin(stamp: Date, toleranceMs: number): Document {
   return { $and: [{ $lte: [stamp, '$$NOW'] }, { $gte: [stamp, { $subtract: ['$$NOW', toleranceMs] }] }] };
 }
 
+/**
+ * `filter` and `conditions` combined with `$and` at the top level, leaving the caller's own fields
+ * (its `_id`, say) where query planners look for them. The caller's object is not changed.
+ */
+export function allOf(filter: Document, conditions: Document[]): Document {
+  if (filter.$and === undefined) return { ...filter, $and: conditions };
+  if (Array.isArray(filter.$and)) return { ...filter, $and: [...(filter.$and as Document[]), ...conditions] };
+  return { $and: [filter, ...conditions] }; // an invalid $and of the caller's: the server says so
+}
+
 /** Update: remove the entries of each tag that expired at or before `stamp` (a stamp the server has passed). */
 export function pruneTags(paths: LockPaths, tags: Iterable<string>, stamp: Date): Document {
   const pull: Document = {};

@@ -1,0 +1,131 @@
+import { expect } from 'chai';
+import { MongoClient, type Collection, type Document } from 'mongodb';
+import { isLockError, LockHandle, writeLock, type WriteLock } from '../lib';
+import { FaultProxy, type Fault } from '../stress/fault-proxy';
+import { freshCollection, mongoBackend, sleep } from './support/fixture';
+
+const TIMEOUT = 400;
+const LEASE = 1_500;
+
+interface Tally {
+  started: number;
+  settled: number;
+  slowest: number;
+  errors: Error[];
+}
+
+/** Starts `call`, recording when it settles and how. */
+function track(tally: Tally, call: () => PromiseLike<unknown>): Promise<void> {
+  tally.started++;
+  const begun = Date.now();
+  return Promise.resolve(call()).then(
+    () => undefined,
+    (error: Error) => void tally.errors.push(error),
+  ).finally(() => {
+    tally.settled++;
+    tally.slowest = Math.max(tally.slowest, Date.now() - begun);
+  });
+}
+
+describe('network faults (TCP proxy between the driver and MongoDB)', function () {
+  this.timeout(60_000);
+  let proxy: FaultProxy;
+  let client: MongoClient;
+  let collection: Collection<Document>;
+  let viaProxy: Collection<Document>;
+  let lock: WriteLock;
+
+  beforeEach(async () => {
+    const { hostname, port } = new URL(mongoBackend().uri.replace(/^mongodb:/, 'http:'));
+    proxy = new FaultProxy(hostname, Number(port));
+    await proxy.start();
+    client = new MongoClient(proxy.uri(), { serverSelectionTimeoutMS: 1_000, connectTimeoutMS: 1_000, socketTimeoutMS: 1_500, maxPoolSize: 40, maxConnecting: 40 });
+    await client.connect();
+    // A warm pool: the calls under test measure the fault, not connection set-up.
+    await Promise.all(Array.from({ length: 40 }, () => client.db('admin').command({ ping: 1 })));
+    collection = await freshCollection(Array.from({ length: 40 }, (_, i) => ({ _id: i })));
+    viaProxy = client.db(collection.dbName).collection(collection.collectionName);
+    lock = writeLock({ collection: viaProxy, timeout: TIMEOUT, locktimeout: LEASE });
+  });
+
+  afterEach(async () => {
+    proxy.set({ kind: 'none' });
+    await proxy.stop();
+    await client.close(true).catch(() => undefined);
+  });
+
+  const faults: Array<{ fault: Fault; fails: boolean }> = [
+    { fault: { kind: 'latency', ms: 30 }, fails: false },
+    { fault: { kind: 'latency', ms: 700 }, fails: true },
+    { fault: { kind: 'drop' }, fails: true },
+    { fault: { kind: 'reset' }, fails: true },
+    { fault: { kind: 'blackhole' }, fails: true },
+    { fault: { kind: 'lose-replies' }, fails: true },
+  ];
+  for (const { fault, fails } of faults) {
+    it(`${JSON.stringify(fault)}: every call settles within its timeout, failures are DbError with a cause, and state stays consistent`, async () => {
+      const held: LockHandle[] = [];
+      for (let i = 0; i < 10; i++) held.push(await lock.acquire({ _id: i }));
+      proxy.set(fault);
+      const tally: Tally = { started: 0, settled: 0, slowest: 0, errors: [] };
+      const calls: Array<Promise<void>> = [];
+      for (let i = 10; i < 30; i++) calls.push(track(tally, () => lock.acquire({ _id: i })));
+      for (const handle of held.slice(0, 5)) calls.push(track(tally, () => handle.release()));
+      for (const handle of held.slice(5)) calls.push(track(tally, () => handle.extend()));
+      await sleep(TIMEOUT + 300);
+      const pending = tally.started - tally.settled;
+      await Promise.all(calls);
+      console.log(`      ${tally.started} calls, ${pending} pending after timeout + 300 ms, slowest ${tally.slowest} ms, ${tally.errors.length} failed`);
+      expect(pending).to.equal(0);
+      expect(tally.slowest).to.be.below(TIMEOUT + 300);
+      if (fails) expect(tally.errors.length).to.be.greaterThan(0);
+      else expect(tally.errors).to.deep.equal([]);
+      for (const error of tally.errors) {
+        expect(isLockError(error, 'DbError'), String(error)).to.equal(true);
+        expect((error as Error & { cause?: unknown }).cause, String(error)).to.be.instanceOf(Error);
+      }
+
+      proxy.set({ kind: 'none' });
+      const now = Date.now();
+      const docs = await collection.find().toArray();
+      for (const doc of docs) {
+        const entries = (doc.lock?.tags?.write ?? []) as Array<{ exp: Date }>;
+        const live = entries.filter((entry) => entry.exp.getTime() > now);
+        expect(live.length, `document ${String(doc._id)}: never two holders`).to.be.at.most(1);
+        for (const entry of live) expect(entry.exp.getTime(), 'nothing held beyond its lease').to.be.at.most(now + LEASE + 50);
+      }
+      // Recovered: after the leases, every document can be locked again through the proxy.
+      await sleep(LEASE + 100);
+      const again = await Promise.all(Array.from({ length: 30 }, (_, i) => lock.acquire({ _id: i }, { wait: 3_000, timeout: 2_000 }).then(() => true, () => false)));
+      expect(again.filter(Boolean).length).to.equal(30);
+    });
+  }
+
+  it('a lock written whose reply was lost is reported as DbError carrying it, and can still be released', async () => {
+    proxy.set({ kind: 'lose-replies' });
+    const error = await lock.acquire({ _id: 35 }).then(() => undefined, (caught: Error & { lock?: LockHandle }) => caught);
+    proxy.set({ kind: 'none' });
+    expect(isLockError(error, 'DbError')).to.equal(true);
+    expect(error?.lock).to.be.instanceOf(LockHandle);
+    const stored = (await collection.findOne({ _id: 35 as never }))?.lock?.tags?.write as Array<{ id: string }>;
+    expect(stored.map((entry) => entry.id), 'the write was applied').to.deep.equal([error!.lock!.id]);
+    await writeLock({ collection: viaProxy }).release({ _id: 35 }, { lock: error!.lock! });
+    expect((await collection.findOne({ _id: 35 as never }))?.lock.tags.write).to.deep.equal([]);
+  });
+
+  it('using() aborts its signal when an extension fails, and settles', async () => {
+    const started = Date.now();
+    let reason: unknown;
+    const outcome = await lock
+      .using({ _id: 39 }, { locktimeout: 600 }, async (_handle, signal) => {
+        setTimeout(() => proxy.set({ kind: 'blackhole' }), 100);
+        await new Promise((resolve) => signal.addEventListener('abort', resolve, { once: true }));
+        reason = signal.reason;
+        return 'stopped';
+      })
+      .then((value) => value, (error: Error) => error);
+    expect(isLockError(reason, 'DbError') || isLockError(reason, 'LockNotFound'), String(reason)).to.equal(true);
+    expect(Date.now() - started).to.be.below(600 + 2 * TIMEOUT + 500);
+    expect(outcome === 'stopped' || isLockError(outcome, 'DbError')).to.equal(true);
+  });
+});

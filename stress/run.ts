@@ -1,0 +1,128 @@
+/**
+ * `npm run stress`: mutual exclusion under load. Several OS processes (each with its own driver
+ * client and several workers) contend on a few targets of each lock kind; an independent checker
+ * reads every process's append-only log and the counters and verifies: never two holders at once,
+ * fencing tokens strictly increasing per target, no lost update. Full mode runs until at least
+ * 100,000 critical sections; `--small` runs a few seconds (part of `npm test`). Exits non-zero on
+ * any violation.
+ */
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { MongoClient } from 'mongodb';
+import { startMongoBackend } from '../support/mongo-backend';
+import type { SectionRecord, WorkerSettings } from './worker';
+
+const small = process.argv.includes('--small');
+const settings = small
+  ? { processes: 3, workers: 4, targets: 2, batchMs: 6_000, minSections: 0, maxBatches: 1 }
+  : { processes: 4, workers: 8, targets: 3, batchMs: 60_000, minSections: 100_000, maxBatches: 10 };
+
+/** What the checker found. */
+export interface StressReport {
+  readonly backend: string;
+  readonly processes: number;
+  readonly workersPerProcess: number;
+  readonly sections: number;
+  readonly byKind: Record<string, number>;
+  readonly overlaps: number;
+  readonly fenceRegressions: number;
+  readonly rejectedWrites: number;
+  readonly lostUpdates: number;
+  readonly seconds: number;
+}
+
+async function runBatch(uri: string, db: string, dir: string, batch: number): Promise<string[]> {
+  const logs: string[] = [];
+  await Promise.all(
+    Array.from({ length: settings.processes }, (_, p) => {
+      const log = join(dir, `batch${batch}-process${p}.jsonl`);
+      logs.push(log);
+      const worker: WorkerSettings = { uri, db, workers: settings.workers, durationMs: settings.batchMs, targets: settings.targets, log };
+      const child = spawn(process.execPath, ['--import', 'tsx', join(__dirname, 'worker.ts'), JSON.stringify(worker)], { stdio: ['ignore', 'inherit', 'inherit'] });
+      return new Promise<void>((resolve, reject) => child.once('exit', (code) => (code === 0 ? resolve() : reject(new Error(`worker process ${p} exited with ${code}`)))));
+    }),
+  );
+  return logs;
+}
+
+function readLog(file: string): SectionRecord[] {
+  try {
+    return readFileSync(file, 'utf8').split('\n').filter(Boolean).map((line) => JSON.parse(line) as SectionRecord);
+  } catch {
+    return [];
+  }
+}
+
+async function main(): Promise<number> {
+  const started = Date.now();
+  const backend = await startMongoBackend((line) => console.error(`[backend] ${line}`));
+  const client = await MongoClient.connect(backend.uri);
+  const dbName = `monglock_stress_${Date.now()}`;
+  const dir = mkdtempSync(join(tmpdir(), 'monglock-stress-'));
+  try {
+    const db = client.db(dbName);
+    const targets = ['w', 'm', 'r'].flatMap((kind) => Array.from({ length: settings.targets }, (_, i) => `${kind}${i}`));
+    await db.collection('counters').insertMany(targets.map((target) => ({ _id: target as never, value: 0, lastFence: 0 })));
+    await db.collection('documents').insertMany(targets.filter((t) => !t.startsWith('r')).map((target) => ({ _id: target as never })));
+    console.error(`stress on ${backend.description}: ${settings.processes} processes x ${settings.workers} workers, ${targets.length} targets`);
+
+    const records: SectionRecord[] = [];
+    for (let batch = 0; batch < settings.maxBatches; batch++) {
+      for (const log of await runBatch(backend.uri, dbName, dir, batch)) records.push(...readLog(log));
+      console.error(`  ${records.length} critical sections so far`);
+      if (records.length >= settings.minSections) break;
+    }
+
+    let overlaps = 0;
+    let fenceRegressions = 0;
+    const byTarget = new Map<string, SectionRecord[]>();
+    for (const record of records) byTarget.set(record.target, [...(byTarget.get(record.target) ?? []), record]);
+    for (const list of byTarget.values()) {
+      list.sort((a, b) => a.enter - b.enter);
+      for (let i = 1; i < list.length; i++) {
+        if (list[i]!.enter < list[i - 1]!.exit) overlaps++;
+        if (list[i]!.fence <= list[i - 1]!.fence) fenceRegressions++;
+      }
+    }
+    let lostUpdates = 0;
+    for (const counter of await db.collection('counters').find().toArray()) {
+      const done = (byTarget.get(String(counter._id)) ?? []).filter((r) => r.written).length;
+      lostUpdates += Math.abs(done - (counter.value as number));
+    }
+    const report: StressReport = {
+      backend: backend.description,
+      processes: settings.processes,
+      workersPerProcess: settings.workers,
+      sections: records.length,
+      byKind: {
+        writeLock: records.filter((r) => r.target.startsWith('w')).length,
+        'multiLock cooperative tag': records.filter((r) => r.target.startsWith('m')).length,
+        resourceLocks: records.filter((r) => r.target.startsWith('r')).length,
+      },
+      overlaps,
+      fenceRegressions,
+      rejectedWrites: records.filter((r) => !r.written).length,
+      lostUpdates,
+      seconds: Math.round((Date.now() - started) / 1000),
+    };
+    console.log(JSON.stringify(report));
+    const violations = overlaps + fenceRegressions + report.rejectedWrites + lostUpdates;
+    console.error(`${report.sections} critical sections (${JSON.stringify(report.byKind)}), ${violations} violations, ${report.seconds} s`);
+    return violations === 0 && records.length > 0 ? 0 : 1;
+  } finally {
+    await client.db(dbName).dropDatabase().catch(() => undefined);
+    await client.close();
+    await backend.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+main().then(
+  (code) => process.exit(code),
+  (error: unknown) => {
+    console.error(error);
+    process.exit(1);
+  },
+);

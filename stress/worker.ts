@@ -1,0 +1,91 @@
+/**
+ * One OS process of the mutual-exclusion stress: its own driver client, several workers, each
+ * repeatedly locking a random target (a writeLock document, a cooperative multiLock tag, or a
+ * resource lock) and doing a read-modify-write of that target's counter inside the critical
+ * section, guarded by the fencing token. Every entry and exit goes to an append-only log
+ * (one JSON line per critical section) that the parent checks independently.
+ * Usage: worker.ts <json settings>
+ */
+import { appendFileSync } from 'node:fs';
+import { MongoClient } from 'mongodb';
+import { multiLock, resourceLocks, writeLock, type LockHandle } from 'monglock';
+
+export interface WorkerSettings {
+  readonly uri: string;
+  readonly db: string;
+  readonly workers: number;
+  readonly durationMs: number;
+  readonly targets: number;
+  readonly log: string;
+}
+
+/** One critical section, as logged. */
+export interface SectionRecord {
+  readonly target: string;
+  readonly fence: number;
+  readonly enter: number;
+  readonly exit: number;
+  /** The guarded read-modify-write of the counter was applied. */
+  readonly written: boolean;
+  readonly pid: number;
+}
+
+const now = (): number => performance.timeOrigin + performance.now();
+
+async function main(): Promise<void> {
+  const settings = JSON.parse(process.argv[2]!) as WorkerSettings;
+  const client = await MongoClient.connect(settings.uri, { maxPoolSize: settings.workers * 2 });
+  const db = client.db(settings.db);
+  const documents = db.collection('documents');
+  const counters = db.collection('counters');
+  const exclusive = writeLock({ collection: documents, locktimeout: 10_000 });
+  const tagged = multiLock({ collection: documents, locktimeouts: { edit: 10_000 }, lockRelationships: { edit: { cooperative: ['edit'] } } });
+  const resources = resourceLocks({ collection: db.collection('locks') });
+  const deadline = now() + settings.durationMs;
+  let buffered: string[] = [];
+  const flush = (): void => {
+    if (buffered.length) appendFileSync(settings.log, buffered.join(''));
+    buffered = [];
+  };
+
+  const section = async (target: string, acquire: () => Promise<LockHandle>, guarded: (handle: LockHandle, value: number) => Promise<boolean>): Promise<void> => {
+    const handle = await acquire();
+    const enter = now();
+    const counter = await counters.findOne({ _id: target as never });
+    const written = await guarded(handle, (counter?.value as number) + 1);
+    const exit = now();
+    await handle.release();
+    buffered.push(`${JSON.stringify({ target, fence: handle.fence, enter, exit, written, pid: process.pid } satisfies SectionRecord)}\n`);
+    if (buffered.length >= 200) flush();
+  };
+
+  // The counter lives in its own document; the write is guarded by the fencing token (it must
+  // exceed the last one written), which is what a store protected by fencing does.
+  const fenced = (target: string) => async (handle: LockHandle, value: number) =>
+    (await counters.updateOne({ _id: target as never, lastFence: { $lt: handle.fence } }, { $set: { value, lastFence: handle.fence } })).modifiedCount === 1;
+
+  await Promise.all(
+    Array.from({ length: settings.workers }, async (_, worker) => {
+      for (let round = 0; now() < deadline; round++) {
+        const n = Math.floor(Math.random() * settings.targets);
+        switch ((worker + round) % 3) {
+          case 0:
+            await section(`w${n}`, () => exclusive.acquire({ _id: `w${n}` }, { wait: 30_000 }), fenced(`w${n}`));
+            break;
+          case 1:
+            await section(`m${n}`, () => tagged.acquire({ _id: `m${n}` }, { tag: 'edit', wait: 30_000 }), fenced(`m${n}`));
+            break;
+          default:
+            await section(`r${n}`, () => resources.xlock(`r${n}`, `${process.pid}-${worker}-${round}`, { ttl: 10_000, wait: 30_000 }), fenced(`r${n}`));
+        }
+      }
+    }),
+  );
+  flush();
+  await client.close();
+}
+
+main().catch((error: unknown) => {
+  console.error(error);
+  process.exit(1);
+});
