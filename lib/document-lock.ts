@@ -12,6 +12,7 @@ import {
   type ResolvedCallOptions,
 } from './options';
 import type { TagRule } from './relationships';
+import { inPromiseLibrary } from './promise-library';
 import { holdWhile, type UsingBody } from './scoped-hold';
 import { ServerClock } from './server-clock';
 import { Store } from './store';
@@ -52,15 +53,9 @@ export class DocumentLock implements HandleOwner {
     });
   }
 
-  /** Runs `body` and returns its promise in the caller's promise library; synchronous throws become rejections. */
+  /** Runs `body` and returns its promise in the caller's promise library. */
   run<T>(body: () => Promise<T>): Promise<T> {
-    let promise: Promise<T>;
-    try {
-      promise = body();
-    } catch (error) {
-      promise = Promise.reject(error);
-    }
-    return (this.PromiseLib ? this.PromiseLib.resolve(promise) : promise) as Promise<T>;
+    return inPromiseLibrary(this.PromiseLib, body);
   }
 
   /** Validated call options of `params` (an object or undefined). */

@@ -110,3 +110,16 @@ export function isLockError(err: unknown, subtype?: LockErrorSubtype): err is Er
   if ((err as Partial<LockErrorFields>).type !== TYPES[candidate as LockErrorSubtype].type) return false;
   return subtype === undefined || candidate === subtype;
 }
+
+/**
+ * Runs a database step: a driver failure or deadline becomes `DbError` with the failure as
+ * `cause`; lock outcomes pass through unchanged.
+ */
+export async function withDbErrors<T>(boom: BoomLike | undefined, step: () => Promise<T>): Promise<T> {
+  try {
+    return await step();
+  } catch (error) {
+    if (isLockError(error)) throw error;
+    throw lockError('DbError', boom, { cause: error, detail: error instanceof Error ? error.message : String(error) });
+  }
+}

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import type { Document } from 'mongodb';
-import { lockError, type LockErrorSubtype } from './errors';
+import { lockError, withDbErrors, type LockErrorSubtype } from './errors';
 import type { LockData } from './lock-handle';
 import type { ResolvedCallOptions } from './options';
 import type { TagRule } from './relationships';
@@ -303,13 +303,8 @@ export class LockEngine {
   }
 
   /** Runs a database step; a driver failure or deadline becomes `DbError` with the failure as `cause`. */
-  private async db<T>(call: ResolvedCallOptions, step: () => Promise<T>): Promise<T> {
-    try {
-      return await step();
-    } catch (error) {
-      if (error instanceof Error && 'subtype' in error) throw error;
-      throw lockError('DbError', call.boom, { cause: error, detail: describeFailure(error) });
-    }
+  private db<T>(call: ResolvedCallOptions, step: () => Promise<T>): Promise<T> {
+    return withDbErrors(call.boom, step);
   }
 }
 

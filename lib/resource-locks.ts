@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import type { Document } from 'mongodb';
-import { isLockError, lockError } from './errors';
+import { isLockError, lockError, withDbErrors } from './errors';
 import { AssertivePending, expiryOf, fenceOf, LockEngine, NEVER, type AcquireExtras } from './lock-engine';
 import { LockHandle, type HandleOwner, type LockData } from './lock-handle';
 import {
@@ -17,6 +17,7 @@ import {
   type ResolvedCallOptions,
 } from './options';
 import { resolveTagRules } from './relationships';
+import { inPromiseLibrary } from './promise-library';
 import { holdWhile, type UsingBody } from './scoped-hold';
 import { ServerClock } from './server-clock';
 import { ResourceStore } from './store';
@@ -192,13 +193,7 @@ class ResourceLockClient implements HandleOwner {
   }
 
   private run<T>(body: () => Promise<T>): Promise<T> {
-    let promise: Promise<T>;
-    try {
-      promise = body();
-    } catch (error) {
-      promise = Promise.reject(error);
-    }
-    return (this.PromiseLib ? this.PromiseLib.resolve(promise) : promise) as Promise<T>;
+    return inPromiseLibrary(this.PromiseLib, body);
   }
 
   private async createIndexes(): Promise<string[]> {
@@ -465,13 +460,8 @@ class ResourceLockClient implements HandleOwner {
     return { p, call: resolveCallOptions(p, this.defaults), details };
   }
 
-  private async db<T>(call: ResolvedCallOptions, step: () => Promise<T>): Promise<T> {
-    try {
-      return await step();
-    } catch (error) {
-      if (isLockError(error)) throw error;
-      throw lockError('DbError', call.boom, { cause: error, detail: error instanceof Error ? error.message : String(error) });
-    }
+  private db<T>(call: ResolvedCallOptions, step: () => Promise<T>): Promise<T> {
+    return withDbErrors(call.boom, step);
   }
 }
 
