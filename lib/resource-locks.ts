@@ -91,12 +91,19 @@ export class ResourceLockHandle extends LockHandle {
     owner: HandleOwner,
     readonly resource: string,
     readonly lockId: string,
+    /** The lease it was taken with, in ms (undefined: no expiry); what `extend()` renews to by default. */
+    readonly ttl: number | undefined,
   ) {
     super(data, owner, { resource });
   }
 
   get type(): ResourceLockType {
     return this.tag as ResourceLockType;
+  }
+
+  /** Renews the lease to `locktimeout` ms (default: its own `ttl`) from the server's now. */
+  override extend(locktimeout: number | undefined = this.ttl, params?: object): Promise<this> {
+    return super.extend(locktimeout, params);
   }
 
   override toJSON(): LockData & { resource: string; lockId: string } {
@@ -241,7 +248,7 @@ class ResourceLockClient implements HandleOwner {
       }
     };
     const data = await retryWithin(waiting, () => abortable(attempt(), waiting.signal), (error) => isLockError(error, 'LockAlreadyTaken'));
-    return new ResourceLockHandle(data, this, name, group);
+    return new ResourceLockHandle(data, this, name, group, details.ttl);
   }
 
   /**
@@ -275,6 +282,11 @@ class ResourceLockClient implements HandleOwner {
       conditions.push({ $expr: { $lt: [{ $size: live }, limit] } });
     }
     return conditions;
+  }
+
+  /** What renewing a lock of `tag` also writes: its renewal time, and the later GC date. */
+  private renewal(tag: string): (at: Date, exp: Date) => Document {
+    return (at, exp) => ({ $set: { [`${this.paths.tag(tag)}.$[mine].renewedAt`]: at }, $max: { gcAt: this.gcDate(exp) } });
   }
 
   private gcDate(exp: Date): Date {
@@ -311,10 +323,7 @@ class ResourceLockClient implements HandleOwner {
     }
     const outcomes = await Promise.allSettled(
       held.map(({ doc, tag, entry }) =>
-        this.engine.extend({ resource: doc.resource }, this.dataOf(tag, entry, doc), { id: entry.id }, lease, call, (at, exp) => ({
-          $set: { [`${this.paths.tag(tag)}.$[mine].renewedAt`]: at, [`${this.paths.tag(tag)}.$[mine].ttl`]: lease },
-          $max: { gcAt: this.gcDate(exp) },
-        })),
+        this.engine.extend({ resource: doc.resource }, this.dataOf(tag, entry, doc), { id: entry.id }, lease, call, this.renewal(tag)),
       ),
     );
     const lost = outcomes.flatMap((outcome, i) => (outcome.status === 'rejected' ? [`${String(held[i]!.doc.resource)} (${held[i]!.tag})`] : []));
@@ -405,10 +414,7 @@ class ResourceLockClient implements HandleOwner {
       const p = params === undefined ? {} : expectObject('params', params);
       const call = resolveCallOptions(p, this.defaults);
       const lease = p.locktimeout === undefined ? Infinity : expectMs('params.locktimeout', p.locktimeout);
-      return this.engine.extend(filter, lock, { id: lock.id }, lease, call, (at, exp) => ({
-        $set: { [`${this.paths.tag(lock.tag)}.$[mine].renewedAt`]: at },
-        $max: { gcAt: this.gcDate(exp) },
-      }));
+      return this.engine.extend(filter, lock, { id: lock.id }, lease, call, this.renewal(lock.tag));
     });
   }
 

@@ -252,6 +252,19 @@ describe('resource locks', () => {
     });
   });
 
+  it('handle.extend() without an argument renews to the lock\'s own ttl (and a lock without one stays without)', async () => {
+    const { locks } = await lockCollection();
+    const leased = await locks.xlock('r', 'a', { ttl: 2_000 });
+    await sleep(50);
+    await leased.extend();
+    expect(leased.expiresAt - Date.now()).to.be.within(1_500, 2_100);
+    const [status] = await locks.status({ lockId: 'a' });
+    expect(status?.expiresAt).to.be.instanceOf(Date);
+    const forever = await locks.xlock('q', 'b');
+    await forever.extend();
+    expect((await locks.status({ lockId: 'b' }))[0]?.ttl).to.equal(-1);
+  });
+
   it('using() renews the lease while the body runs and releases afterwards', async () => {
     const { locks } = await lockCollection();
     const result = await locks.using('r', 'job', { ttl: 150 }, async (lock, signal) => {
