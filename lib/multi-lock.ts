@@ -1,5 +1,6 @@
 import type { Document } from 'mongodb';
 import { DocumentLock } from './document-lock';
+import { describedAs } from './lock-kind';
 import type { UsingBody } from './scoped-hold';
 import type { LockData, LockHandle } from './lock-handle';
 import { expectObject, expectSafeName, type CallOptions, type LockOptions } from './options';
@@ -83,7 +84,7 @@ export function multiLock(options: MultiLockOptions): MultiLock {
     return core.lockData('params.lock', p.lock);
   };
 
-  return {
+  return describedAs<MultiLock>({
     acquire: (filter, params) =>
       core.run(async () => {
         const p = expectObject('params', params);
@@ -101,5 +102,5 @@ export function multiLock(options: MultiLockOptions): MultiLock {
         const lock = lockOf(params);
         return core.extendWith(filter, lock, { id: lock.id }, params);
       }),
-  };
+  }, { kind: 'multiLock', tags: core.engine.tags });
 }

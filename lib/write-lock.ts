@@ -1,5 +1,6 @@
 import type { Document } from 'mongodb';
 import { DocumentLock } from './document-lock';
+import { describedAs } from './lock-kind';
 import type { UsingBody } from './scoped-hold';
 import type { LockData, LockHandle } from './lock-handle';
 import { expectMs, expectObject, expectTimestamp, type CallOptions, type LockOptions } from './options';
@@ -87,7 +88,7 @@ export function writeLock(options: WriteLockOptions): WriteLock {
     return { timestamp: expectTimestamp('params.timestamp', given) };
   };
 
-  return {
+  return describedAs<WriteLock>({
     acquire: (filter, params) => core.run(() => core.acquire(filter, WRITE_TAG, params)),
     using: (filter, params, body) => core.run(() => core.using(filter, WRITE_TAG, params, body)),
     release: (filter, params) =>
@@ -104,5 +105,5 @@ export function writeLock(options: WriteLockOptions): WriteLock {
         const claimed: LockData = { id: '', tag: WRITE_TAG, timestamp, fence: 0, expiresAt: 0 };
         return core.extendWith(filter, claimed, { timestamp }, params);
       }),
-  };
+  }, { kind: 'writeLock', tags: core.engine.tags });
 }
