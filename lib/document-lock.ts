@@ -1,8 +1,10 @@
 import type { Document } from 'mongodb';
+import { Acquisition } from './acquisition';
 import { isLockError, lockError } from './errors';
-import { AssertivePending, LockEngine, type Proof } from './lock-engine';
+import { AssertivePending, LockEngine, lockWrittenBy, type Acquired, type Proof } from './lock-engine';
 import { LockHandle, readLockData, type HandleOwner, type LockData } from './lock-handle';
 import {
+  expectFilter,
   expectFunction,
   expectMs,
   expectObject,
@@ -12,12 +14,12 @@ import {
   type ResolvedCallOptions,
 } from './options';
 import type { TagRule } from './relationships';
-import { inPromiseLibrary } from './promise-library';
+import { inPromiseLibrary, warnUncancellableWait, type Cancellation } from './promise-library';
 import { holdWhile, type UsingBody } from './scoped-hold';
 import { ServerClock } from './server-clock';
 import { Store } from './store';
 import { LockPaths } from './stored-format';
-import { abortable, readWaitParams, retryWithin } from './waiting';
+import { abortable, linkSignals, readWaitParams, retryWithin } from './waiting';
 
 /** While waiting, every how many refused attempts one is explained by a read (missing document, clock). */
 const EXPLAIN_EVERY = 8;
@@ -38,23 +40,25 @@ export class DocumentLock implements HandleOwner {
   readonly engine: LockEngine;
   private readonly defaults: ResolvedCallOptions;
   private readonly PromiseLib: PromiseLibrary | undefined;
+  private readonly clock: ServerClock;
 
   constructor(options: unknown, kind: DocumentLockKind) {
     const resolved = resolveLockOptions(options);
     this.defaults = resolved.call;
     this.PromiseLib = resolved.Promise;
+    this.clock = new ServerClock(resolved.clock);
     this.engine = new LockEngine({
       store: new Store(resolved.collection, resolved.field, resolved.clock),
       paths: new LockPaths(resolved.field),
       rules: kind.rules,
-      clock: new ServerClock(resolved.clock),
+      clock: this.clock,
       conflict: kind.conflict,
       reportsReacquired: kind.reportsReacquired,
     });
   }
 
-  /** Runs `body` and returns its promise in the caller's promise library. */
-  run<T>(body: () => Promise<T>): Promise<T> {
+  /** Runs `body` and returns its promise in the caller's promise library (which may cancel it). */
+  run<T>(body: (cancellation: Cancellation) => Promise<T>): Promise<T> {
     return inPromiseLibrary(this.PromiseLib, body);
   }
 
@@ -67,45 +71,45 @@ export class DocumentLock implements HandleOwner {
   /**
    * Takes a new lock of `tag`, or with `lock` continues an assertive one. Without `params.wait`
    * it fails fast; with it, conflicts (assertive continuations included) are retried with
-   * backoff until the lock is won, `wait` ms pass or `params.signal` aborts.
+   * backoff until the lock is won, `wait` ms pass, or `params.signal` or the promise's
+   * cancellation aborts. When it gives up, every lock it wrote is released (an assertive
+   * registration too), also one written by an attempt that was in flight at that moment.
    */
-  async acquire(filter: unknown, tag: string | undefined, params: unknown, lock?: unknown): Promise<LockHandle> {
-    const userFilter = expectFilter(filter);
+  async acquire(filter: unknown, tag: string | undefined, params: unknown, lock?: unknown, cancellation?: Cancellation): Promise<LockHandle> {
+    const userFilter = expectFilter('filter', filter);
     const { params: p, call } = this.callOptions(params);
-    const resumed = lock === undefined ? undefined : this.lockData('params.lock', lock);
-    const ruleTag = resumed?.tag ?? tag ?? '';
+    const resumed = lock === undefined ? undefined : this.resumable(userFilter, lock);
+    const ruleTag = resumed?.lock.tag ?? tag ?? '';
     const lease = this.leaseOf(ruleTag, p);
     const waiting = readWaitParams(p);
-    if (waiting.signal?.aborted) throw waiting.signal.reason;
+    if (cancellation?.unsupported && waiting.wait > 0) warnUncancellableWait();
+    const { signal, dispose } = linkSignals(waiting.signal, cancellation?.signal);
+    if (signal?.aborted) throw signal.reason;
 
+    const acquisition = new Acquisition<Acquired>((written) => this.releaseQuietly(written, call), lockWrittenBy);
     // An assertive lock registered by this call: continued on retries, released if we give up.
-    let registered: LockData | undefined;
+    let registered: Acquired | undefined;
     let attempts = 0;
-    const step = async (): Promise<LockData> => {
+    const step = async (): Promise<Acquired> => {
       const continuing = registered ?? resumed;
       // While waiting, a refusal is explained (a second command) on the first try and every 8th.
       const explain = attempts++ % EXPLAIN_EVERY === 0;
-      let outcome: LockData | AssertivePending;
+      let outcome: Acquired | AssertivePending;
       try {
-        outcome = continuing
-          ? await this.engine.resume(userFilter, continuing, call)
-          : await this.engine.acquire(userFilter, ruleTag, lease, call, { explain });
+        outcome = await acquisition.attempt(
+          () => (continuing ? this.engine.resume(continuing.target, continuing.lock, call) : this.engine.acquire(userFilter, ruleTag, lease, call, { explain })),
+          (won) => (won.lock.id === resumed?.lock.id ? undefined : won),
+        );
       } catch (error) {
         if (registered && isLockError(error, 'LockNotFound')) registered = undefined;
-        if (isLockError(error, 'DbError') && error.lock && !(error.lock instanceof LockHandle)) {
-          // The write may have been applied: give the caller a handle that can release it.
-          (error as { lock: unknown }).lock = new LockHandle(error.lock as LockData, this, userFilter);
-        }
+        const written = lockWrittenBy(error);
+        if (written) (error as { lock: unknown }).lock = new LockHandle(written.lock, this, written.target);
         throw error;
       }
       if (outcome instanceof AssertivePending) {
-        if (!continuing) registered = outcome.lock;
-        const carried = new LockHandle(outcome.lock, this, userFilter);
+        if (!continuing) registered = outcome;
+        const carried = new LockHandle(outcome.lock, this, outcome.target);
         throw lockError('AssertiveLock', call.boom, { lock: carried, detail: `registered; waiting for tag ${outcome.blockedBy.join(', ')}` });
-      }
-      if (waiting.signal?.aborted && outcome.id !== resumed?.id) {
-        await this.releaseQuietly(userFilter, outcome, call);
-        throw waiting.signal.reason;
       }
       return outcome;
     };
@@ -114,65 +118,74 @@ export class DocumentLock implements HandleOwner {
       isLockError(error, 'AssertiveLock') ||
       (isLockError(error, 'LockNotFound') && resumed === undefined);
     try {
-      const data = await retryWithin(waiting, () => abortable(step(), waiting.signal), retryable);
-      return new LockHandle(data, this, userFilter);
+      const won = await retryWithin({ wait: waiting.wait, signal }, () => abortable(step(), signal), retryable, this.clock.local.bind(this.clock));
+      return await this.handleFor(won, acquisition, call);
     } catch (error) {
-      if (!registered || (waiting.wait === 0 && !waiting.signal?.aborted)) throw error;
-      await this.releaseQuietly(userFilter, registered, call);
-      if (!isLockError(error, 'AssertiveLock')) throw error;
-      throw lockError('AssertiveLock', call.boom, { detail: `still asserting after waiting ${waiting.wait} ms; the registered lock was released` });
+      // Without waiting, an assertive registration is the caller's to continue (monglock v2).
+      const handedOver = isLockError(error, 'AssertiveLock') && error.lock !== undefined && waiting.wait === 0 && !signal?.aborted;
+      if (handedOver) throw error;
+      await acquisition.abandon(error, registered);
+      if (registered && isLockError(error, 'AssertiveLock')) {
+        throw lockError('AssertiveLock', call.boom, { detail: `still asserting after waiting ${waiting.wait} ms; the registered lock was released` });
+      }
+      throw error;
+    } finally {
+      dispose();
     }
   }
 
   /**
    * Acquires (honouring `params.wait`/`params.signal`), runs `body` while extending the lease
-   * before it can expire, aborts the body's signal when an extension fails or the lease is lost,
-   * and always releases. Resolves the body's result; a body error is never masked by a release
-   * failure. After it settles no timer is left.
+   * before it can expire, aborts the body's signal when an extension fails or the lease may have
+   * ended, and always releases. Resolves the body's result; a body error is never masked by a
+   * release failure. After it settles no timer is left.
    */
-  async using<T>(filter: unknown, tag: string | undefined, params: unknown, body: unknown): Promise<T> {
+  async using<T>(filter: unknown, tag: string | undefined, params: unknown, body: unknown, cancellation?: Cancellation): Promise<T> {
     const work = expectFunction<UsingBody<T>>('body', body);
-    const handle = await this.acquire(filter, tag, params);
+    const handle = await this.acquire(filter, tag, params, undefined, cancellation);
     const { params: p, call } = this.callOptions(params);
     return holdWhile(
       handle,
       {
         leaseMs: this.leaseOf(handle.tag, p),
-        now: () => this.engine.now(),
         callParams: { timeout: call.timeout, w: call.w, boom: call.boom },
-        outerSignal: readWaitParams(p).signal,
+        outerSignals: [readWaitParams(p).signal, cancellation?.signal],
         boom: call.boom,
       },
       work,
     );
   }
 
-  /** Releases the lock identified by `proof` (or, without one, force-releases `tag`). */
-  async releaseWith(filter: unknown, tag: string, proof: Proof | undefined, claimed: LockData | undefined, params: unknown): Promise<void> {
-    const userFilter = expectFilter(filter);
+  /** Releases the lock identified by `proof` (or, without one, force-releases `tag`) in the document `target` addresses. */
+  async releaseWith(target: unknown, tag: string, proof: Proof | undefined, claimed: LockData | undefined, params: unknown): Promise<void> {
+    const filter = expectFilter('filter', target);
     const { call } = this.callOptions(params);
-    await this.engine.release(userFilter, tag, proof, claimed, call);
+    await this.engine.release(filter, tag, proof, claimed, call);
   }
 
   /** Pushes a lease forward from the server's now: `params.locktimeout` ms, default the tag's lease. */
-  async extendWith(filter: unknown, lock: LockData, proof: Proof, params: unknown): Promise<LockHandle> {
-    const userFilter = expectFilter(filter);
+  async extendWith(target: unknown, lock: LockData, proof: Proof, params: unknown): Promise<LockHandle> {
+    const filter = expectFilter('filter', target);
     const { params: p, call } = this.callOptions(params);
-    const extended = await this.engine.extend(userFilter, lock, proof, this.leaseOf(lock.tag, p), call);
-    return new LockHandle(extended, this, userFilter);
+    const extended = await this.engine.extend(filter, lock, proof, this.leaseOf(lock.tag, p), call);
+    return new LockHandle(extended, this, filter);
   }
 
-  release(filter: Document, lock: LockData, params?: object): Promise<void> {
-    return this.run(() => this.releaseWith(filter, lock.tag, { id: lock.id }, lock, params));
+  release(target: Document, lock: LockData, params?: object): Promise<void> {
+    return this.run(() => this.releaseWith(target, lock.tag, { id: lock.id }, lock, params));
   }
 
-  extend(filter: Document, lock: LockData, params?: object): Promise<LockData> {
-    return this.run(() => this.extendWith(filter, lock, { id: lock.id }, params));
+  extend(target: Document, lock: LockData, params?: object): Promise<LockData> {
+    return this.run(() => this.extendWith(target, lock, { id: lock.id }, params));
   }
 
-  guard(filter: Document, lock: LockData, extra?: Document): Document {
+  guard(target: Document, lock: LockData, extra?: Document): Document {
     if (extra !== undefined) expectObject('extra', extra);
-    return this.engine.guard(filter, lock, extra);
+    return this.engine.guard(target, lock, extra);
+  }
+
+  remaining(lock: LockData): number {
+    return lock.expiresAt - this.clock.upper();
   }
 
   /** Reads a lock passed back by the caller. */
@@ -180,17 +193,33 @@ export class DocumentLock implements HandleOwner {
     return readLockData(name, value, this.engine.tags);
   }
 
+  /** A lock the caller passes back to continue, in the document its filter selects. */
+  private resumable(filter: Document, lock: unknown): Acquired {
+    return { lock: this.lockData('params.lock', lock), target: filter };
+  }
+
+  /**
+   * The handle of a won lock, unless its reply came too late to be of use: if the upper bound
+   * of the server's clock already passed its expiry, the server may have handed it to someone
+   * else, so it is released and the acquisition fails.
+   */
+  private async handleFor(won: Acquired, acquisition: Acquisition<Acquired>, call: ResolvedCallOptions): Promise<LockHandle> {
+    const handle = new LockHandle(won.lock, this, won.target);
+    if (handle.remaining() > 0) return handle;
+    const late = lockError('DbError', call.boom, {
+      detail: `the reply came after the lease (${won.lock.expiresAt - won.lock.timestamp} ms) had ended: the network or the server is slower than this lease allows`,
+    });
+    await acquisition.abandon(late, won);
+    throw late;
+  }
+
   /** `params.locktimeout`, validated, else the tag's lease. */
   private leaseOf(tag: string, params: Record<string, unknown>): number {
     return params.locktimeout === undefined ? this.engine.rule(tag).lease : expectMs('params.locktimeout', params.locktimeout);
   }
 
-  private async releaseQuietly(filter: Document, lock: LockData, call: ResolvedCallOptions): Promise<void> {
-    await this.engine.release(filter, lock.tag, { id: lock.id }, lock, call).catch(() => undefined);
+  private async releaseQuietly(written: Acquired, call: ResolvedCallOptions): Promise<void> {
+    await this.engine.release(written.target, written.lock.tag, { id: written.lock.id }, written.lock, call).catch(() => undefined);
   }
 }
 
-/** Throws unless `filter` is a filter object. */
-export function expectFilter(filter: unknown): Document {
-  return expectObject('filter', filter);
-}

@@ -1,6 +1,6 @@
 /** What a lease keeper needs of a held lock. */
 export interface KeptLease {
-  /** ms left of the lease, by the estimate of the server's clock. */
+  /** ms of the lease this client can rely on (by the upper bound of the server's clock). */
   remaining(): number;
   /** Pushes the lease forward; rejects when the lock is lost or MongoDB fails. */
   extend(): PromiseLike<unknown>;
@@ -9,22 +9,36 @@ export interface KeptLease {
 }
 
 /**
+ * How long before the lease may end (by the upper bound of the server's clock) the keeper
+ * aborts the body's signal: 5 % of the lease, at most 250 ms, so that a timer that fires a
+ * little late (a busy event loop) still aborts before another client can take the lock.
+ */
+export function safetyMargin(leaseMs: number): number {
+  return Math.min(250, Math.ceil(leaseMs / 20));
+}
+
+/**
  * Keeps a lease alive while a `using()` body runs: extends it each time half of `leaseMs` is
- * left, and aborts `controller` with the reason as soon as an extension fails or the lease runs
- * out first. `stop()` clears every timer and waits for an extension in flight.
+ * left, and aborts `controller` with the reason as soon as an extension fails or less than the
+ * {@link safetyMargin} is left first. Time left is judged by the upper bound of the server's
+ * clock, so the signal never aborts after the server could have given the lock to another
+ * client. `stop()` clears every timer and waits for an extension in flight.
  */
 export class LeaseKeeper {
   private extendTimer: NodeJS.Timeout | undefined;
   private expiryTimer: NodeJS.Timeout | undefined;
   private inFlight: Promise<void> | undefined;
   private stopped = false;
+  private readonly margin: number;
 
   constructor(
     private readonly lease: KeptLease,
     private readonly leaseMs: number,
     private readonly controller: AbortController,
   ) {
-    this.schedule();
+    this.margin = safetyMargin(leaseMs);
+    if (this.lease.remaining() <= this.margin) this.lose(this.lease.expired());
+    else this.schedule();
   }
 
   /** Stops extending; resolves once no timer and no extension is left. */
@@ -37,7 +51,7 @@ export class LeaseKeeper {
   private schedule(): void {
     const left = this.lease.remaining();
     this.extendTimer = setTimeout(() => this.extend(), Math.max(0, left - this.leaseMs / 2));
-    this.expiryTimer = setTimeout(() => this.lose(this.lease.expired()), Math.max(0, left));
+    this.expiryTimer = setTimeout(() => this.lose(this.lease.expired()), Math.max(0, left - this.margin));
   }
 
   private extend(): void {
@@ -45,7 +59,8 @@ export class LeaseKeeper {
       () => {
         if (this.stopped || this.controller.signal.aborted) return;
         clearTimeout(this.expiryTimer);
-        this.schedule();
+        if (this.lease.remaining() <= this.margin) this.lose(this.lease.expired());
+        else this.schedule();
       },
       (error: unknown) => this.lose(error),
     );

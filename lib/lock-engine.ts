@@ -1,11 +1,11 @@
 import { randomBytes } from 'node:crypto';
 import type { Document } from 'mongodb';
-import { lockError, withDbErrors, type LockErrorSubtype } from './errors';
+import { isLockError, lockError, withDbErrors, type LockErrorSubtype } from './errors';
 import type { LockData } from './lock-handle';
 import type { ResolvedCallOptions } from './options';
 import type { TagRule } from './relationships';
-import { ServerClock, stampTolerance } from './server-clock';
-import type { Inspection, Store } from './store';
+import type { ServerClock } from './server-clock';
+import type { Inspection, Store, Timed } from './store';
 import {
   allOf,
   entryLiveOnServer,
@@ -15,7 +15,10 @@ import {
   LockPaths,
   noLiveEntry,
   pruneTags,
+  recordStamp,
+  stampNotBeforeRecent,
   stampWithin,
+  timestampUnique,
   type StoredEntry,
   type StoredLock,
 } from './stored-format';
@@ -26,6 +29,8 @@ export interface AcquireExtras {
   readonly entry?: Document;
   /** Extra filter clauses, given the stamp. */
   readonly conditions?: (stamp: Date) => Document[];
+  /** Why the extra conditions refuse `lock` at server time `now` (ms), if they do: the refusal's detail. */
+  readonly refusal?: (lock: StoredLock, now: number) => string | undefined;
   /** Extra update operators (never on the tag arrays), given the stamp and the expiry. */
   readonly update?: (stamp: Date, exp: Date) => Document;
   /**
@@ -43,24 +48,52 @@ export function expiryOf(stamp: number, lease: number): number {
   return Number.isFinite(lease) ? stamp + lease : NEVER;
 }
 
-/** The fencing token stored in a lock: its epoch (resource documents) plus its counter. */
+/**
+ * The fencing token of a stored lock: its counter, on top of the document's birth time × 1000
+ * for resource documents (so that a purged and re-created resource keeps counting upwards).
+ */
 export function fenceOf(lock: StoredLock): number {
-  return (lock.epoch ?? 0) + (lock.fence ?? 0);
+  const born = lock.born instanceof Date ? lock.born.getTime() * 1000 : 0;
+  return born + (lock.fence ?? 0);
+}
+
+/** A new lock id: 128 random bits, hex. */
+export function newLockId(): string {
+  return randomBytes(16).toString('hex');
 }
 
 /** How a caller proves it owns a lock: its id, or (monglock v2 writeLock) its acquisition timestamp. */
 export type Proof = { readonly id: string } | { readonly timestamp: number };
 
-/** An acquisition that registered a lock which still waits for the tags it is assertive over. */
-export class AssertivePending {
-  constructor(readonly lock: LockData, readonly blockedBy: readonly string[]) {}
+/** A lock an acquisition wrote, with the filter that addresses its document (`{ _id }`). */
+export interface Acquired {
+  readonly lock: LockData;
+  readonly target: Document;
 }
 
-/** Why a write matched nothing: the error to report, and whether a fresh stamp may succeed. */
-interface Verdict {
-  readonly retry: boolean;
-  readonly error: Error;
+/** The lock a failed acquisition may have written (its reply was lost), which its `DbError` carries. */
+export function lockWrittenBy(error: unknown): Acquired | undefined {
+  if (!isLockError(error, 'DbError')) return undefined;
+  const lock = (error as { lock?: unknown }).lock;
+  return typeof lock === 'object' && lock !== null && 'target' in lock && 'lock' in lock ? (lock as Acquired) : undefined;
 }
+
+/** An acquisition that registered a lock which still waits for the tags it is assertive over. */
+export class AssertivePending implements Acquired {
+  constructor(
+    readonly lock: LockData,
+    readonly target: Document,
+    readonly blockedBy: readonly string[],
+  ) {}
+}
+
+/**
+ * Why a write matched nothing: a final error, or a retry with a fresh stamp (checked with the
+ * wide tolerance, and no earlier than `minStamp`).
+ */
+type Verdict =
+  | { readonly retry: false; readonly error: Error }
+  | { readonly retry: true; readonly why: string; readonly minStamp?: number; readonly error?: Error };
 
 /** The configuration an engine runs with; writeLock and multiLock differ only here. */
 export interface EngineSettings {
@@ -74,12 +107,14 @@ export interface EngineSettings {
   readonly reportsReacquired: boolean;
 }
 
+/** How many times a stamped write is tried before the refusal is reported. */
 const STAMP_ATTEMPTS = 3;
 
 /**
  * The lock engine behind writeLock, multiLock and resource locks. Every check and write of one
  * call is one atomic `findOneAndUpdate`/`updateOne`; a second round trip (a read) is made only to
- * explain an update that matched nothing.
+ * explain an update that matched nothing. Acquisitions are addressed by the caller's filter;
+ * everything after (continue, extend, release, guard) by the locked document's `{ _id }`.
  */
 export class LockEngine {
   readonly tags: ReadonlySet<string>;
@@ -93,9 +128,9 @@ export class LockEngine {
     return this.settings.conflict;
   }
 
-  /** The current estimate of the server's clock, ms since the epoch. */
-  now(): number {
-    return this.settings.clock.stamp();
+  /** The client's bounds on the server's clock. */
+  get clock(): ServerClock {
+    return this.settings.clock;
   }
 
   /** The rule of a known tag. */
@@ -106,8 +141,18 @@ export class LockEngine {
   }
 
   /**
-   * Takes a new lock of `tag` on the first document matching `filter`. Resolves the lock, or an
-   * {@link AssertivePending} when it was registered but tags it is assertive over are still held.
+   * Acquire: takes a new lock of `tag` on the first document matching `filter`.
+   *
+   * Checks, in one update: no unexpired lock of a tag this one is cooperative with (judged at the
+   * stamp, which the same update proves to be at or below `$$NOW`, so a live lock never looks
+   * expired), for an exclusive tag a stamp later than its previous acquisition, the stamp within
+   * the tolerance below `$$NOW`, and the kind's extra conditions. Writes the entry (replacing an
+   * exclusive tag's array, whose entries the check proved expired), +1 on the fence, the server's
+   * clock (`$currentDate`), and prunes expired entries of other tags. So two holders of tags
+   * cooperative with each other can never both be unexpired by the server's clock.
+   *
+   * Resolves the lock, or an {@link AssertivePending} when it was registered but tags it is
+   * assertive over are still held.
    */
   async acquire(
     filter: Document,
@@ -115,96 +160,127 @@ export class LockEngine {
     lease: number,
     call: ResolvedCallOptions,
     extras: AcquireExtras = {},
-  ): Promise<LockData | AssertivePending> {
+  ): Promise<Acquired | AssertivePending> {
     const { paths, conflict } = this.settings;
     const rule = this.rule(tag);
-    const id = randomBytes(16).toString('hex');
-    return this.withStamp(filter, call, async (stamp) => {
+    const id = newLockId();
+    return this.withStamp(filter, lease, call, async (stamp, tolerance) => {
       const at = new Date(stamp);
       const exp = new Date(expiryOf(stamp, lease));
       const entry: StoredEntry = { ...extras.entry, id, at, exp };
       const update = mergeUpdates(
         {
           $inc: { [paths.fence]: 1 },
-          ...(rule.exclusive ? { $set: { [paths.tag(tag)]: [entry] } } : { $push: { [paths.tag(tag)]: entry } }),
+          $currentDate: { [paths.now]: true },
+          ...(rule.exclusive ? { $set: { [paths.tag(tag)]: [entry] }, $push: recordStamp(paths, tag, at) } : { $push: { [paths.tag(tag)]: entry } }),
           ...this.pruneOthers(tag, at),
         },
         extras.update?.(at, exp),
       );
       const guarded = allOf(filter, [
         ...rule.cooperative.map((other) => noLiveEntry(paths, other, at)),
-        { $expr: stampWithin(at, stampTolerance(lease)) },
+        ...(rule.exclusive ? [stampNotBeforeRecent(paths, tag, at)] : []),
+        { $expr: stampWithin(at, tolerance) },
         ...(extras.conditions?.(at) ?? []),
       ]);
-      let doc: Document | null;
+      let reply: Timed<Document | null>;
       try {
-        doc = await this.settings.store.findOneAndUpdate(guarded, update, call);
+        reply = await this.settings.store.findOneAndUpdate(guarded, update, call);
       } catch (error) {
         // The write may have been applied although its reply was lost (a wtimeout, a dropped
         // connection): hand the caller the lock it may hold, so that it can still release it.
         const attempted: LockData = { id, tag, timestamp: stamp, fence: 0, expiresAt: exp.getTime() };
-        throw lockError('DbError', call.boom, { cause: error, detail: `${describeFailure(error)} (the lock may have been written: release err.lock)`, lock: attempted });
+        throw lockError('DbError', call.boom, {
+          cause: error,
+          detail: `${describeFailure(error)} (the lock may have been written: release err.lock)`,
+          lock: { lock: attempted, target: filter } satisfies Acquired,
+        });
       }
+      const doc = reply.value;
       if (!doc) return undefined;
+      const now = this.observeWrite(doc, reply);
       const lock = paths.read(doc);
-      if (!rule.exclusive && hasExpiredEntries(lock, tag, stamp)) await this.pruneOwnTag(doc, tag, at, call);
+      const target = { _id: doc._id };
+      if (!rule.exclusive && hasExpiredEntries(lock, tag, now)) await this.pruneOwnTag(target, tag, new Date(now), call);
       const data: LockData = { id, tag, timestamp: stamp, fence: fenceOf(lock), expiresAt: exp.getTime() };
-      return this.assertiveOutcome(data, lock, stamp);
-    }, extras.explain === false ? null : (seen, stamp) => {
-      if (!seen.doc) return { retry: false, error: lockError('RessourceNotFound', call.boom, { detail: 'no document matches the filter' }) };
-      const lock = paths.read(seen.doc);
+      return this.assertiveOutcome(data, target, lock, now);
+    }, extras.explain === false ? null : (seen, stamp, tolerance) => {
+      if (!seen.value) return { retry: false, error: lockError('RessourceNotFound', call.boom, { detail: 'no document matches the filter' }) };
+      const lock = paths.read(seen.value);
       const now = seen.serverNow?.getTime() ?? stamp;
       const holders = rule.cooperative.filter((other) => liveEntries(lock, other, now).length > 0);
-      const detail = holders.length > 0 ? `held by tag ${holders.join(', ')}` : 'held when the update ran';
-      return { retry: stampSuspect(seen, stamp, lease), error: lockError(conflict, call.boom, { detail }) };
+      if (holders.length > 0) return { retry: false, error: lockError(conflict, call.boom, { detail: `held by tag ${holders.join(', ')}` }) };
+      const latest = rule.exclusive ? Math.max(0, ...(lock.recent?.[tag] ?? []).map((date) => date.getTime())) : 0;
+      if (latest > stamp) {
+        return { retry: true, why: 'a later acquisition was stamped meanwhile', minStamp: latest, error: lockError(conflict, call.boom, { detail: 'held when the update ran' }) };
+      }
+      if (stampRefused(seen, stamp, tolerance)) return { retry: true, why: stampLag(seen, stamp, tolerance, lease) };
+      const refusal = extras.refusal?.(lock, now);
+      return { retry: false, error: lockError(conflict, call.boom, { detail: refusal ?? 'held when the update ran' }) };
     }, () => lockError(conflict, call.boom, { detail: 'still held' }));
   }
 
   /**
-   * Continues an assertive acquisition: checks, by the current time, that `lock` is still held
-   * and unexpired and whether the tags it is assertive over are gone.
+   * Continue (assertive): checks, by the server's current clock, that `lock` is still in
+   * `target` and unexpired (`$$NOW`), and prunes expired entries; then reports whether the tags it
+   * is assertive over are gone. Writes nothing else, so it can never admit another holder.
    */
-  async resume(filter: Document, lock: LockData, call: ResolvedCallOptions): Promise<LockData | AssertivePending> {
+  async resume(target: Document, lock: LockData, call: ResolvedCallOptions): Promise<Acquired | AssertivePending> {
     const { paths } = this.settings;
     const rule = this.rule(lock.tag);
-    return this.withStamp(filter, call, async (stamp) => {
+    return this.withStamp(target, rule.lease, call, async (stamp, tolerance) => {
       const at = new Date(stamp);
-      const guarded = allOf(filter, [{ $expr: { $and: [entryLiveOnServer(paths, lock.tag, { id: lock.id }), stampWithin(at, stampTolerance(rule.lease))] } }]);
-      const doc = await this.settings.store.findOneAndUpdate(guarded, { $pull: pruneTags(paths, this.tags, at) }, call);
+      const guarded = allOf(target, [{ $expr: { $and: [entryLiveOnServer(paths, lock.tag, { id: lock.id }), stampWithin(at, tolerance)] } }]);
+      const reply = await this.settings.store.findOneAndUpdate(guarded, { $pull: pruneTags(paths, this.tags, at), $currentDate: { [paths.now]: true } }, call);
+      const doc = reply.value;
       if (!doc) return undefined;
+      const now = this.observeWrite(doc, reply);
       const stored = paths.read(doc);
       const own = stored.tags?.[lock.tag]?.find((entry) => entry.id === lock.id);
       const data: LockData = { ...lock, expiresAt: own?.exp.getTime() ?? lock.expiresAt };
-      return this.assertiveOutcome(data, stored, stamp);
-    }, (seen) => this.explainLost(seen, lock, { id: lock.id }, call));
+      return this.assertiveOutcome(data, { _id: doc._id }, stored, now);
+    }, (seen, stamp, tolerance) => this.explainLost(seen, lock, { id: lock.id }, call, stamp, tolerance, rule.lease));
   }
 
   /**
-   * Releases a lock: with a proof, exactly that lock (also when its lease ran out, as long as
-   * nobody took it over); without one (writeLock only), monglock v2's forced release of the tag.
+   * Release: removes the lock identified by `proof` from `target` (also when its lease ran out,
+   * as long as it is still there) and prunes expired entries by a server time already reached.
+   * Without a proof (writeLock only), monglock v2's forced release of the tag. Removing entries
+   * can only free a lock, never admit two holders.
    */
-  async release(filter: Document, tag: string, proof: Proof | undefined, claimed: LockData | undefined, call: ResolvedCallOptions): Promise<void> {
+  async release(target: Document, tag: string, proof: Proof | undefined, claimed: LockData | undefined, call: ResolvedCallOptions): Promise<void> {
     const { paths, store, clock } = this.settings;
-    const pruneBound = clock.lastAccepted();
-    const at = pruneBound > 0 ? new Date(pruneBound) : undefined;
-    const others = at ? this.pruneOthers(tag, at) : {};
+    const reached = clock.lastReached();
+    const bound = reached > 0 ? new Date(reached) : undefined;
+    const others = bound ? this.pruneOthers(tag, bound) : {};
     if (!proof) {
-      const matched = await this.db(call, () => store.updateOne(filter, { $set: { [paths.tag(tag)]: [] }, ...others }, call));
+      const matched = await this.db(call, () => store.updateOne(target, { $set: { [paths.tag(tag)]: [] }, ...others }, call));
       if (!matched) throw lockError('RessourceNotFound', call.boom, { detail: 'no document matches the filter' });
       return;
     }
     const match = proofMatch(proof);
-    const pull = at ? { $or: [match, { exp: { $lte: at } }] } : match;
+    const pull = bound ? { $or: [match, { exp: { $lte: bound } }] } : match;
     const update = { ...others, $pull: { ...(others.$pull ?? {}), [paths.tag(tag)]: pull } };
-    const matched = await this.db(call, () => store.updateOne(allOf(filter, [hasEntry(paths, tag, match)]), update, call));
+    const unique = 'timestamp' in proof ? [{ $expr: timestampUnique(paths, tag, proof.timestamp) }] : [];
+    const matched = await this.db(call, () => store.updateOne(allOf(target, [hasEntry(paths, tag, match), ...unique]), update, call));
     if (matched) return;
-    const seen = await this.db(call, () => store.inspect(filter, call));
-    throw this.explainLost(seen, claimed ?? { id: '', tag, timestamp: 0, fence: 0, expiresAt: 0 }, proof, call).error;
+    const seen = await this.db(call, () => store.inspect(target, call));
+    if ('timestamp' in proof && seen.value && ambiguous(paths.read(seen.value), tag, proof.timestamp)) {
+      throw lockError('LockNotFound', call.boom, {
+        detail: `two locks of this document were taken in the ms ${proof.timestamp}, so a timestamp cannot tell them apart: release with the handle (or its id)`,
+      });
+    }
+    const lost = this.explainLost(seen, claimed ?? { id: '', tag, timestamp: 0, fence: 0, expiresAt: 0 }, proof, call);
+    throw lost.error ?? lockError('LockNotFound', call.boom, { detail: 'the lock is not held' });
   }
 
-  /** Pushes a held lock's lease to `lease` ms from the server's now. Resolves the new expiry. */
+  /**
+   * Extend: pushes a held lock's expiry to `lease` ms after a stamp, in one update that checks
+   * that the lock is still in `target` and unexpired by `$$NOW` and that the stamp is within the
+   * tolerance below `$$NOW`. A lost lock is never re-created. Resolves the new expiry.
+   */
   async extend(
-    filter: Document,
+    target: Document,
     lock: LockData,
     proof: Proof,
     lease: number,
@@ -212,30 +288,39 @@ export class LockEngine {
     extraUpdate?: (stamp: Date, exp: Date) => Document,
   ): Promise<LockData> {
     const { paths } = this.settings;
-    return this.withStamp(filter, call, async (stamp) => {
+    return this.withStamp(target, lease, call, async (stamp, tolerance) => {
       const at = new Date(stamp);
-      const guarded = allOf(filter, [{ $expr: { $and: [entryLiveOnServer(paths, lock.tag, proof), stampWithin(at, stampTolerance(lease))] } }]);
+      const guarded = allOf(target, [{ $expr: { $and: [entryLiveOnServer(paths, lock.tag, proof), stampWithin(at, tolerance)] } }]);
       const exp = new Date(expiryOf(stamp, lease));
       const update = mergeUpdates(
-        { $set: { [`${paths.tag(lock.tag)}.$[mine].exp`]: exp }, ...this.pruneOthers(lock.tag, at) },
+        { $set: { [`${paths.tag(lock.tag)}.$[mine].exp`]: exp }, $currentDate: { [paths.now]: true }, ...this.pruneOthers(lock.tag, at) },
         extraUpdate?.(at, exp),
       );
       const arrayFilters = [prefixed('mine', proofMatch(proof))];
-      const doc = await this.settings.store.findOneAndUpdate(guarded, update, call, arrayFilters);
-      if (!doc) return undefined;
+      const reply = await this.settings.store.findOneAndUpdate(guarded, update, call, arrayFilters);
+      if (!reply.value) return undefined;
+      this.observeWrite(reply.value, reply);
       return { ...lock, expiresAt: exp.getTime() };
-    }, (seen) => this.explainLost(seen, lock, proof, call));
+    }, (seen, stamp, tolerance) => this.explainLost(seen, lock, proof, call, stamp, tolerance, lease));
   }
 
-  /** A filter that matches the document only while the lock is held and unexpired by server time. */
-  guard(filter: Document, lock: LockData, extra?: Document): Document {
+  /** A filter that matches `target` only while the lock is held and unexpired by the server's clock. */
+  guard(target: Document, lock: LockData, extra?: Document): Document {
     const live = { $expr: entryLiveOnServer(this.settings.paths, lock.tag, { id: lock.id }) };
-    return allOf(filter, [live, ...(extra ? [extra] : [])]);
+    return allOf(target, [live, ...(extra ? [extra] : [])]);
   }
 
-  private assertiveOutcome(data: LockData, lock: StoredLock, stamp: number): LockData | AssertivePending {
-    const blockedBy = this.rule(data.tag).assertive.filter((other) => liveEntries(lock, other, stamp).length > 0);
-    return blockedBy.length > 0 ? new AssertivePending(data, blockedBy) : data;
+  /** Learns the server's clock from a write's reply (`$currentDate` of `lock.now`); returns it, in ms. */
+  private observeWrite(doc: Document, reply: Timed<unknown>): number {
+    const now = this.settings.paths.read(doc).now;
+    if (!(now instanceof Date)) throw new Error(`The server did not return \`${this.settings.paths.now}\` ($currentDate)`);
+    this.settings.clock.observe(now, reply.sentAt, reply.arrivedAt);
+    return now.getTime();
+  }
+
+  private assertiveOutcome(data: LockData, target: Document, lock: StoredLock, now: number): Acquired | AssertivePending {
+    const blockedBy = this.rule(data.tag).assertive.filter((other) => liveEntries(lock, other, now).length > 0);
+    return blockedBy.length > 0 ? new AssertivePending(data, target, blockedBy) : { lock: data, target };
   }
 
   /** `$pull` of the expired entries of every tag but `tag` (whose array the update writes). */
@@ -249,9 +334,9 @@ export class LockEngine {
    * operators on one path), so when the reply shows expired entries there, one more update
    * removes them. Garbage collection only: its failure does not fail the acquisition.
    */
-  private async pruneOwnTag(doc: Document, tag: string, at: Date, call: ResolvedCallOptions): Promise<void> {
+  private async pruneOwnTag(target: Document, tag: string, at: Date, call: ResolvedCallOptions): Promise<void> {
     try {
-      await this.settings.store.updateOne({ _id: doc._id }, { $pull: pruneTags(this.settings.paths, [tag], at) }, call);
+      await this.settings.store.updateOne(target, { $pull: pruneTags(this.settings.paths, [tag], at) }, call);
     } catch {
       // Left for the next write to prune.
     }
@@ -261,12 +346,12 @@ export class LockEngine {
    * Explains why a write that needed `lock` matched nothing. If the lock is still live by the
    * server's clock, the update can only have failed on its stamp: retry.
    */
-  private explainLost(seen: Inspection, lock: LockData, proof: Proof, call: ResolvedCallOptions): Verdict {
-    if (!seen.doc) return { retry: false, error: lockError('RessourceNotFound', call.boom, { detail: 'no document matches the filter' }) };
-    const stored = this.settings.paths.read(seen.doc);
+  private explainLost(seen: Inspection, lock: LockData, proof: Proof, call: ResolvedCallOptions, stamp = 0, tolerance = 0, lease = 0): Verdict {
+    if (!seen.value) return { retry: false, error: lockError('RessourceNotFound', call.boom, { detail: 'no document matches the filter' }) };
+    const stored = this.settings.paths.read(seen.value);
     const entries = stored.tags?.[lock.tag] ?? [];
     const own = entries.find((entry) => matchesProof(entry, proof));
-    if (own && seen.serverNow && own.exp.getTime() > seen.serverNow.getTime()) return { retry: true, error: stampRefused(call) };
+    if (own && seen.serverNow && own.exp.getTime() > seen.serverNow.getTime()) return { retry: true, why: stampLag(seen, stamp, tolerance, lease) };
     // Reacquired: the document has issued a later lock than this one (its fence moved on).
     const takenOver = !own && ('timestamp' in proof || fenceOf(stored) > lock.fence);
     const subtype: LockErrorSubtype = this.settings.reportsReacquired && takenOver ? 'LockWasReacquired' : 'LockNotFound';
@@ -274,31 +359,41 @@ export class LockEngine {
   }
 
   /**
-   * Runs a stamped write. When it matches nothing, reads the document and the server's clock
-   * (which also corrects the clock estimate); `explain` says which error that is, and whether the
-   * stamp may have been refused, in which case the write is tried again with a fresh stamp.
-   * Without `explain`, a write that matched nothing throws `unexplained()` at once (no read).
+   * Runs a stamped write: stamps from the lower bound of the server's clock, checked by the
+   * server in the same update. When it matches nothing, reads the document and the server's
+   * clock (which also tightens the bounds); `explain` says which error that is, or that the
+   * stamp was refused, in which case the write is tried again with a fresh stamp and the wide
+   * tolerance. Without `explain`, a write that matched nothing throws `unexplained()` at once.
    */
   private async withStamp<T>(
-    filter: Document,
+    target: Document,
+    lease: number,
     call: ResolvedCallOptions,
-    write: (stamp: number) => Promise<T | undefined>,
-    explain: ((seen: Inspection, stamp: number) => Verdict) | null,
+    write: (stamp: number, tolerance: number) => Promise<T | undefined>,
+    explain: ((seen: Inspection, stamp: number, tolerance: number) => Verdict) | null,
     unexplained?: () => Error,
   ): Promise<T> {
     const { clock, store } = this.settings;
+    let relaxed = false;
+    let minStamp = 0;
     for (let attempt = 1; ; attempt++) {
-      const stamp = clock.stamp();
-      const result = await this.db(call, () => write(stamp));
+      const stamp = Math.max(clock.lower(), minStamp);
+      const tolerance = clock.tolerance(lease, relaxed);
+      const result = await this.db(call, () => write(stamp, tolerance));
       if (result !== undefined) {
-        clock.accepted(stamp);
+        clock.reached(stamp);
         return result;
       }
       if (!explain) throw unexplained?.() ?? new Error('refused');
-      const seen = await this.db(call, () => store.inspect(filter, call));
-      if (seen.serverNow) clock.observe(seen.serverNow, seen.arrivedAt);
-      const verdict = explain(seen, stamp);
-      if (!verdict.retry || attempt === STAMP_ATTEMPTS) throw verdict.error;
+      const seen = await this.db(call, () => store.inspect(target, call));
+      if (seen.serverNow) clock.observe(seen.serverNow, seen.sentAt, seen.arrivedAt);
+      const verdict = explain(seen, stamp, tolerance);
+      if (!verdict.retry) throw verdict.error;
+      if (attempt === STAMP_ATTEMPTS) {
+        throw verdict.error ?? lockError('DbError', call.boom, { detail: `the server refused the lock's time stamp ${STAMP_ATTEMPTS} times: ${verdict.why}` });
+      }
+      relaxed = true;
+      minStamp = verdict.minStamp ?? 0;
     }
   }
 
@@ -316,16 +411,27 @@ function describeFailure(error: unknown): string {
  * True when `stamp` may have failed the server's window check: it is ahead of the server's
  * clock, or further behind it than the tolerance (judged at the later inspection, so generously).
  */
-function stampSuspect(seen: Inspection, stamp: number, lease: number): boolean {
+function stampRefused(seen: Inspection, stamp: number, tolerance: number): boolean {
   if (!seen.serverNow) return false;
   const now = seen.serverNow.getTime();
-  return stamp > now || stamp < now - stampTolerance(lease);
+  return stamp > now || stamp < now - tolerance;
 }
 
-function stampRefused(call: ResolvedCallOptions): Error {
-  return lockError('DbError', call.boom, {
-    detail: `the server refused the lock's time stamp ${STAMP_ATTEMPTS} times (is a clock jumping, or the server overloaded?)`,
-  });
+/** What a refused stamp says about the connection, for the error a caller sees. */
+function stampLag(seen: Inspection, stamp: number, tolerance: number, lease: number): string {
+  const now = seen.serverNow?.getTime();
+  if (now !== undefined && stamp > now) return `the stamp was ${stamp - now} ms ahead of the server's clock (was the server's clock set back?)`;
+  const lag = now === undefined ? 'more than the tolerance' : `${now - stamp} ms`;
+  return (
+    `the request reached the server too late: the server's clock was ${lag} past the stamp when it was read back, ` +
+    `beyond the ${tolerance} ms tolerance (a lease of ${lease} ms allows at most half of it, up to 5 s); ` +
+    `the network or the server is slower than this lease allows`
+  );
+}
+
+/** True when two of `tag`'s recent acquisitions were stamped in the ms `timestamp`. */
+function ambiguous(lock: StoredLock, tag: string, timestamp: number): boolean {
+  return (lock.recent?.[tag] ?? []).filter((date) => date.getTime() >= timestamp && date.getTime() < timestamp + 1).length >= 2;
 }
 
 function proofMatch(proof: Proof): Document {

@@ -14,17 +14,21 @@ export interface LockData {
   readonly expiresAt: number;
 }
 
-/** What a handle calls back into: the lock that made it. */
+/** What a handle calls back into: the lock that made it. `target` is the locked document's `{ _id }`. */
 export interface HandleOwner {
-  release(filter: Document, lock: LockData, params?: object): Promise<void>;
-  extend(filter: Document, lock: LockData, params?: object): Promise<LockData>;
-  guard(filter: Document, lock: LockData, extra?: Document): Document;
+  release(target: Document, lock: LockData, params?: object): Promise<void>;
+  extend(target: Document, lock: LockData, params?: object): Promise<LockData>;
+  guard(target: Document, lock: LockData, extra?: Document): Document;
+  /** ms of the lease left by the upper bound of the server's clock. */
+  remaining(lock: LockData): number;
 }
 
 /**
- * A held lock. Survives `JSON.stringify`/`JSON.parse` as {@link LockData}: the parsed object can
- * still be passed to `release(filter, { lock })` (for example in a later HTTP request). Used
- * where a number is expected, it is its `timestamp`, as monglock v2's writeLock token was.
+ * A held lock. It addresses the document it locked by its `_id`, whatever the document becomes
+ * (a field the acquisition filter named may change while it is held). Survives
+ * `JSON.stringify`/`JSON.parse` as {@link LockData}: the parsed object can still be passed to
+ * `release(filter, { lock })` (for example in a later HTTP request). Used where a number is
+ * expected, it is its `timestamp`, as monglock v2's writeLock token was.
  */
 export class LockHandle implements LockData {
   readonly id: string;
@@ -33,26 +37,36 @@ export class LockHandle implements LockData {
   readonly fence: number;
   #expiresAt: number;
   readonly #owner: HandleOwner;
-  readonly #filter: Document;
+  readonly #target: Document;
 
-  constructor(data: LockData, owner: HandleOwner, filter: Document) {
+  /** @param target the locked document's `{ _id }` */
+  constructor(data: LockData, owner: HandleOwner, target: Document) {
     this.id = data.id;
     this.tag = data.tag;
     this.timestamp = data.timestamp;
     this.fence = data.fence;
     this.#expiresAt = data.expiresAt;
     this.#owner = owner;
-    this.#filter = filter;
+    this.#target = target;
   }
+
 
   /** When the lease ends, ms since the epoch by the server's clock. */
   get expiresAt(): number {
     return this.#expiresAt;
   }
 
+  /**
+   * ms of the lease this client can rely on: until `expiresAt` by the upper bound of the server's
+   * clock, so the server's clock has not reached the lease's end either (0 once it may have).
+   */
+  remaining(): number {
+    return Math.max(0, this.#owner.remaining(this.toJSON()));
+  }
+
   /** Releases this lock. Same outcomes as `release(filter, { lock })`. */
   release(params?: object): Promise<void> {
-    return this.#owner.release(this.#filter, this.toJSON(), params);
+    return this.#owner.release(this.#target, this.toJSON(), params);
   }
 
   /**
@@ -60,7 +74,7 @@ export class LockHandle implements LockData {
    * Fails with `LockNotFound`/`LockWasReacquired` if the lock was lost; never re-creates it.
    */
   extend(locktimeout?: number, params?: object): Promise<this> {
-    const extended = this.#owner.extend(this.#filter, this.toJSON(), { ...params, locktimeout });
+    const extended = this.#owner.extend(this.#target, this.toJSON(), { ...params, locktimeout });
     return extended.then((data) => {
       this.#expiresAt = data.expiresAt;
       return this;
@@ -73,7 +87,7 @@ export class LockHandle implements LockData {
    * holder whose lease ran out matches nothing.
    */
   guard(extra?: Document): Document {
-    return this.#owner.guard(this.#filter, this.toJSON(), extra);
+    return this.#owner.guard(this.#target, this.toJSON(), extra);
   }
 
   /** The plain data, for JSON. */

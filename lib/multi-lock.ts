@@ -3,7 +3,7 @@ import { DocumentLock } from './document-lock';
 import { describedAs } from './lock-kind';
 import type { UsingBody } from './scoped-hold';
 import type { LockData, LockHandle } from './lock-handle';
-import { expectObject, expectSafeName, type CallOptions, type LockOptions } from './options';
+import { expectFilter, expectObject, expectSafeName, type CallOptions, type LockOptions } from './options';
 import { resolveTagRules, type LockRelationships } from './relationships';
 import type { WaitOptions } from './waiting';
 
@@ -78,29 +78,31 @@ export function multiLock(options: MultiLockOptions): MultiLock {
     return tag;
   };
 
-  const lockOf = (params: unknown): LockData => {
+  /** The lock in `params`, and the caller's filter (validated). */
+  const lockOf = (filter: unknown, params: unknown): { lock: LockData; target: Document } => {
+    const target = expectFilter('filter', filter);
     const p = expectObject('params', params);
     if (p.lock === undefined) throw new TypeError('Expected `params.lock` to be the lock to release or extend');
-    return core.lockData('params.lock', p.lock);
+    return { lock: core.lockData('params.lock', p.lock), target };
   };
 
   return describedAs<MultiLock>({
     acquire: (filter, params) =>
-      core.run(async () => {
+      core.run(async (cancellation) => {
         const p = expectObject('params', params);
-        if (p.lock !== undefined) return core.acquire(filter, undefined, params, p.lock);
-        return core.acquire(filter, tagOf(p), params);
+        if (p.lock !== undefined) return core.acquire(filter, undefined, params, p.lock, cancellation);
+        return core.acquire(filter, tagOf(p), params, undefined, cancellation);
       }),
-    using: (filter, params, body) => core.run(() => core.using(filter, tagOf(expectObject('params', params)), params, body)),
+    using: (filter, params, body) => core.run((cancellation) => core.using(filter, tagOf(expectObject('params', params)), params, body, cancellation)),
     release: (filter, params) =>
       core.run(async () => {
-        const lock = lockOf(params);
-        await core.releaseWith(filter, lock.tag, { id: lock.id }, lock, params);
+        const { lock, target } = lockOf(filter, params);
+        await core.releaseWith(target, lock.tag, { id: lock.id }, lock, params);
       }),
     extend: (filter, params) =>
       core.run(async () => {
-        const lock = lockOf(params);
-        return core.extendWith(filter, lock, { id: lock.id }, params);
+        const { lock, target } = lockOf(filter, params);
+        return core.extendWith(target, lock, { id: lock.id }, params);
       }),
   }, { kind: 'multiLock', tags: core.engine.tags });
 }

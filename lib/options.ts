@@ -95,6 +95,43 @@ export function expectMs(name: string, value: unknown, min = 1): number {
   return value;
 }
 
+/**
+ * Query operators a lock filter may not use: MongoDB evaluates them in `find`/`findAndModify` but
+ * refuses them in an aggregation `$match`, which is how a refused acquisition is explained.
+ */
+const UNEXPLAINABLE_OPERATORS = ['$where', '$near', '$nearSphere'];
+
+/** Throws unless `value` is a filter object without operators a refusal could not be explained with. */
+export function expectFilter(name: string, value: unknown): Record<string, unknown> {
+  const filter = expectObject(name, value);
+  const found = findOperator(filter, UNEXPLAINABLE_OPERATORS, 0);
+  if (found) {
+    throw new TypeError(
+      `Expected \`${name}\` not to use \`${found}\`: MongoDB refuses it in the aggregation \`$match\` that explains a refused lock; ` +
+        'select the document with other operators (for `$where`, `$expr` does the same)',
+    );
+  }
+  return filter;
+}
+
+function findOperator(value: unknown, operators: readonly string[], depth: number): string | undefined {
+  if (depth > 32 || typeof value !== 'object' || value === null) return undefined;
+  if (Array.isArray(value)) {
+    for (const item of value) {
+      const found = findOperator(item, operators, depth + 1);
+      if (found) return found;
+    }
+    return undefined;
+  }
+  if (Object.getPrototypeOf(value) !== Object.prototype && Object.getPrototypeOf(value) !== null) return undefined; // BSON values, dates
+  for (const [key, child] of Object.entries(value)) {
+    if (operators.includes(key)) return key;
+    const found = findOperator(child, operators, depth + 1);
+    if (found) return found;
+  }
+  return undefined;
+}
+
 /** Throws unless `value` is a time in ms since the epoch (a non-negative safe integer). */
 export function expectTimestamp(name: string, value: unknown): number {
   if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 0) {

@@ -1,15 +1,72 @@
 import type { PromiseLibrary } from './options';
 
+/** How a call made through a promise library can be cancelled. */
+export interface Cancellation {
+  /** Aborts when the caller cancels the returned promise (bluebird with cancellation enabled). */
+  readonly signal: AbortSignal | undefined;
+  /** True when the returned promise is a bluebird promise that cannot be cancelled (cancellation disabled). */
+  readonly unsupported: boolean;
+}
+
+/** The reason a call's signal aborts with when the caller cancels its promise. */
+export class CancelledError extends Error {
+  override readonly name = 'CancelledError';
+
+  constructor() {
+    super('The call was cancelled through its promise');
+  }
+}
+
 /**
  * Runs `body` and returns its promise, in the caller's promise library when one was given (for
  * example bluebird); a synchronous throw becomes a rejection. The global Promise is never touched.
+ *
+ * With bluebird and `Bluebird.config({ cancellation: true })`, cancelling the returned promise
+ * (`.cancel()`, or `.timeout()`, which cancels what it times out) aborts `cancellation.signal`,
+ * which stops a waiting acquisition and releases what it wrote.
  */
-export function inPromiseLibrary<T>(PromiseLib: PromiseLibrary | undefined, body: () => Promise<T>): Promise<T> {
-  let promise: Promise<T>;
-  try {
-    promise = body();
-  } catch (error) {
-    promise = Promise.reject(error);
+export function inPromiseLibrary<T>(PromiseLib: PromiseLibrary | undefined, body: (cancellation: Cancellation) => Promise<T>): Promise<T> {
+  if (!PromiseLib) return run(body, { signal: undefined, unsupported: false });
+  if (isBluebirdLike(PromiseLib)) {
+    return new PromiseLib<T>((resolve, reject, onCancel) => {
+      if (typeof onCancel !== 'function') {
+        run(body, { signal: undefined, unsupported: true }).then(resolve, reject);
+        return;
+      }
+      const controller = new AbortController();
+      onCancel(() => controller.abort(new CancelledError()));
+      run(body, { signal: controller.signal, unsupported: false }).then(resolve, reject);
+    });
   }
-  return (PromiseLib ? PromiseLib.resolve(promise) : promise) as Promise<T>;
+  return PromiseLib.resolve(run(body, { signal: undefined, unsupported: false })) as Promise<T>;
+}
+
+function run<T>(body: (cancellation: Cancellation) => Promise<T>, cancellation: Cancellation): Promise<T> {
+  try {
+    return body(cancellation);
+  } catch (error) {
+    return Promise.reject(error);
+  }
+}
+
+type BluebirdLike = PromiseLibrary &
+  (new <T>(executor: (resolve: (value: T) => void, reject: (reason: unknown) => void, onCancel?: (handler: () => void) => void) => void) => Promise<T>);
+
+/** bluebird (and promise libraries built like it): a constructor whose promises have `cancel()`. */
+function isBluebirdLike(PromiseLib: PromiseLibrary): PromiseLib is BluebirdLike {
+  const candidate: unknown = PromiseLib;
+  return typeof candidate === 'function' && typeof (candidate.prototype as { cancel?: unknown } | undefined)?.cancel === 'function';
+}
+
+let warned = false;
+
+/** Warns once per process that a waiting acquisition's bluebird promise cannot stop the wait. */
+export function warnUncancellableWait(): void {
+  if (warned) return;
+  warned = true;
+  process.emitWarning(
+    'A waiting acquire returned a bluebird promise with cancellation disabled: its .timeout() or .cancel() cannot stop the wait, ' +
+      'which goes on and may take the lock. Pass `signal`, bound it with `wait`, or enable Bluebird.config({ cancellation: true }).',
+    { code: 'MONGLOCK_UNCANCELLABLE_WAIT' },
+  );
 }

@@ -2,6 +2,7 @@ import type { BoomLike } from './errors';
 import { isLockError, lockError } from './errors';
 import { LeaseKeeper } from './lease-keeper';
 import type { LockHandle } from './lock-handle';
+import { linkSignals } from './waiting';
 
 /** The body of `using()`: runs while the lock is held; `signal` aborts if the lease is lost. */
 export type UsingBody<T, H extends LockHandle = LockHandle> = (handle: H, signal: AbortSignal) => T | PromiseLike<T>;
@@ -10,31 +11,31 @@ export type UsingBody<T, H extends LockHandle = LockHandle> = (handle: H, signal
 export interface HoldSettings {
   /** Lease to extend to, in ms; `Infinity` for a lock without expiry (never extended). */
   readonly leaseMs: number;
-  /** The server's clock estimate, ms since the epoch. */
-  readonly now: () => number;
   /** Options passed to `extend` and `release`. */
   readonly callParams: object;
-  /** A caller's signal whose abort is forwarded to the body's. */
-  readonly outerSignal: AbortSignal | undefined;
+  /** The caller's signals (its `signal`, a promise cancellation) whose abort is forwarded to the body's. */
+  readonly outerSignals: ReadonlyArray<AbortSignal | undefined>;
   readonly boom: BoomLike | undefined;
 }
 
 /**
  * Runs `body` while `handle` is held: extends the lease before it can expire, aborts the body's
- * signal with the reason when an extension fails or the lease is lost, and always releases.
+ * signal with the reason when an extension fails or the lease may end (judged by the upper bound
+ * of the server's clock), and always releases.
  * Resolves the body's result; a body error is never masked by a release failure; a failed
  * release after a successful body rejects (the lock was lost), except `RessourceNotFound` (the
  * body may delete the document). No timer is left afterwards.
  */
 export async function holdWhile<T, H extends LockHandle>(handle: H, settings: HoldSettings, body: UsingBody<T, H>): Promise<T> {
   const controller = new AbortController();
-  const { outerSignal } = settings;
-  const forward = (): void => controller.abort(outerSignal?.reason);
-  outerSignal?.addEventListener('abort', forward, { once: true });
+  const outer = linkSignals(...settings.outerSignals);
+  const forward = (): void => controller.abort(outer.signal?.reason);
+  if (outer.signal?.aborted) forward();
+  else outer.signal?.addEventListener('abort', forward, { once: true });
   const keeper = Number.isFinite(settings.leaseMs)
     ? new LeaseKeeper(
         {
-          remaining: () => handle.expiresAt - settings.now(),
+          remaining: () => handle.remaining(),
           extend: () => handle.extend(settings.leaseMs, settings.callParams),
           expired: () => lockError('LockNotFound', settings.boom, { detail: 'the lease ended before it could be extended' }),
         },
@@ -44,7 +45,8 @@ export async function holdWhile<T, H extends LockHandle>(handle: H, settings: Ho
     : undefined;
   const finish = async (): Promise<void> => {
     await keeper?.stop();
-    outerSignal?.removeEventListener('abort', forward);
+    outer.signal?.removeEventListener('abort', forward);
+    outer.dispose();
     await handle.release(settings.callParams);
   };
   let result: T;

@@ -1,64 +1,145 @@
 /**
- * The client's estimate of the MongoDB server's clock, from which lease stamps are taken.
+ * What this client knows of the MongoDB server's clock: a lower and an upper bound, kept from
+ * every reply that carries the server's time, measured against the local monotonic clock.
  *
- * A stamp is never trusted on its own: every write that stores one also asks the server, in the
- * same atomic update, whether the stamp lies within `[$$NOW - tolerance, $$NOW]` by its own clock
- * (see `stampWithin`). A write whose stamp fails that check matches nothing; the caller then reads
- * the server's time (`observe`) and tries again. So a client clock that is minutes off costs two
- * extra round trips once, never a wrong expiry.
+ * A reply that left at local time `sentAt`, arrived at `arrivedAt` and carries the server's time
+ * `S` (a whole ms, so the server's clock read somewhere in `[S, S + 1)`) proves that, at a later
+ * local time `t`, the server's clock reads
  *
- * The estimate is a lower bound: after observing server time `S` in a reply that arrived at local
- * time `t1`, the server's clock at a later local time `t` is at least `S + (t - t1)`.
+ * ```
+ * at least  S     + (t - arrivedAt)   (it was read before the reply arrived)
+ * at most   S + 1 + (t - sentAt)      (it was read after the request left)
+ * ```
+ *
+ * widened by {@link MAX_DRIFT} per elapsed ms, since two clocks never run at exactly one rate.
+ * The tightest bound from any reply is kept. Every decision states which bound it uses:
+ *
+ * - **Stamps the server checks** (`at` of a new lock, judged against `$$NOW` in the same update)
+ *   come from the lower bound: a stamp at or below the server's clock never makes a live entry
+ *   look expired.
+ * - **A holder deciding alone that it still holds a lock** (the lease keeper, `handle.remaining()`)
+ *   uses the upper bound: while `expiresAt` is above it, the server's clock has not reached the
+ *   lease's end either.
+ *
+ * A reply that contradicts the bounds (the server's clock was stepped, or another primary with
+ * another clock took over) replaces them.
  */
 export class ServerClock {
-  private offset = 0;
-  private verified = 0;
-  private observedAt: number | undefined;
+  /** The lower bound's anchor: the server read `server` (ms) no later than local time `local`. */
+  private low: Anchor | undefined;
+  /** The upper bound's anchor: the server read `server` (ms) no earlier than local time `local`. */
+  private high: Anchor | undefined;
+  /** Smoothed round-trip time of replies that carried the server's time, in ms. */
+  private smoothedRtt: number | undefined;
+  /** The latest server time the server's clock is known to have reached, in ms. */
+  private reachedMs = 0;
 
   constructor(private readonly localNow: () => number) {}
 
-  /** The current stamp: a whole ms, the estimated server time, at most the server's real time. */
-  stamp(): number {
-    return Math.floor(this.localNow() + this.offset);
-  }
-
-  /** Local time, for measuring how long a reply took. */
+  /** Local time (the monotonic clock), for timing requests. */
   local(): number {
     return this.localNow();
   }
 
-  /** Learns the server's time `serverNow` from a reply that arrived at local time `arrivedAt`. */
-  observe(serverNow: Date, arrivedAt: number): void {
-    this.offset = serverNow.getTime() - arrivedAt;
-    this.observedAt = arrivedAt;
+  /** True once a reply carrying the server's time was observed. */
+  get synchronized(): boolean {
+    return this.low !== undefined;
+  }
+
+  /** Learns from a reply carrying the server's time `serverNow`, sent at `sentAt` and arrived at `arrivedAt` (local ms). */
+  observe(serverNow: Date, sentAt: number, arrivedAt: number): void {
+    const server = serverNow.getTime();
+    if (!Number.isFinite(server) || arrivedAt < sentAt) return;
+    this.reached(server);
+    const rtt = arrivedAt - sentAt;
+    this.smoothedRtt = this.smoothedRtt === undefined ? rtt : this.smoothedRtt + (rtt - this.smoothedRtt) / 8;
+    const low = { server, local: arrivedAt };
+    const high = { server: server + 1, local: sentAt };
+    const now = this.localNow();
+    if (!this.low || !this.high) {
+      this.low = low;
+      this.high = high;
+      return;
+    }
+    const bestLow = lowerAt(low, now) > lowerAt(this.low, now) ? low : this.low;
+    const bestHigh = upperAt(high, now) < upperAt(this.high, now) ? high : this.high;
+    if (lowerAt(bestLow, now) > upperAt(bestHigh, now)) {
+      // The server's clock moved against what it said before: trust only the newest reply.
+      this.low = low;
+      this.high = high;
+      return;
+    }
+    this.low = bestLow;
+    this.high = bestHigh;
   }
 
   /**
-   * True when a server time was observed within `maxAgeMs`, so that `stamp()` is a fresh lower
-   * bound of the server's clock.
+   * A lower bound of the server's clock now, in whole ms: what stamps are taken from. Before any
+   * reply it is the local clock, a guess that the server's check accepts or refuses.
    */
-  synchronizedWithin(maxAgeMs: number): boolean {
-    return this.observedAt !== undefined && this.localNow() - this.observedAt <= maxAgeMs;
+  lower(): number {
+    const now = this.localNow();
+    return Math.floor(this.low ? lowerAt(this.low, now) : now);
   }
 
-  /** Records a stamp the server accepted (so it is in the server's past from now on). */
-  accepted(stamp: number): void {
-    if (stamp > this.verified) this.verified = stamp;
+  /** An upper bound of the server's clock now, in whole ms (`Infinity` before any reply). */
+  upper(): number {
+    return this.high ? Math.ceil(upperAt(this.high, this.localNow())) : Infinity;
   }
 
   /**
-   * The newest stamp the server has accepted: safe to use as a pruning bound without another
-   * check, since the server's clock has passed it. 0 when none yet.
+   * How far behind the server's clock (`$$NOW`) a stamp may be when the update that writes it
+   * runs. Wide (half the lease, at most 5 s) before the first reply and on a retry after a
+   * refusal, so a slow network delays a lock rather than failing it; otherwise tightened to what
+   * this client's round trips explain (100 ms + 4 smoothed round trips), so that a lock starts
+   * with nearly all of its lease.
    */
-  lastAccepted(): number {
-    return this.verified;
+  tolerance(leaseMs: number, relaxed = false): number {
+    const wide = Math.max(1, Math.min(Math.floor(leaseMs / 2), MAX_TOLERANCE));
+    if (relaxed || this.smoothedRtt === undefined) return wide;
+    return Math.min(wide, Math.ceil(TIGHT_TOLERANCE + 4 * this.smoothedRtt));
+  }
+
+  /** Records a server time that the server's clock has reached (a reply's time, or a stamp it accepted). */
+  reached(serverMs: number): void {
+    if (serverMs > this.reachedMs) this.reachedMs = serverMs;
+  }
+
+  /**
+   * The latest server time the server's clock is known to have reached (0 before any): entries
+   * that expired by then may be pruned without asking the server, since it has passed them.
+   */
+  lastReached(): number {
+    return this.reachedMs;
+  }
+
+  /** The smoothed round-trip time, in ms (undefined before any reply). */
+  roundTrip(): number | undefined {
+    return this.smoothedRtt;
   }
 }
 
+interface Anchor {
+  readonly server: number;
+  readonly local: number;
+}
+
 /**
- * How far behind the server's clock a stamp may be for a lease of `leaseMs`: half the lease
- * (so an acquired lock always has at least half its lease left), at most 5 s.
+ * Largest rate difference assumed between the local monotonic clock and the server's clock:
+ * 1,000 ppm, twice what NTP may slew a Linux clock (500 ppm).
  */
-export function stampTolerance(leaseMs: number): number {
-  return Math.max(1, Math.min(Math.floor(leaseMs / 2), 5_000));
+export const MAX_DRIFT = 0.001;
+/** Largest stamp tolerance, in ms. */
+export const MAX_TOLERANCE = 5_000;
+/** The fixed part of a synchronized client's stamp tolerance, in ms. */
+export const TIGHT_TOLERANCE = 100;
+
+function lowerAt(anchor: Anchor, now: number): number {
+  const elapsed = Math.max(0, now - anchor.local);
+  return anchor.server + elapsed * (1 - MAX_DRIFT);
+}
+
+function upperAt(anchor: Anchor, now: number): number {
+  const elapsed = Math.max(0, now - anchor.local);
+  return anchor.server + elapsed * (1 + MAX_DRIFT);
 }

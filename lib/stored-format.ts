@@ -6,6 +6,8 @@ import type { Document } from 'mongodb';
  * ```
  * lock: {
  *   fence: 7,                       // fencing counter: +1 per acquisition, never reset
+ *   now: ISODate,                   // the server's clock at the last acquire/extend ($currentDate)
+ *   recent: { write: [ISODate, ISODate] },  // exclusive tags: the last two acquisition stamps (never decreasing)
  *   tags: {
  *     write: [ { id: '9f…', at: ISODate, exp: ISODate } ],   // one array per tag
  *     read:  [ { id: '1c…', at: ISODate, exp: ISODate }, … ]
@@ -15,7 +17,8 @@ import type { Document } from 'mongodb';
  *
  * `id` is 128 random bits (hex), `at` the acquisition stamp and `exp` the expiry, both in the
  * server's time. writeLock is the tag `write`, cooperative with itself, so writeLock and multiLock
- * share this format and never overwrite each other's entries.
+ * share this format and never overwrite each other's entries. Resource documents also have
+ * `born`, the server's clock when the document was created (their fencing tokens start there).
  */
 export interface StoredEntry {
   id: string;
@@ -26,17 +29,30 @@ export interface StoredEntry {
 /** The stored lock property. */
 export interface StoredLock {
   fence?: number;
-  /** Resource documents only: the fence base set when the document is created (ms x 1000). */
-  epoch?: number;
+  /** The server's clock when the last acquire, extend or continuation ran. */
+  now?: Date;
+  /** Exclusive tags: the last two acquisition stamps; a new one may not be earlier. */
+  recent?: Record<string, Date[] | undefined>;
+  /** Resource documents only: the server's clock when the document was created. */
+  born?: Date;
   tags?: Record<string, StoredEntry[] | undefined>;
 }
 
 /** Dot paths into the stored lock property. */
 export class LockPaths {
   readonly fence: string;
+  readonly now: string;
+  readonly born: string;
 
   constructor(readonly field: string) {
     this.fence = `${field}.fence`;
+    this.now = `${field}.now`;
+    this.born = `${field}.born`;
+  }
+
+  /** The last two acquisition stamps of an exclusive tag. */
+  recent(tag: string): string {
+    return `${this.field}.recent.${tag}`;
   }
 
   /** The array of a tag's entries. */
@@ -95,6 +111,36 @@ export function entryLiveOnServer(paths: LockPaths, tag: string, proof: { id: st
       },
     ],
   };
+}
+
+/**
+ * Filter: `stamp` is not earlier than the exclusive `tag`'s previous acquisition, so that its
+ * stamps never decrease and all acquisitions stamped in one ms are consecutive (see
+ * {@link timestampUnique}).
+ */
+export function stampNotBeforeRecent(paths: LockPaths, tag: string, stamp: Date): Document {
+  return { [paths.recent(tag)]: { $not: { $elemMatch: { $gt: stamp } } } };
+}
+
+/** Update: records `stamp` as the exclusive `tag`'s newest acquisition, keeping the last two. */
+export function recordStamp(paths: LockPaths, tag: string, stamp: Date): Document {
+  return { [paths.recent(tag)]: { $each: [stamp], $slice: -2 } };
+}
+
+/**
+ * `$expr` operand: at most one acquisition of the exclusive `tag` was stamped in the ms
+ * `timestamp`. Stamps never decrease, so two locks of one ms are the last two acquisitions;
+ * a monglock v2 timestamp proof is accepted only when it names exactly one lock.
+ */
+export function timestampUnique(paths: LockPaths, tag: string, timestamp: number): Document {
+  const sameMs = {
+    $filter: {
+      input: { $ifNull: [`$${paths.recent(tag)}`, []] },
+      as: 'stamp',
+      cond: { $and: [{ $gte: ['$$stamp', new Date(timestamp)] }, { $lt: ['$$stamp', new Date(timestamp + 1)] }] },
+    },
+  };
+  return { $lt: [{ $size: sameMs }, 2] };
 }
 
 /** `$expr` operand: the stamp lies within `[$$NOW - toleranceMs, $$NOW]` by the server's clock. */

@@ -8,7 +8,10 @@ export interface WaitOptions {
    * @default 0
    */
   readonly wait?: number;
-  /** Cancels a waiting acquisition: it rejects promptly with `signal.reason`. */
+  /**
+   * Cancels a waiting acquisition: it rejects promptly with `signal.reason`, and a lock that an
+   * attempt in flight writes afterwards is released.
+   */
   readonly signal?: AbortSignal;
 }
 
@@ -76,14 +79,14 @@ export function abortable<T>(promise: Promise<T>, signal: AbortSignal | undefine
 
 /**
  * Calls `attempt` until it resolves, an error is not `retryable`, the signal aborts, or `wait`
- * ms have passed (then the last retryable error is thrown). Sleeps {@link retryDelay} between
- * attempts, never past the deadline.
+ * ms have passed by the local clock `now` (then the last retryable error is thrown). Sleeps
+ * {@link retryDelay} between attempts, never past the deadline.
  */
 export async function retryWithin<T>(
   params: WaitParams,
   attempt: () => Promise<T>,
   retryable: (error: unknown) => boolean,
-  now: () => number = Date.now,
+  now: () => number,
 ): Promise<T> {
   const deadline = now() + params.wait;
   for (let count = 1; ; count++) {
@@ -95,4 +98,23 @@ export async function retryWithin<T>(
       await delay(Math.min(left, retryDelay(count)), params.signal);
     }
   }
+}
+
+/**
+ * A signal that aborts, with the first reason, as soon as any of `signals` does (undefined when
+ * none is given); `dispose()` detaches it from them once the call is over.
+ */
+export function linkSignals(...signals: Array<AbortSignal | undefined>): { signal: AbortSignal | undefined; dispose(): void } {
+  const given = signals.filter((signal): signal is AbortSignal => signal !== undefined);
+  if (given.length <= 1) return { signal: given[0], dispose: () => undefined };
+  const controller = new AbortController();
+  const detach = (): void => given.forEach((signal) => signal.removeEventListener('abort', onAbort));
+  function onAbort(this: AbortSignal): void {
+    detach();
+    controller.abort(this.reason);
+  }
+  const already = given.find((signal) => signal.aborted);
+  if (already) controller.abort(already.reason);
+  else given.forEach((signal) => signal.addEventListener('abort', onAbort, { once: true }));
+  return { signal: controller.signal, dispose: detach };
 }

@@ -3,7 +3,7 @@ import { DocumentLock } from './document-lock';
 import { describedAs } from './lock-kind';
 import type { UsingBody } from './scoped-hold';
 import type { LockData, LockHandle } from './lock-handle';
-import { expectMs, expectObject, expectTimestamp, type CallOptions, type LockOptions } from './options';
+import { expectFilter, expectMs, expectObject, expectTimestamp, type CallOptions, type LockOptions } from './options';
 import { resolveTagRules } from './relationships';
 import type { WaitOptions } from './waiting';
 
@@ -79,31 +79,35 @@ export function writeLock(options: WriteLockOptions): WriteLock {
     reportsReacquired: true,
   });
 
-  const proofOf = (params: unknown): { lock?: LockData; timestamp?: number } => {
-    if (params === undefined) return {};
+  /** The proof in `params`, and the caller's filter (validated). */
+  const proofOf = (filter: unknown, params: unknown): { lock?: LockData; timestamp?: number; target: Document } => {
+    const target = expectFilter('filter', filter);
+    if (params === undefined) return { target };
     const p = expectObject('params', params);
     const given = p.lock ?? p.timestamp;
-    if (given === undefined) return {};
-    if (typeof given === 'object') return { lock: core.lockData(p.lock === undefined ? 'params.timestamp' : 'params.lock', given) };
-    return { timestamp: expectTimestamp('params.timestamp', given) };
+    if (given === undefined) return { target };
+    if (typeof given === 'object') {
+      return { lock: core.lockData(p.lock === undefined ? 'params.timestamp' : 'params.lock', given), target };
+    }
+    return { timestamp: expectTimestamp('params.timestamp', given), target };
   };
 
   return describedAs<WriteLock>({
-    acquire: (filter, params) => core.run(() => core.acquire(filter, WRITE_TAG, params)),
-    using: (filter, params, body) => core.run(() => core.using(filter, WRITE_TAG, params, body)),
+    acquire: (filter, params) => core.run((cancellation) => core.acquire(filter, WRITE_TAG, params, undefined, cancellation)),
+    using: (filter, params, body) => core.run((cancellation) => core.using(filter, WRITE_TAG, params, body, cancellation)),
     release: (filter, params) =>
       core.run(async () => {
-        const { lock, timestamp } = proofOf(params);
+        const { lock, timestamp, target } = proofOf(filter, params);
         const proof = lock ? { id: lock.id } : timestamp !== undefined ? { timestamp } : undefined;
-        await core.releaseWith(filter, WRITE_TAG, proof, lock, params);
+        await core.releaseWith(target, WRITE_TAG, proof, lock, params);
       }),
     extend: (filter, params) =>
       core.run(async () => {
-        const { lock, timestamp } = proofOf(params);
-        if (lock) return core.extendWith(filter, lock, { id: lock.id }, params);
+        const { lock, timestamp, target } = proofOf(filter, params);
+        if (lock) return core.extendWith(target, lock, { id: lock.id }, params);
         if (timestamp === undefined) throw new TypeError('Expected `params.lock` or `params.timestamp` to prove which lock to extend');
         const claimed: LockData = { id: '', tag: WRITE_TAG, timestamp, fence: 0, expiresAt: 0 };
-        return core.extendWith(filter, claimed, { timestamp }, params);
+        return core.extendWith(target, claimed, { timestamp }, params);
       }),
   }, { kind: 'writeLock', tags: core.engine.tags });
 }

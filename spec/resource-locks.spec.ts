@@ -12,18 +12,17 @@ async function lockCollection(): Promise<{ collection: Collection<Document>; loc
 }
 
 describe('resource locks', () => {
-  it('createIndexes: unique resource, lookups by lock id, owner and expiry, and a TTL index on a date', async () => {
+  it('createIndexes: lookups by lock id, owner and expiry, and a TTL index on a date (resources are unique by _id)', async () => {
     const { collection, locks } = await lockCollection();
-    expect(await locks.createIndexes()).to.include('resource_unique');
+    expect(await locks.createIndexes()).to.include('gc_ttl');
     const indexes = await collection.listIndexes().toArray();
     const byName = Object.fromEntries(indexes.map((index) => [index.name, index]));
-    expect(byName.resource_unique?.unique).to.equal(true);
     expect(byName.gc_ttl?.expireAfterSeconds).to.equal(0);
     for (const name of ['exclusive_group', 'shared_group', 'exclusive_owner', 'shared_owner', 'exclusive_exp', 'shared_exp']) {
       expect(byName, name).to.have.property(name);
     }
     const held = await locks.xlock('r', 'id1', { ttl: 60_000 });
-    const doc = await collection.findOne({ resource: 'r' });
+    const doc = await collection.findOne({ _id: 'r' as never });
     expect(doc?.gcAt).to.be.instanceOf(Date);
     expect(doc?.gcAt.getTime()).to.be.at.least(held.expiresAt);
   });
@@ -183,15 +182,15 @@ describe('resource locks', () => {
     const result = await locks.purge();
     expect(result.documentsDeleted).to.equal(1);
     expect(result.documentsPruned).to.be.at.least(1);
-    expect((await collection.find({ resource: { $type: 'string' } }).toArray()).map((doc) => doc.resource).sort()).to.deep.equal(['forever', 'half']);
-    expect((await collection.findOne({ resource: 'half' }))?.lock.tags.shared.map((e: { group: string }) => e.group)).to.deep.equal(['c']);
+    expect((await collection.find({ _id: { $type: 'string' } as never }).toArray()).map((doc) => doc._id).sort()).to.deep.equal(['forever', 'half']);
+    expect((await collection.findOne({ _id: 'half' as never }))?.lock.tags.shared.map((e: { group: string }) => e.group)).to.deep.equal(['c']);
     await locks.xlock('gone', 'e');
 
     const loop = locks.purgeEvery(30);
     await locks.xlock('looped', 'f', { ttl: 20 });
     await sleep(120);
     await loop.stop();
-    expect(await collection.countDocuments({ resource: 'looped' })).to.equal(0);
+    expect(await collection.countDocuments({ _id: 'looped' as never })).to.equal(0);
   });
 
   describe('fencing tokens', () => {
@@ -209,7 +208,7 @@ describe('resource locks', () => {
 
     it('many clients racing to be first on a new resource: exactly one exclusive holder, fences strictly increasing', async function () {
       this.timeout(60_000);
-      const { collection } = await lockCollection();
+      const collection = await freshCollection(); // no createIndexes(): the document's _id alone keeps it unique
       const clients = await Promise.all([0, 1, 2, 3].map(() => newClient()));
       const clientsLocks = clients.map((client) => resourceLocks({ collection: client.db(collection.dbName).collection(collection.collectionName) }));
       const outcomes = await Promise.allSettled(Array.from({ length: 40 }, (_, i) => clientsLocks[i % 4]!.xlock('fresh', `racer-${i}`, { ttl: 60_000 })));
@@ -218,7 +217,7 @@ describe('resource locks', () => {
       for (const outcome of outcomes) {
         if (outcome.status === 'rejected') expect(isLockError(outcome.reason, 'LockAlreadyTaken'), String(outcome.reason)).to.equal(true);
       }
-      expect(await collection.countDocuments({ resource: 'fresh' })).to.equal(1);
+      expect(await collection.countDocuments({ _id: 'fresh' as never })).to.equal(1);
 
       const order: number[] = [];
       await Promise.all(
@@ -237,12 +236,10 @@ describe('resource locks', () => {
   });
 
   describe('round trips (driver command monitoring)', () => {
-    it('first use of a new resource is one command (plus one clock read per client); a known one is one; a refusal two', async () => {
+    it('first use of a resource by a client is two commands (create if missing, then the checked lock); a known one is one; a refusal two', async () => {
       const { locks } = await lockCollection();
-      const sync = await commandsSentBy(() => locks.xlock('warm', 'a'));
-      expect(sync.commands, 'the first call of a client also reads the server clock').to.deep.equal(['findAndModify', 'update']);
       const fresh = await commandsSentBy(() => locks.xlock('new', 'a'));
-      expect(fresh.commands).to.deep.equal(['update']);
+      expect(fresh.commands, 'the document is created without a lock, then locked by the checked update').to.deep.equal(['update', 'findAndModify']);
       await locks.unlock('a');
       const known = await commandsSentBy(() => locks.xlock('new', 'b'));
       expect(known.commands).to.deep.equal(['findAndModify']);
@@ -291,6 +288,6 @@ describe('resource locks', () => {
       [() => locks.status({ ttlBelow: -5 }), /filter.ttlBelow/],
     ];
     for (const [call, message] of bad) expect((await rejectionOf(call())).message).to.match(message);
-    expect(await collection.countDocuments({ resource: { $exists: true } })).to.equal(0);
+    expect(await collection.countDocuments({})).to.equal(0);
   });
 });

@@ -92,12 +92,36 @@ describe('writeLock', () => {
       const lock = writeLock({ collection });
       const asTimestamp = await lock.acquire({ _id: 1 });
       await lock.release({ _id: 1 }, { timestamp: asTimestamp });
+      await sleep(2); // a bare timestamp is refused when two locks of the document share its ms (next test)
       const bare = await lock.acquire({ _id: 1 });
       await lock.release({ _id: 1 }, { timestamp: bare.timestamp });
       const parsed = JSON.parse(JSON.stringify(await lock.acquire({ _id: 1 })));
       expect(Object.keys(parsed).sort()).to.deep.equal(['expiresAt', 'fence', 'id', 'tag', 'timestamp']);
       await lock.release({ _id: 1 }, { lock: parsed });
       await lock.acquire({ _id: 1 });
+    });
+
+    it('a bare timestamp shared by two locks of one document (taken in one ms) is refused, never releasing the other', async () => {
+      const collection = await freshCollection([{ _id: 1 }]);
+      const lock = writeLock({ collection });
+      // Back to back until two acquisitions share a server ms (stamps never decrease, so they are consecutive).
+      for (let round = 0; round < 500; round++) {
+        const first = await lock.acquire({ _id: 1 });
+        await first.release();
+        const second = await lock.acquire({ _id: 1 });
+        if (second.timestamp !== first.timestamp) {
+          await second.release();
+          continue;
+        }
+        const stale = await rejectionOf(lock.release({ _id: 1 }, { timestamp: first.timestamp }));
+        expect(stale.subtype).to.equal('LockNotFound');
+        expect(stale.message).to.match(/cannot tell them apart/);
+        const stored = (await collection.findOne({ _id: 1 as never }))?.lock.tags.write as Array<{ id: string }>;
+        expect(stored.map((entry) => entry.id), 'the second lock is still held').to.deep.equal([second.id]);
+        await lock.release({ _id: 1 }, { timestamp: second }); // the handle itself proves which lock
+        return;
+      }
+      throw new Error('no two acquisitions shared a ms in 500 rounds');
     });
 
     it('releasing twice reports LockNotFound, not success', async () => {

@@ -1,0 +1,41 @@
+import type { Document } from 'mongodb';
+import type { ResolvedCallOptions } from './options';
+import type { ResourceStore } from './resource-store';
+import { RESOURCE_DOCUMENTS, RESOURCE_TAGS } from './resource-status';
+import { noLiveEntry, type LockPaths } from './stored-format';
+
+/** What one purge did. */
+export interface PurgeOutcome {
+  readonly documentsPruned: number;
+  readonly documentsDeleted: number;
+}
+
+/**
+ * Removes the locks that expired by `serverNow` (a time the server's clock has reached, read from
+ * the server), then deletes resource documents that hold no unexpired lock. A document deleted
+ * here is re-created, with a later birth time, on its next use, so fencing tokens keep increasing.
+ * Neither step can touch a lock that is live by the server's clock.
+ */
+export async function purgeExpired(store: ResourceStore, paths: LockPaths, serverNow: Date, call: ResolvedCallOptions): Promise<PurgeOutcome> {
+  const expiredSomewhere = { $or: RESOURCE_TAGS.map((tag) => ({ [`${paths.tag(tag)}.exp`]: { $lte: serverNow } })) };
+  const pull = Object.fromEntries(RESOURCE_TAGS.map((tag) => [paths.tag(tag), { exp: { $lte: serverNow } }]));
+  const documentsPruned = await store.updateMany({ ...RESOURCE_DOCUMENTS, ...expiredSomewhere }, { $pull: pull }, call);
+  const empty: Document = { ...RESOURCE_DOCUMENTS, $and: RESOURCE_TAGS.map((tag) => noLiveEntry(paths, tag, serverNow)) };
+  const documentsDeleted = await store.deleteMany(empty, call);
+  return { documentsPruned, documentsDeleted };
+}
+
+/** Runs `purge` every `intervalMs` (one at a time); `stop()` ends it and waits for a run in flight. */
+export function repeatPurge(purge: () => Promise<unknown>, intervalMs: number, report: (error: unknown) => void): { stop(): Promise<void> } {
+  let running: Promise<unknown> = Promise.resolve();
+  const timer = setInterval(() => {
+    running = running.then(purge).catch(report);
+  }, intervalMs);
+  timer.unref();
+  return {
+    stop: async () => {
+      clearInterval(timer);
+      await running;
+    },
+  };
+}

@@ -1,0 +1,97 @@
+import type { Document, UpdateFilter } from 'mongodb';
+import type { ResolvedCallOptions } from './options';
+import { SERVER_NOW, Store, withDeadline, writeConcern, type Timed } from './store';
+
+/**
+ * The calls resource locks make on their own lock collection, besides the engine's. A resource
+ * document is keyed by `_id: <resource name>` (a string), so MongoDB's own unique `_id` index
+ * makes two documents for one resource impossible, whether or not `createIndexes()` ran.
+ */
+export class ResourceStore extends Store {
+  /**
+   * Creates the resource's document (with its birth time from the server's clock,
+   * `$currentDate`) unless it exists; resolves whether it created it.
+   */
+  async ensureResource(resource: string, bornPath: string, onInsert: Document, call: ResolvedCallOptions): Promise<boolean> {
+    try {
+      const result = await withDeadline('updateOne', call.timeout, () =>
+        this.collection.updateOne(
+          { _id: resource as never, [bornPath]: { $exists: false } },
+          { $currentDate: { [bornPath]: true }, $setOnInsert: onInsert },
+          { upsert: true, maxTimeMS: call.timeout, writeConcern: writeConcern(call) },
+        ),
+      );
+      return result.upsertedCount > 0;
+    } catch (error) {
+      if (isDuplicateKey(error)) return false; // it exists (with its birth time), or was created concurrently
+      throw error;
+    }
+  }
+
+  /**
+   * The server's clock, read by stamping a meta document whose `_id` (an object) can never be a
+   * resource's name; it exists even in an empty collection.
+   */
+  async serverTime(metaId: Document, call: ResolvedCallOptions): Promise<Timed<Date>> {
+    const reply = await this.timed('findOneAndUpdate', call, () =>
+      this.collection.findOneAndUpdate({ _id: metaId as never }, { $currentDate: { now: true } }, {
+        upsert: true,
+        returnDocument: 'after',
+        maxTimeMS: call.timeout,
+        writeConcern: writeConcern(call),
+      }),
+    );
+    const serverNow: unknown = reply.value?.now;
+    if (!(serverNow instanceof Date)) throw new Error('The server did not return its time');
+    return { ...reply, value: serverNow };
+  }
+
+  /** Every document matching `filter`, with the server's clock at the time of the read, on the primary. */
+  async readAll(filter: Document, call: ResolvedCallOptions): Promise<{ docs: Document[]; serverNow: Date | undefined }> {
+    const docs = await withDeadline('aggregate', call.timeout, () =>
+      this.collection
+        .aggregate([{ $match: filter }, { $addFields: { [SERVER_NOW]: '$$NOW' } }], { maxTimeMS: call.timeout, readPreference: 'primary' })
+        .toArray(),
+    );
+    const serverNow: unknown = docs[0]?.[SERVER_NOW];
+    return { docs, serverNow: serverNow instanceof Date ? serverNow : undefined };
+  }
+
+  /** One atomic update of the document matching `filter`, resolving it as it was before (or null). */
+  async updateReturningBefore(filter: Document, update: Document, call: ResolvedCallOptions): Promise<Document | null> {
+    return withDeadline('findOneAndUpdate', call.timeout, () =>
+      this.collection.findOneAndUpdate(filter, update as UpdateFilter<Document>, {
+        returnDocument: 'before',
+        maxTimeMS: call.timeout,
+        writeConcern: writeConcern(call),
+      }),
+    );
+  }
+
+  /** Updates every matching document; resolves how many changed. */
+  async updateMany(filter: Document, update: Document, call: ResolvedCallOptions): Promise<number> {
+    const result = await withDeadline('updateMany', call.timeout, () =>
+      this.collection.updateMany(filter, update as UpdateFilter<Document>, { maxTimeMS: call.timeout, writeConcern: writeConcern(call) }),
+    );
+    return result.modifiedCount;
+  }
+
+  /** Deletes every matching document; resolves how many. */
+  async deleteMany(filter: Document, call: ResolvedCallOptions): Promise<number> {
+    const result = await withDeadline('deleteMany', call.timeout, () =>
+      this.collection.deleteMany(filter, { maxTimeMS: call.timeout, writeConcern: writeConcern(call) }),
+    );
+    return result.deletedCount;
+  }
+
+  /** Creates indexes; resolves their names. */
+  createIndexes(indexes: Array<{ key: Document; name: string; unique?: boolean; expireAfterSeconds?: number }>, call: ResolvedCallOptions): Promise<string[]> {
+    return withDeadline('createIndexes', call.timeout, () => this.collection.createIndexes(indexes, { maxTimeMS: call.timeout }));
+  }
+}
+
+/** A duplicate-key refusal (code 11000 on mongod; some compatible engines say it only in the message). */
+function isDuplicateKey(error: unknown): boolean {
+  const { code, message } = (error ?? {}) as { code?: unknown; message?: unknown };
+  return code === 11000 || (typeof message === 'string' && /duplicate key/i.test(message));
+}
