@@ -1,6 +1,7 @@
 import type { Plugin, Request, RequestRoute, ResponseToolkit, Server } from '@hapi/hapi';
 import type { Document } from 'mongodb';
 import { isLockError, type BoomLike } from './errors';
+import { routeName, trackRequests } from './hapi-lifecycle';
 import type { LockHandle } from './lock-handle';
 import { multiLock, type MultiLock, type MultiLockOptions } from './multi-lock';
 import { describe, expectMs, isPlainObject } from './options';
@@ -49,20 +50,14 @@ interface Resolved {
   readonly settings: RouteLockOptions;
 }
 
-interface Held {
-  lock?: LockHandle;
-  handler: 'not started' | 'running' | 'finished';
-  responded: boolean;
-  released: boolean;
-}
-
 const NAME = 'monglock';
 
 /**
- * The hapi plugin: locks the document a route works on before its handler, gives the handler the
- * lock (`request.plugins.monglock`), and releases it once the response has gone out (also when
- * the handler threw or the client disconnected: never while the handler still runs, except after
- * hapi's own server timeout). Lock errors answer 404/409/500 with the subtype as message.
+ * The hapi plugin: locks the document a route works on before its pre methods and handler, gives
+ * the handler the lock (`lockOf(request)`), and releases it once the response has gone out and
+ * none of the route's pre methods, their failAction or the handler runs any more (also after
+ * hapi's server timeout or a client disconnect, which answer while they go on). Once released,
+ * they are never started. Lock errors answer 404/409/500 with the subtype as message.
  * @example
  * await server.register({ plugin: monglockPlugin });
  * server.route({ method: 'POST', path: '/orders/{id}/pay', options: {
@@ -76,33 +71,16 @@ export const monglockPlugin: Plugin<MonglockPluginOptions> = {
     // eslint-disable-next-line @typescript-eslint/no-require-imports
     const boom: BoomLike = options.boom ?? (require('@hapi/boom') as BoomLike);
     const routes = new WeakMap<object, Resolved>();
-    const states = new WeakMap<Request, Held>();
-    const stateOf = (request: Request): Held => {
-      let state = states.get(request);
-      if (!state) states.set(request, (state = { handler: 'not started', responded: false, released: false }));
-      return state;
-    };
-
-    // Release once the response is out (or the client is gone) and the handler is not running:
-    // after a disconnect or hapi's server timeout the handler goes on, and so does its lock.
-    const releaseWhenDone = (state: Held): void => {
-      if (!state.lock || state.released || !state.responded || state.handler === 'running') return;
-      state.released = true;
-      state.lock.release().catch((error: unknown) => server.log(['monglock', 'error'], error as object));
-    };
+    const tracking = trackRequests(boom, (tags, data) => server.log(tags, data as object));
 
     const resolve = (route: RequestRoute): Resolved | undefined => {
       const config = (route.settings.plugins as Record<string, unknown> | undefined)?.[NAME];
       if (config === undefined) return undefined;
       let resolved = routes.get(route.settings);
       if (!resolved) {
-        resolved = resolveRoute(`${route.method} ${route.path}`, config);
+        resolved = resolveRoute(routeName(route), config);
         routes.set(route.settings, resolved);
-        trackHandler(route, (request, phase) => {
-          const state = stateOf(request);
-          state.handler = phase;
-          releaseWhenDone(state);
-        });
+        tracking.coverHandler(route);
       }
       return resolved;
     };
@@ -123,6 +101,7 @@ export const monglockPlugin: Plugin<MonglockPluginOptions> = {
       const resolved = resolve(request.route);
       if (!resolved) return h.continue;
       const { settings } = resolved;
+      if (!tracking.begin(request, settings.mode === 'checkout')) return h.continue; // answered already: lock nothing
       const filter = settings.filter(request);
       const params = { tag: settings.tag, wait: settings.wait, locktimeout: settings.locktimeout, boom };
       let lock: LockHandle;
@@ -132,47 +111,20 @@ export const monglockPlugin: Plugin<MonglockPluginOptions> = {
         if (isLockError(error, 'AssertiveLock') && error.lock) await (error.lock as LockHandle).release().catch(() => undefined);
         throw error;
       }
-      if (settings.mode !== 'checkout') {
-        const state = stateOf(request);
-        state.lock = lock;
-        releaseWhenDone(state); // the client may have gone while we waited for the lock
-      }
+      tracking.acquired(request, lock);
       const plugins = request.plugins as Record<string, unknown>;
       plugins[NAME] = { lock, guard: (extra?: Document) => lock.guard(extra) } satisfies RequestLock;
       return h.continue;
     });
 
-    server.events.on('response', (request: Request) => {
-      const state = states.get(request);
-      if (!state) return;
-      state.responded = true;
-      releaseWhenDone(state);
-    });
+    server.events.on('response', (request: Request) => tracking.responded(request));
   },
 };
-
-/**
- * Wraps a route's handler to report when it starts and finishes. hapi looks the handler up in
- * `route.settings.handler` on each request, so the wrapper sees every call.
- */
-function trackHandler(route: RequestRoute, report: (request: Request, phase: 'running' | 'finished') => void): void {
-  const settings = route.settings as { handler?: unknown };
-  const original = settings.handler;
-  if (typeof original !== 'function') return;
-  settings.handler = async function tracked(this: unknown, request: Request, h: ResponseToolkit): Promise<unknown> {
-    report(request, 'running');
-    try {
-      return await (original as (this: unknown, request: Request, h: ResponseToolkit) => unknown).call(this, request, h);
-    } finally {
-      report(request, 'finished');
-    }
-  };
-}
 
 /** The lock the plugin acquired for this request (throws if the route has none). */
 export function lockOf(request: Request): RequestLock {
   const state = (request.plugins as Record<string, unknown>)[NAME] as RequestLock | undefined;
-  if (!state) throw new Error(`Route ${request.route.method} ${request.route.path} has no monglock configuration`);
+  if (!state) throw new Error(`Route ${routeName(request.route)} has no monglock configuration`);
   return state;
 }
 
@@ -194,4 +146,3 @@ function resolveRoute(where: string, config: unknown): Resolved {
         : writeLock(given as unknown as WriteLockOptions);
   return { lock, settings };
 }
-

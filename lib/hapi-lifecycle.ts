@@ -1,0 +1,172 @@
+import type { Request, RequestRoute, ResponseToolkit } from '@hapi/hapi';
+import type { BoomLike } from './errors';
+import type { LockHandle } from './lock-handle';
+
+/** A route method as hapi calls it: a pre method, a pre's failAction (with the error as third argument) or the handler. */
+type RouteMethod = (this: unknown, request: Request, h: ResponseToolkit, ...rest: unknown[]) => unknown;
+
+/** One request of a locked route. */
+interface Tracked {
+  lock?: LockHandle;
+  /** `mode: 'checkout'`: the lock outlives the request. */
+  readonly keep: boolean;
+  /** The route's pre methods could not be wrapped: release only after the handler has finished. */
+  readonly conservative: boolean;
+  /** Wrapped calls (pre methods, failActions, the handler) in progress. */
+  running: number;
+  /** Wrapped calls started so far. */
+  started: number;
+  handlerFinished: boolean;
+  responded: boolean;
+  /** Once set, no wrapped call runs its user function. */
+  released: boolean;
+  settling: boolean;
+}
+
+/** How the hapi plugin follows a request from its onPreHandler to the end of its handler. */
+export interface RequestTracking {
+  /**
+   * Starts following `request` (onPreHandler, before acquiring) and wraps its route's pre methods
+   * the first time. False when the response has already gone out: then nothing must be acquired.
+   */
+  begin(request: Request, keep: boolean): boolean;
+  /** The lock is held. */
+  acquired(request: Request, lock: LockHandle): void;
+  /** The response has gone out, or the client is gone (the server's `response` event). */
+  responded(request: Request): void;
+  /** Wraps a locked route's handler (once per route: hapi reads `route.settings.handler` on each request). */
+  coverHandler(route: RequestRoute): void;
+}
+
+/** `POST /orders/{id}`. */
+export function routeName(route: { method: string; path: string }): string {
+  return `${route.method.toUpperCase()} ${route.path}`;
+}
+
+/**
+ * Follows locked requests so that the lock is released once the response is out and none of the
+ * route's code after onPreHandler runs any more, and so that none of it starts once released.
+ *
+ * hapi runs the pre methods and the handler as one lifecycle step; a server timeout or a client
+ * disconnect answers while that step goes on. So every pre method, function failAction and the
+ * handler is wrapped and counted.
+ */
+export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknown) => void): RequestTracking {
+  const requests = new WeakMap<Request, Tracked>();
+  const coverage = new WeakMap<object, boolean>();
+
+  const settle = (state: Tracked): void => {
+    if (!state.lock || state.keep || state.released || state.settling || !state.responded || state.running > 0) return;
+    if (state.conservative && !state.handlerFinished) return;
+    // hapi starts the next pre method or the handler a few microtasks after the previous one
+    // settled; one macrotask later, a call that started meanwhile shows in `started`.
+    state.settling = true;
+    const seen = state.started;
+    setImmediate(() => {
+      state.settling = false;
+      if (state.started !== seen) return settle(state);
+      state.released = true;
+      state.lock?.release().catch((error: unknown) => log(['monglock', 'error'], error));
+    });
+  };
+
+  const wrap = (original: RouteMethod, what: string, where: string): RouteMethod => {
+    const guarded: RouteMethod = async function (this: unknown, request, h, ...rest) {
+      const state = requests.get(request);
+      if (!state?.lock || state.released) {
+        throw boom.badImplementation(`monglock: not running the ${what} of ${where}: its lock is ${state?.lock ? 'released' : 'not held'}`);
+      }
+      state.running++;
+      state.started++;
+      try {
+        return await original.call(this, request, h, ...rest);
+      } finally {
+        state.running--;
+        if (what === 'handler') state.handlerFinished = true;
+        settle(state);
+      }
+    };
+    // hapi names the method in some of its errors.
+    return Object.defineProperty(guarded, 'name', { value: original.name });
+  };
+
+  /** Wraps the items hapi built from the route's `pre` (request._route._prerequisites), all or none. */
+  const wrapPrerequisites = (request: Request, declared: unknown[], where: string): boolean => {
+    const sets = (request as unknown as { _route?: { _prerequisites?: unknown } })._route?._prerequisites;
+    if (!Array.isArray(sets) || sets.length !== declared.length) return false;
+    const items: Array<{ method: RouteMethod; failAction: unknown }> = [];
+    for (const [index, set] of sets.entries()) {
+      const size = Array.isArray(declared[index]) ? (declared[index] as unknown[]).length : 1;
+      if (!Array.isArray(set) || set.length !== size) return false;
+      for (const item of set as unknown[]) {
+        const failAction = (item as { failAction?: unknown } | null)?.failAction;
+        if (!holdsFunction(item, 'method') || (typeof failAction === 'function' && !holdsFunction(item, 'failAction'))) return false;
+        items.push(item as { method: RouteMethod; failAction: unknown });
+      }
+    }
+    for (const item of items) {
+      item.method = wrap(item.method, 'pre method', where);
+      if (typeof item.failAction === 'function') item.failAction = wrap(item.failAction as RouteMethod, 'pre failAction', where);
+    }
+    return true;
+  };
+
+  /** True when the route's pre methods are covered (or it has none). */
+  const coverPrerequisites = (request: Request): boolean => {
+    const declared = request.route.settings.pre as unknown;
+    if (!Array.isArray(declared) || declared.length === 0) return true;
+    const internal = (request as unknown as { _route?: unknown })._route;
+    const key = typeof internal === 'object' && internal !== null ? internal : request.route.settings;
+    let covered = coverage.get(key);
+    if (covered === undefined) {
+      const where = routeName(request.route);
+      covered = wrapPrerequisites(request, declared, where);
+      coverage.set(key, covered);
+      if (!covered) {
+        log(['monglock', 'warning'], `monglock: cannot follow the pre methods of ${where} in this hapi version; its lock is released only after the handler has finished (or by its lease)`);
+      }
+    }
+    return covered;
+  };
+
+  return {
+    begin(request, keep) {
+      if (request.info.completed) return false;
+      const state: Tracked = {
+        keep,
+        conservative: !coverPrerequisites(request),
+        running: 0,
+        started: 0,
+        handlerFinished: false,
+        responded: false,
+        released: false,
+        settling: false,
+      };
+      requests.set(request, state);
+      return true;
+    },
+    acquired(request, lock) {
+      const state = requests.get(request);
+      if (!state) return;
+      state.lock = lock;
+      settle(state); // the client may have gone while we waited for the lock
+    },
+    responded(request) {
+      const state = requests.get(request);
+      if (!state) return;
+      state.responded = true;
+      settle(state);
+    },
+    coverHandler(route) {
+      const settings = route.settings as { handler?: unknown };
+      if (typeof settings.handler === 'function') settings.handler = wrap(settings.handler as RouteMethod, 'handler', routeName(route));
+    },
+  };
+}
+
+/** True for an object whose own writable data property `key` is a function. */
+function holdsFunction(value: unknown, key: string): boolean {
+  if (typeof value !== 'object' || value === null) return false;
+  const descriptor = Object.getOwnPropertyDescriptor(value, key);
+  return descriptor?.writable === true && typeof descriptor.value === 'function';
+}
