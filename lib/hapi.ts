@@ -3,9 +3,10 @@ import type { Document } from 'mongodb';
 import { isLockError, type BoomLike } from './errors';
 import { routeName, trackRequests } from './hapi-lifecycle';
 import type { LockHandle } from './lock-handle';
+import { describeLock } from './lock-kind';
 import { multiLock, type MultiLock, type MultiLockOptions } from './multi-lock';
 import { describe, expectMs, isPlainObject } from './options';
-import { writeLock, type WriteLock, type WriteLockOptions } from './write-lock';
+import { WRITE_TAG, writeLock, type WriteLock, type WriteLockOptions } from './write-lock';
 
 /** Route-level configuration, in a route's `options.plugins.monglock`. */
 export interface RouteLockOptions {
@@ -13,7 +14,7 @@ export interface RouteLockOptions {
   readonly lock: WriteLock | MultiLock | WriteLockOptions | MultiLockOptions;
   /** Builds the filter of the document to lock from the request, for example `(request) => ({ _id: request.params.id })`. */
   readonly filter: (request: Request) => Document;
-  /** The tag, for a multiLock. */
+  /** The tag: required for a multiLock (one it declares); none, or `write`, for a writeLock. */
   readonly tag?: string;
   /**
    * ms to wait for a held lock inside the request (an assertive tag waits for the tags it asserts
@@ -51,6 +52,7 @@ interface Resolved {
 }
 
 const NAME = 'monglock';
+const ROUTE_KEYS: ReadonlyArray<keyof RouteLockOptions> = ['lock', 'filter', 'tag', 'wait', 'locktimeout', 'mode'];
 
 /**
  * The hapi plugin: locks the document a route works on before its pre methods and handler, gives
@@ -128,21 +130,51 @@ export function lockOf(request: Request): RequestLock {
   return state;
 }
 
+/** Validates a route's `plugins.monglock` (from onPreStart: a misconfigured route fails server.initialize()). */
 function resolveRoute(where: string, config: unknown): Resolved {
   if (!isPlainObject(config)) throw new TypeError(`Expected \`plugins.monglock\` of ${where} to be an object, got ${describe(config)}`);
+  const unknown = Object.keys(config).find((key) => !(ROUTE_KEYS as string[]).includes(key));
+  if (unknown !== undefined) {
+    throw new TypeError(`Unknown option \`plugins.monglock.${unknown}\` of ${where}: expected ${ROUTE_KEYS.join(', ')}`);
+  }
   const settings = config as unknown as RouteLockOptions;
   if (typeof settings.filter !== 'function') throw new TypeError(`Expected \`plugins.monglock.filter\` of ${where} to be a function (request) => filter`);
   if (settings.wait !== undefined) expectMs(`plugins.monglock.wait of ${where}`, settings.wait, 0);
+  if (settings.locktimeout !== undefined) expectMs(`plugins.monglock.locktimeout of ${where}`, settings.locktimeout);
   if (settings.mode !== undefined && settings.mode !== 'hold' && settings.mode !== 'checkout') {
     throw new TypeError(`Expected \`plugins.monglock.mode\` of ${where} to be 'hold' or 'checkout'`);
   }
-  const given = settings.lock as unknown as Record<string, unknown> | undefined;
-  if (!given || typeof given !== 'object') throw new TypeError(`Expected \`plugins.monglock.lock\` of ${where} to be a lock or lock options`);
-  const lock =
-    typeof given.acquire === 'function'
-      ? (given as unknown as WriteLock | MultiLock)
-      : given.locktimeouts !== undefined || given.lockRelationships !== undefined
-        ? multiLock(given as unknown as MultiLockOptions)
-        : writeLock(given as unknown as WriteLockOptions);
+  const lock = lockFor(where, settings.lock);
+  expectTag(where, lock, settings.tag);
   return { lock, settings };
+}
+
+/** The route's lock: the instance given, or one made from the options given. */
+function lockFor(where: string, given: unknown): WriteLock | MultiLock {
+  if (!isPlainObject(given)) throw new TypeError(`Expected \`plugins.monglock.lock\` of ${where} to be a lock or lock options`);
+  if (typeof given.acquire === 'function') return given as unknown as WriteLock | MultiLock;
+  try {
+    return given.locktimeouts !== undefined || given.lockRelationships !== undefined
+      ? multiLock(given as unknown as MultiLockOptions)
+      : writeLock(given as unknown as WriteLockOptions);
+  } catch (error) {
+    const Type = error instanceof RangeError ? RangeError : TypeError;
+    throw new Type(`Invalid \`plugins.monglock.lock\` of ${where}: ${(error as Error).message}`, { cause: error });
+  }
+}
+
+/** A multiLock route needs one of its lock's tags; a writeLock route none (or `write`). */
+function expectTag(where: string, lock: WriteLock | MultiLock, tag: unknown): void {
+  // Undefined for locks made elsewhere, and for instances hidden by hapi's copy of route options: their acquire decides.
+  const description = describeLock(lock);
+  if (!description) return;
+  if (description.kind === 'writeLock') {
+    if (tag !== undefined && tag !== WRITE_TAG) {
+      throw new TypeError(`Expected no \`plugins.monglock.tag\` of ${where}: its lock is a writeLock (tag \`${WRITE_TAG}\`), got ${describe(tag)}`);
+    }
+    return;
+  }
+  if (typeof tag !== 'string' || !description.tags.has(tag)) {
+    throw new TypeError(`Expected \`plugins.monglock.tag\` of ${where} to be one of its multiLock's tags (${[...description.tags].join(', ')}), got ${describe(tag)}`);
+  }
 }
