@@ -14,7 +14,7 @@ import {
   type ResolvedCallOptions,
 } from './options';
 import type { TagRule } from './relationships';
-import { inPromiseLibrary, warnUncancellableWait, type Cancellation } from './promise-library';
+import { inPromiseLibrary, uncancellableWaitWarning, type Cancellation } from './promise-library';
 import { holdWhile, type UsingBody } from './scoped-hold';
 import { ServerClock } from './server-clock';
 import { Store } from './store';
@@ -40,6 +40,7 @@ export class DocumentLock implements HandleOwner {
   readonly engine: LockEngine;
   private readonly defaults: ResolvedCallOptions;
   private readonly PromiseLib: PromiseLibrary | undefined;
+  private readonly warnUncancellable = uncancellableWaitWarning();
   private readonly clock: ServerClock;
 
   constructor(options: unknown, kind: DocumentLockKind) {
@@ -82,7 +83,7 @@ export class DocumentLock implements HandleOwner {
     const ruleTag = resumed?.lock.tag ?? tag ?? '';
     const lease = this.leaseOf(ruleTag, p);
     const waiting = readWaitParams(p);
-    if (cancellation?.unsupported && waiting.wait > 0) warnUncancellableWait();
+    if (cancellation?.unsupported && waiting.wait > 0) this.warnUncancellable();
     const { signal, dispose } = linkSignals(waiting.signal, cancellation?.signal);
     if (signal?.aborted) throw signal.reason;
 

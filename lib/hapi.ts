@@ -4,14 +4,17 @@ import { isLockError, type BoomLike } from './errors';
 import { routeName, trackRequests } from './hapi-lifecycle';
 import type { LockHandle } from './lock-handle';
 import { describeLock } from './lock-kind';
-import { multiLock, type MultiLock, type MultiLockOptions } from './multi-lock';
+import type { MultiLock } from './multi-lock';
 import { describe, expectMs, isPlainObject } from './options';
-import { WRITE_TAG, writeLock, type WriteLock, type WriteLockOptions } from './write-lock';
+import { WRITE_TAG, type WriteLock } from './write-lock';
 
 /** Route-level configuration, in a route's `options.plugins.monglock`. */
 export interface RouteLockOptions {
-  /** The lock: a writeLock or multiLock instance, or the options to make one (multiLock when they have `locktimeouts` or `lockRelationships`). */
-  readonly lock: WriteLock | MultiLock | WriteLockOptions | MultiLockOptions;
+  /**
+   * The lock: a writeLock or multiLock instance (made once, outside the route: hapi deep-copies
+   * route options, which would break a driver `Collection` given inside lock options).
+   */
+  readonly lock: WriteLock | MultiLock;
   /** Builds the filter of the document to lock from the request, for example `(request) => ({ _id: request.params.id })`. */
   readonly filter: (request: Request) => Document;
   /** The tag: required for a multiLock (one it declares); none, or `write`, for a writeLock. */
@@ -149,18 +152,13 @@ function resolveRoute(where: string, config: unknown): Resolved {
   return { lock, settings };
 }
 
-/** The route's lock: the instance given, or one made from the options given. */
+/** The route's lock: an instance (or hapi's copy of one, which keeps its methods). */
 function lockFor(where: string, given: unknown): WriteLock | MultiLock {
-  if (!isPlainObject(given)) throw new TypeError(`Expected \`plugins.monglock.lock\` of ${where} to be a lock or lock options`);
-  if (typeof given.acquire === 'function') return given as unknown as WriteLock | MultiLock;
-  try {
-    return given.locktimeouts !== undefined || given.lockRelationships !== undefined
-      ? multiLock(given as unknown as MultiLockOptions)
-      : writeLock(given as unknown as WriteLockOptions);
-  } catch (error) {
-    const Type = error instanceof RangeError ? RangeError : TypeError;
-    throw new Type(`Invalid \`plugins.monglock.lock\` of ${where}: ${(error as Error).message}`, { cause: error });
-  }
+  if (isPlainObject(given) && typeof given.acquire === 'function') return given as unknown as WriteLock | MultiLock;
+  throw new TypeError(
+    `Expected \`plugins.monglock.lock\` of ${where} to be a writeLock or multiLock instance, got ${describe(given)}: ` +
+      'make the lock once with writeLock()/multiLock() and pass it (hapi deep-copies route options, which breaks a driver Collection inside lock options)',
+  );
 }
 
 /** A multiLock route needs one of its lock's tags; a writeLock route none (or `write`). */

@@ -8,13 +8,19 @@ export interface LockDescription {
 
 const descriptions = new WeakMap<object, LockDescription>();
 
-/** Records what `lock` is; returns it. */
-export function describedAs<T extends object>(lock: T, description: LockDescription): T {
+/**
+ * Records what `lock` is; returns it. Recorded under its `acquire` function too: hapi deep-copies
+ * route options, and a copy of a lock keeps the same functions.
+ */
+export function describedAs<T extends { acquire: unknown }>(lock: T, description: LockDescription): T {
   descriptions.set(lock, description);
+  if (typeof lock.acquire === 'function') descriptions.set(lock.acquire, description);
   return lock;
 }
 
-/** What `lock` is, when this package made it; undefined for anything else. */
+/** What `lock` (or a copy of it) is, when this package made it; undefined for anything else. */
 export function describeLock(lock: unknown): LockDescription | undefined {
-  return typeof lock === 'object' && lock !== null ? descriptions.get(lock) : undefined;
+  if (typeof lock !== 'object' || lock === null) return undefined;
+  const acquire: unknown = (lock as { acquire?: unknown }).acquire;
+  return descriptions.get(lock) ?? (typeof acquire === 'function' ? descriptions.get(acquire) : undefined);
 }

@@ -58,15 +58,16 @@ function isBluebirdLike(PromiseLib: PromiseLibrary): PromiseLib is BluebirdLike 
   return typeof candidate === 'function' && typeof (candidate.prototype as { cancel?: unknown } | undefined)?.cancel === 'function';
 }
 
-let warned = false;
-
-/** Warns once per process that a waiting acquisition's bluebird promise cannot stop the wait. */
-export function warnUncancellableWait(): void {
-  if (warned) return;
-  warned = true;
-  process.emitWarning(
-    'A waiting acquire returned a bluebird promise with cancellation disabled: its .timeout() or .cancel() cannot stop the wait, ' +
-      'which goes on and may take the lock. Pass `signal`, bound it with `wait`, or enable Bluebird.config({ cancellation: true }).',
-    { code: 'MONGLOCK_UNCANCELLABLE_WAIT' },
-  );
+/** A function that warns (once per lock instance that calls it) that a waiting acquisition's bluebird promise cannot stop the wait. */
+export function uncancellableWaitWarning(): () => void {
+  let warned = false;
+  return () => {
+    if (warned) return;
+    warned = true;
+    process.emitWarning(
+      'A waiting acquire returned a bluebird promise with cancellation disabled: its .timeout() or .cancel() cannot stop the wait, ' +
+        'which goes on and may take the lock. Pass `signal`, bound it with `wait`, or enable Bluebird.config({ cancellation: true }).',
+      { code: 'MONGLOCK_UNCANCELLABLE_WAIT' },
+    );
+  };
 }

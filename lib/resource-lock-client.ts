@@ -14,7 +14,7 @@ import {
   type ResolvedCallOptions,
 } from './options';
 import { resolveTagRules } from './relationships';
-import { inPromiseLibrary, warnUncancellableWait, type Cancellation } from './promise-library';
+import { inPromiseLibrary, uncancellableWaitWarning, type Cancellation } from './promise-library';
 import { ResourceLockHandle, type ResourceLockType } from './resource-lock-handle';
 import type { ResourceLocks, ResourceLocksOptions } from './resource-locks';
 import { expectLimit, expectLockId, expectResource, readLockDetails, readStatusFilter, type LockDetails } from './resource-params';
@@ -44,6 +44,7 @@ export class ResourceLockClient implements HandleOwner {
   private readonly paths = new LockPaths(FIELD);
   private readonly defaults: ResolvedCallOptions;
   private readonly PromiseLib: PromiseLibrary | undefined;
+  private readonly warnUncancellable = uncancellableWaitWarning();
   private readonly gcAfter: number;
   /** Resources this client has seen exist: locked directly, without the creating upsert. */
   private readonly known = new Set<string>();
@@ -115,7 +116,7 @@ export class ResourceLockClient implements HandleOwner {
     const limit = expectLimit(maxConcurrent);
     const lease = details.ttl ?? Infinity;
     const waiting = readWaitParams(p);
-    if (cancellation?.unsupported && waiting.wait > 0) warnUncancellableWait();
+    if (cancellation?.unsupported && waiting.wait > 0) this.warnUncancellable();
     const { signal, dispose } = linkSignals(waiting.signal, cancellation?.signal);
     if (signal?.aborted) throw signal.reason;
     const entry = { group, owner: details.owner ?? null, host: details.host ?? null, comment: details.comment ?? null, renewedAt: null };

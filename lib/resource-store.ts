@@ -23,8 +23,8 @@ export class ResourceStore extends Store {
       );
       return result.upsertedCount > 0;
     } catch (error) {
-      if (isDuplicateKey(error)) return false; // it exists (with its birth time), or was created concurrently
-      throw error;
+      if (isDuplicateId(error)) return false; // it exists (with its birth time), or was created concurrently
+      throw error; // another unique index refused it: not ours to ignore
     }
   }
 
@@ -90,8 +90,14 @@ export class ResourceStore extends Store {
   }
 }
 
-/** A duplicate-key refusal (code 11000 on mongod; some compatible engines say it only in the message). */
-function isDuplicateKey(error: unknown): boolean {
-  const { code, message } = (error ?? {}) as { code?: unknown; message?: unknown };
-  return code === 11000 || (typeof message === 'string' && /duplicate key/i.test(message));
+/**
+ * A duplicate-key refusal on `_id` (code 11000 on mongod; some compatible engines say it only in
+ * the message). One on another unique index is a different problem and is not swallowed.
+ */
+function isDuplicateId(error: unknown): boolean {
+  const { code, message, keyPattern } = (error ?? {}) as { code?: unknown; message?: unknown; keyPattern?: unknown };
+  const text = typeof message === 'string' ? message : '';
+  if (code !== 11000 && !/duplicate key/i.test(text)) return false;
+  if (typeof keyPattern === 'object' && keyPattern !== null) return Object.keys(keyPattern).join() === '_id';
+  return /index: _id_ |_id_ dup key|dup key: \{ _id:/.test(text);
 }

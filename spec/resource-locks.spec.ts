@@ -235,6 +235,16 @@ describe('resource locks', () => {
     });
   });
 
+  it('a duplicate key from another unique index of the collection is reported, not taken for an existing resource', async () => {
+    const collection = await freshCollection();
+    await collection.createIndex({ legacy: 1 }, { unique: true }); // every resource document lacks it: null, the same key
+    const locks = resourceLocks({ collection });
+    await (await locks.xlock('a', 'x')).release();
+    const error = await rejectionOf(locks.xlock('b', 'x'));
+    expect(error.subtype).to.equal('DbError');
+    expect(error.message).to.match(/duplicate key/i);
+  });
+
   describe('round trips (driver command monitoring)', () => {
     it('first use of a resource by a client is two commands (create if missing, then the checked lock); a known one is one; a refusal two', async () => {
       const { locks } = await lockCollection();

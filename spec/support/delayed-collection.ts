@@ -1,0 +1,63 @@
+import type { Collection, Document } from 'mongodb';
+
+/** A driver call a delay can apply to. */
+export type DelayedMethod = 'findOneAndUpdate' | 'updateOne' | 'updateMany' | 'deleteMany' | 'aggregate';
+
+/** ms to hold a call back, by method and by the call's number (1-based, per method). */
+export type DelayPlan = (method: DelayedMethod, call: number) => number;
+
+/** When to hold calls back: before the request is sent, and before the reply is handed over. */
+export interface Delays {
+  readonly request?: DelayPlan;
+  readonly reply?: DelayPlan;
+}
+
+const METHODS: ReadonlySet<string> = new Set(['findOneAndUpdate', 'updateOne', 'updateMany', 'deleteMany']);
+
+/**
+ * The same collection (same client, same server), with requests and/or replies of its lock
+ * calls held back as `delays` says: a delay before the request is a slow network on the way
+ * there (the server executes later), a delay before the reply a slow way back (the server has
+ * executed). Test infrastructure: everything else passes through untouched.
+ */
+export function delayedCollection(collection: Collection<Document>, delays: Delays): Collection<Document> {
+  const counts = new Map<string, number>();
+  const hold = (plan: DelayPlan | undefined, method: DelayedMethod, n: number): Promise<void> => {
+    const ms = plan?.(method, n) ?? 0;
+    return ms > 0 ? new Promise((resolve) => setTimeout(resolve, ms)) : Promise.resolve();
+  };
+  const next = (method: string): number => {
+    const n = (counts.get(method) ?? 0) + 1;
+    counts.set(method, n);
+    return n;
+  };
+  return new Proxy(collection, {
+    get(target, property, receiver) {
+      const value: unknown = Reflect.get(target, property, receiver);
+      if (typeof value !== 'function') return value;
+      const method = String(property);
+      if (method === 'aggregate') {
+        return (...args: unknown[]) => {
+          const n = next(method);
+          const cursor = (value as (...a: unknown[]) => { toArray(): Promise<Document[]> }).apply(target, args);
+          return {
+            toArray: async () => {
+              await hold(delays.request, 'aggregate', n);
+              const docs = await cursor.toArray();
+              await hold(delays.reply, 'aggregate', n);
+              return docs;
+            },
+          };
+        };
+      }
+      if (!METHODS.has(method)) return (value as (...a: unknown[]) => unknown).bind(target);
+      return async (...args: unknown[]) => {
+        const n = next(method);
+        await hold(delays.request, method as DelayedMethod, n);
+        const result: unknown = await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args);
+        await hold(delays.reply, method as DelayedMethod, n);
+        return result;
+      };
+    },
+  });
+}
