@@ -7,7 +7,7 @@ import Bluebird from 'bluebird';
 import { expect } from 'chai';
 import type { Collection, Document } from 'mongodb';
 import { isLockError, multiLock, resourceLocks, writeLock, type LockHandle } from '../lib';
-import { delayedCollection } from './support/delayed-collection';
+import { delayedCollection } from '../stress/delayed-collection';
 import { freshCollection, rejectionOf, sleep, testDb } from './support/fixture';
 
 /** Local time (ms since the epoch) on this machine, which is also the test server's clock. */

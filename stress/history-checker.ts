@@ -1,0 +1,89 @@
+/**
+ * An independent checker of lock histories. It knows nothing of monglock: it reads an
+ * append-only list of events that the clients recorded (intervals during which a holder ran code
+ * it believed protected, each with its lock's fencing token, and how every call settled) and the
+ * raw stored state read back from MongoDB at the end, and reports every violation of:
+ *
+ * 1. mutual exclusion: an exclusive holder's interval never overlaps another holder's interval on
+ *    the same target (shared holders may overlap each other);
+ * 2. fencing: of two holders of one target whose intervals follow each other, at least one of
+ *    them exclusive, the later one has the larger token (also across purge and re-creation);
+ * 3. no leak: once every call has settled and background releases had time to land, no target
+ *    holds an unexpired lock (every holder has given up);
+ * 4. liveness: every call settled.
+ *
+ * All times are one machine's clock in ms (the test server runs on the same machine, so it is also
+ * the server's clock).
+ */
+
+/** A span of time during which a holder ran code it believed the lock protected. */
+export interface HoldEvent {
+  readonly type: 'hold';
+  readonly target: string;
+  /** The lock's id: intervals of one holder may overlap each other. */
+  readonly holder: string;
+  readonly mode: 'exclusive' | 'shared';
+  readonly fence: number;
+  readonly start: number;
+  readonly end: number;
+}
+
+/** How one call ended. */
+export interface SettledEvent {
+  readonly type: 'settled';
+  readonly op: number;
+  readonly kind: string;
+  /** `ok`, an error's subtype or name, or `unsettled` when it did not settle in time. */
+  readonly outcome: string;
+  readonly at: number;
+}
+
+/** One recorded event. */
+export type HistoryEvent = HoldEvent | SettledEvent;
+
+/** The stored state at the end: unexpired lock entries left per target. */
+export interface FinalState {
+  readonly liveEntries: ReadonlyArray<{ readonly target: string; readonly tag: string; readonly id: string; readonly exp: number }>;
+}
+
+/** One broken invariant, in words. */
+export interface Violation {
+  readonly rule: 'exclusion' | 'fencing' | 'leak' | 'liveness';
+  readonly detail: string;
+}
+
+/** Checks a history; resolves every violation found (none: the history is correct). */
+export function checkHistory(events: readonly HistoryEvent[], final: FinalState): Violation[] {
+  const violations: Violation[] = [];
+  const holds = events.filter((event): event is HoldEvent => event.type === 'hold');
+  const byTarget = new Map<string, HoldEvent[]>();
+  for (const hold of holds) byTarget.set(hold.target, [...(byTarget.get(hold.target) ?? []), hold]);
+
+  for (const [target, list] of byTarget) {
+    const sorted = [...list].sort((a, b) => a.start - b.start);
+    for (let i = 0; i < sorted.length; i++) {
+      for (let j = i + 1; j < sorted.length; j++) {
+        const a = sorted[i]!;
+        const b = sorted[j]!;
+        if (a.holder === b.holder) continue;
+        if (a.mode === 'shared' && b.mode === 'shared') continue;
+        if (b.start < a.end) {
+          violations.push({
+            rule: 'exclusion',
+            detail: `${target}: ${a.mode} ${a.holder} (fence ${a.fence}) [${a.start.toFixed(1)}, ${a.end.toFixed(1)}] overlaps ${b.mode} ${b.holder} (fence ${b.fence}) from ${b.start.toFixed(1)} by ${(a.end - b.start).toFixed(1)} ms`,
+          });
+        } else if (b.fence <= a.fence) {
+          violations.push({ rule: 'fencing', detail: `${target}: ${b.holder} (fence ${b.fence}) after ${a.holder} (fence ${a.fence})` });
+        }
+      }
+    }
+  }
+
+  for (const entry of final.liveEntries) {
+    violations.push({ rule: 'leak', detail: `${entry.target}: ${entry.tag} lock ${entry.id} still held (expires ${new Date(entry.exp).toISOString()}) after every holder gave up` });
+  }
+  for (const event of events) {
+    if (event.type === 'settled' && event.outcome === 'unsettled') violations.push({ rule: 'liveness', detail: `call ${event.op} (${event.kind}) never settled` });
+  }
+  return violations;
+}

@@ -1,0 +1,117 @@
+/**
+ * Random lock histories, generated (and shrunk) by fast-check: several clients, each with its own
+ * clock skew and its own delays on requests and replies, running scoped locks of every kind with
+ * random hold times, waits and aborts, purges of resource documents, and hapi requests with
+ * slow pre methods, server timeouts and client disconnects.
+ */
+import fc from 'fast-check';
+
+/** One client: its clock and its network. */
+export interface ClientPlan {
+  /** Added to the local clock it gives monglock, in ms: inside and beyond the stamp tolerance. */
+  readonly skewMs: number;
+  /** Largest delay before a request is sent, in ms. */
+  readonly requestDelayMs: number;
+  /** Largest delay before a reply is handed over, in ms. */
+  readonly replyDelayMs: number;
+  /** Share of calls that are delayed (0..1). */
+  readonly delayShare: number;
+}
+
+/** What every scoped operation has. */
+interface Timed {
+  /** The client (index into the scenario's clients). */
+  readonly client: number;
+  /** ms after the history starts. */
+  readonly startAt: number;
+  /** ms after its start at which its AbortSignal aborts (undefined: never). */
+  readonly abortAfter: number | undefined;
+  /** How long the body keeps running once it holds the lock, in ms. */
+  readonly holdMs: number;
+  /** `wait` of the acquisition, in ms. */
+  readonly wait: number;
+}
+
+/** One operation of a history. */
+export type Operation =
+  | (Timed & { readonly kind: 'writeLock'; readonly doc: 'w0' | 'w1'; readonly lease: number })
+  | (Timed & { readonly kind: 'multiLock'; readonly tag: 'read' | 'write' })
+  | (Timed & { readonly kind: 'resource'; readonly type: 'exclusive' | 'shared'; readonly ttl: number | undefined })
+  | { readonly kind: 'purge'; readonly client: number; readonly startAt: number }
+  | {
+      readonly kind: 'hapi';
+      readonly startAt: number;
+      readonly preMs: number;
+      readonly handlerMs: number;
+      /** The route's server timeout (hapi answers 503 while the route goes on), in ms. */
+      readonly serverTimeout: number | undefined;
+      /** ms after which the HTTP client disconnects (undefined: it waits for the answer). */
+      readonly disconnectAfter: number | undefined;
+    };
+
+/** A whole history to run. */
+export interface Scenario {
+  /** Seeds the per-call delays. */
+  readonly seed: number;
+  readonly clients: readonly ClientPlan[];
+  readonly operations: readonly Operation[];
+}
+
+/** How large histories are. */
+export interface ScenarioSize {
+  readonly maxClients: number;
+  readonly maxOperations: number;
+}
+
+const skews = fc.constantFrom(0, 0, 30, -30, 400, -400, 900, -900, 3_000, -3_000, 60_000, -60_000);
+const delays = fc.constantFrom(0, 0, 20, 80, 250);
+
+/** Arbitrary of one client. */
+export const clientPlan: fc.Arbitrary<ClientPlan> = fc.record({
+  skewMs: skews,
+  requestDelayMs: delays,
+  replyDelayMs: delays,
+  delayShare: fc.constantFrom(0, 0.2, 0.5, 1),
+});
+
+function timed(clients: number): fc.Arbitrary<Timed> {
+  return fc.record({
+    client: fc.nat({ max: clients - 1 }),
+    startAt: fc.nat({ max: 1_200 }),
+    abortAfter: fc.option(fc.integer({ min: 0, max: 900 }), { nil: undefined, freq: 3 }),
+    holdMs: fc.nat({ max: 900 }),
+    wait: fc.constantFrom(0, 300, 2_000, 4_000),
+  });
+}
+
+/** Arbitrary of one operation for a history with `clients` clients. */
+export function operation(clients: number): fc.Arbitrary<Operation> {
+  return fc.oneof(
+    { weight: 4, arbitrary: fc.tuple(timed(clients), fc.constantFrom('w0', 'w1' as const), fc.constantFrom(300, 600, 1_500)).map(([t, doc, lease]) => ({ ...t, kind: 'writeLock' as const, doc, lease })) },
+    { weight: 3, arbitrary: fc.tuple(timed(clients), fc.constantFrom('read', 'read', 'write' as const)).map(([t, tag]) => ({ ...t, kind: 'multiLock' as const, tag })) },
+    { weight: 3, arbitrary: fc.tuple(timed(clients), fc.constantFrom('exclusive', 'shared' as const), fc.constantFrom(600, 1_500, undefined)).map(([t, type, ttl]) => ({ ...t, kind: 'resource' as const, type, ttl })) },
+    { weight: 1, arbitrary: fc.record({ kind: fc.constant('purge' as const), client: fc.nat({ max: clients - 1 }), startAt: fc.nat({ max: 1_500 }) }) },
+    {
+      weight: 2,
+      arbitrary: fc.record({
+        kind: fc.constant('hapi' as const),
+        startAt: fc.nat({ max: 1_200 }),
+        preMs: fc.constantFrom(0, 50, 250),
+        handlerMs: fc.constantFrom(0, 50, 250),
+        serverTimeout: fc.option(fc.constantFrom(60, 150), { nil: undefined, freq: 2 }),
+        disconnectAfter: fc.option(fc.constantFrom(30, 120, 400), { nil: undefined, freq: 2 }),
+      }),
+    },
+  );
+}
+
+/** Arbitrary of a whole history. */
+export function scenario(size: ScenarioSize): fc.Arbitrary<Scenario> {
+  return fc.integer({ min: 2, max: size.maxClients }).chain((clients) =>
+    fc.record({
+      seed: fc.nat(),
+      clients: fc.array(clientPlan, { minLength: clients, maxLength: clients }),
+      operations: fc.array(operation(clients), { minLength: Math.min(6, size.maxOperations), maxLength: size.maxOperations, size: 'max' }),
+    }),
+  );
+}
