@@ -45,7 +45,7 @@ describe('review: lastReached survives a clock reset', () => {
     // failover: from now on every reply comes from the new primary (the test server)
     const reader = await c2.acquire({ _id: 1 }, { tag: 'read' });
     await mine.release();
-    const writer = await c3.acquire({ _id: 1 }, { tag: 'write' }).then((h) => `acquired while the reader has ${reader.remaining()} ms left`, (e: Error & { subtype?: string }) => e.subtype);
+    const writer = await c3.acquire({ _id: 1 }, { tag: 'write' }).then(() => `acquired while the reader has ${reader.remaining()} ms left`, (e: Error & { subtype?: string }) => e.subtype);
     expect(writer, 'a writer next to a live reader').to.equal('CooperativeLock');
   });
 });
