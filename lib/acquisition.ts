@@ -1,20 +1,28 @@
+import { isLockError } from './errors';
+import { lockWrittenBy, type Acquired } from './lock-engine';
+import type { ServerClock } from './server-clock';
+
+/** How often a release of a lock whose reply was lost is tried when MongoDB fails, and how long apart (ms). */
+const LATE_RELEASE_RETRIES = [1_000, 3_000];
+
 /**
  * The bookkeeping of one acquisition call, which may take several attempts (waiting, assertive
  * continuations) and may be abandoned: its signal aborts, its `wait` runs out, a promise library
  * cancels it, or it fails. Every lock an attempt writes that the caller will not receive is
  * released, including one written by an attempt still in flight when the call was abandoned,
- * whose reply arrives later. So giving up never leaves a lock held.
+ * whose reply arrives later, and one whose reply was lost (whose write may even land later).
+ * So giving up never leaves a lock held while MongoDB can be reached.
  */
-export class Acquisition<L> {
+export class Acquisition {
   #abandoned: { readonly reason: unknown } | undefined;
 
   /**
-   * @param releaseQuietly releases a lock this call wrote (failures ignored: the lease ends it).
-   * @param mayHaveWritten the lock a failed attempt may have written (its reply was lost), if any.
+   * @param release releases a lock this call wrote; rejects when it could not.
+   * @param clock the bounds on the server's clock, to know when a lost write can no longer land.
    */
   constructor(
-    private readonly releaseQuietly: (lock: L) => Promise<void>,
-    private readonly mayHaveWritten: (error: unknown) => L | undefined = () => undefined,
+    private readonly release: (lock: Acquired) => Promise<void>,
+    private readonly clock: ServerClock,
   ) {}
 
   /** True once the call was abandoned. */
@@ -28,13 +36,13 @@ export class Acquisition<L> {
    * attempt settles, that lock is released and the attempt rejects with the abandonment's reason.
    * A lock a failed attempt may have written is released in any case: the caller does not hold it.
    */
-  async attempt<T>(run: () => Promise<T>, wrote: (outcome: T) => L | undefined): Promise<T> {
+  async attempt<T>(run: () => Promise<T>, wrote: (outcome: T) => Acquired | undefined): Promise<T> {
     let outcome: T;
     try {
       outcome = await run();
     } catch (error) {
-      const maybe = this.mayHaveWritten(error);
-      if (maybe !== undefined) void this.releaseQuietly(maybe);
+      const maybe = lockWrittenBy(error);
+      if (maybe !== undefined) void this.releaseOnceLanded(maybe);
       throw error;
     }
     if (this.#abandoned) {
@@ -46,8 +54,36 @@ export class Acquisition<L> {
   }
 
   /** Abandons the call with `reason`: releases `locks` now, and whatever attempts in flight write when they settle. */
-  abandon(reason: unknown, ...locks: Array<L | undefined>): Promise<void> {
+  async abandon(reason: unknown, ...locks: Array<Acquired | undefined>): Promise<void> {
     this.#abandoned ??= { reason };
-    return Promise.all(locks.map((lock) => (lock === undefined ? undefined : this.releaseQuietly(lock)))).then(() => undefined);
+    await Promise.all(locks.map((lock) => (lock === undefined ? undefined : this.releaseQuietly(lock))));
   }
+
+  private async releaseQuietly(lock: Acquired): Promise<void> {
+    await this.release(lock).catch(() => undefined);
+  }
+
+  /**
+   * Releases a lock whose reply was lost. Its request may still be on its way, and a release that
+   * overtook it would match nothing; but the server refuses its stamp once its clock passes
+   * `landsBy`, so the release waits until the lower bound of the server's clock is past that. A
+   * release that fails on MongoDB is tried again (the lease, if any, ends the lock otherwise).
+   */
+  private async releaseOnceLanded(lock: Acquired): Promise<void> {
+    const wait = lock.landsBy === undefined ? 0 : lock.landsBy + 1 - this.clock.lower();
+    if (wait > 0) await sleep(wait);
+    for (const retryAfter of [...LATE_RELEASE_RETRIES, undefined]) {
+      try {
+        await this.release(lock);
+        return;
+      } catch (error) {
+        if (!isLockError(error, 'DbError') || retryAfter === undefined) return;
+        await sleep(retryAfter);
+      }
+    }
+  }
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
 }

@@ -2,7 +2,7 @@ import type { Document } from 'mongodb';
 import { Acquisition } from './acquisition';
 import { isLockError, lockError } from './errors';
 import { AssertivePending, LockEngine, lockWrittenBy, type Acquired, type Proof } from './lock-engine';
-import { LockHandle, readLockData, type HandleOwner, type LockData } from './lock-handle';
+import { LockHandle, readLockData, releaseUnclaimed, type HandleOwner, type LockData } from './lock-handle';
 import {
   expectFilter,
   expectFunction,
@@ -63,6 +63,11 @@ export class DocumentLock implements HandleOwner {
     return inPromiseLibrary(this.PromiseLib, body);
   }
 
+  /** Runs an acquisition like {@link run}; a lock it won (or registered) after its caller cancelled is released. */
+  runAcquisition(body: (cancellation: Cancellation) => Promise<LockHandle>): Promise<LockHandle> {
+    return inPromiseLibrary(this.PromiseLib, body, releaseUnclaimed);
+  }
+
   /** Validated call options of `params` (an object or undefined). */
   callOptions(params: unknown): { params: Record<string, unknown>; call: ResolvedCallOptions } {
     const object = params === undefined ? {} : expectObject('params', params);
@@ -87,7 +92,7 @@ export class DocumentLock implements HandleOwner {
     const { signal, dispose } = linkSignals(waiting.signal, cancellation?.signal);
     if (signal?.aborted) throw signal.reason;
 
-    const acquisition = new Acquisition<Acquired>((written) => this.releaseQuietly(written, call), lockWrittenBy);
+    const acquisition = new Acquisition((written) => this.releaseWritten(written, call), this.clock);
     // An assertive lock registered by this call: continued on retries, released if we give up.
     let registered: Acquired | undefined;
     let attempts = 0;
@@ -104,7 +109,7 @@ export class DocumentLock implements HandleOwner {
       } catch (error) {
         if (registered && isLockError(error, 'LockNotFound')) registered = undefined;
         const written = lockWrittenBy(error);
-        if (written) (error as { lock: unknown }).lock = new LockHandle(written.lock, this, written.target);
+        if (written) (error as { lock: unknown }).lock = new LockHandle(written.lock, this, written.target, true);
         throw error;
       }
       if (outcome instanceof AssertivePending) {
@@ -164,12 +169,19 @@ export class DocumentLock implements HandleOwner {
     await this.engine.release(filter, tag, proof, claimed, call);
   }
 
-  /** Pushes a lease forward from the server's now: `params.locktimeout` ms, default the tag's lease. */
+  /**
+   * Pushes a lease forward from the server's now: `params.locktimeout` ms, default the tag's
+   * lease. Resolves a handle on the lock's document; a handle passed in `params` learns the new
+   * expiry too (a `using()` keeping it replans).
+   */
   async extendWith(target: unknown, lock: LockData, proof: Proof, params: unknown): Promise<LockHandle> {
     const filter = expectFilter('filter', target);
     const { params: p, call } = this.callOptions(params);
     const extended = await this.engine.extend(filter, lock, proof, this.leaseOf(lock.tag, p), call);
-    return new LockHandle(extended, this, filter);
+    for (const given of [p.lock, p.timestamp]) {
+      if (given instanceof LockHandle && given.id === lock.id) LockHandle.updateExpiry(given, extended.lock.expiresAt);
+    }
+    return new LockHandle(extended.lock, this, extended.target);
   }
 
   release(target: Document, lock: LockData, params?: object): Promise<void> {
@@ -204,7 +216,7 @@ export class DocumentLock implements HandleOwner {
    * of the server's clock already passed its expiry, the server may have handed it to someone
    * else, so it is released and the acquisition fails.
    */
-  private async handleFor(won: Acquired, acquisition: Acquisition<Acquired>, call: ResolvedCallOptions): Promise<LockHandle> {
+  private async handleFor(won: Acquired, acquisition: Acquisition, call: ResolvedCallOptions): Promise<LockHandle> {
     const handle = new LockHandle(won.lock, this, won.target);
     if (handle.remaining() > 0) return handle;
     const late = lockError('DbError', call.boom, {
@@ -219,8 +231,9 @@ export class DocumentLock implements HandleOwner {
     return params.locktimeout === undefined ? this.engine.rule(tag).lease : expectMs('params.locktimeout', params.locktimeout);
   }
 
-  private async releaseQuietly(written: Acquired, call: ResolvedCallOptions): Promise<void> {
-    await this.engine.release(written.target, written.lock.tag, { id: written.lock.id }, written.lock, call).catch(() => undefined);
+  private async releaseWritten(written: Acquired, call: ResolvedCallOptions): Promise<void> {
+    await this.engine.release(written.target, written.lock.tag, { id: written.lock.id }, written.lock, call);
   }
 }
+
 

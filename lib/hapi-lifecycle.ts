@@ -1,5 +1,6 @@
 import type { Request, RequestRoute, ResponseToolkit } from '@hapi/hapi';
-import type { BoomLike } from './errors';
+import { lockError, type BoomLike } from './errors';
+import { LeaseKeeper } from './lease-keeper';
 import type { LockHandle } from './lock-handle';
 
 /** A route method as hapi calls it: a pre method, a pre's failAction (with the error as third argument) or the handler. */
@@ -8,8 +9,13 @@ type RouteMethod = (this: unknown, request: Request, h: ResponseToolkit, ...rest
 /** One request of a locked route. */
 interface Tracked {
   lock?: LockHandle;
-  /** `mode: 'checkout'`: the lock outlives the request. */
-  readonly keep: boolean;
+  /** `mode: 'checkout'`: the lock outlives the request, once its handler answered successfully. */
+  readonly checkout: boolean;
+  /** A checkout whose lock reached the client: it is the client's to release. */
+  handedOver: boolean;
+  /** Keeps the lease alive while the route runs; aborts `controller` when it is lost. */
+  keeper?: LeaseKeeper;
+  readonly controller: AbortController;
   /** The route's pre methods could not be wrapped: release only after the handler has finished. */
   readonly conservative: boolean;
   /** Wrapped calls (pre methods, failActions, the handler) in progress. */
@@ -29,9 +35,12 @@ export interface RequestTracking {
    * Starts following `request` (onPreHandler, before acquiring) and wraps its route's pre methods
    * the first time. False when the response has already gone out: then nothing must be acquired.
    */
-  begin(request: Request, keep: boolean): boolean;
-  /** The lock is held. */
-  acquired(request: Request, lock: LockHandle): void;
+  begin(request: Request, checkout: boolean): boolean;
+  /**
+   * The lock is held: its lease is kept alive until it is released (or handed over by a
+   * checkout); resolves the signal that aborts if the lease is lost meanwhile.
+   */
+  acquired(request: Request, lock: LockHandle): AbortSignal;
   /** The response has gone out, or the client is gone (the server's `response` event). */
   responded(request: Request): void;
   /** Wraps a locked route's handler (once per route: hapi reads `route.settings.handler` on each request). */
@@ -56,7 +65,7 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
   const coverage = new WeakMap<object, boolean>();
 
   const settle = (state: Tracked): void => {
-    if (!state.lock || state.keep || state.released || state.settling || !state.responded || state.running > 0) return;
+    if (!state.lock || state.handedOver || state.released || state.settling || !state.responded || state.running > 0) return;
     if (state.conservative && !state.handlerFinished) return;
     // hapi starts the next pre method or the handler a few microtasks after the previous one
     // settled; one macrotask later, a call that started meanwhile shows in `started`.
@@ -66,7 +75,11 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       state.settling = false;
       if (state.started !== seen) return settle(state);
       state.released = true;
-      state.lock?.release().catch((error: unknown) => log(['monglock', 'error'], error));
+      const lock = state.lock;
+      void (async () => {
+        await state.keeper?.stop();
+        await lock?.release();
+      })().catch((error: unknown) => log(['monglock', 'error'], error));
     });
   };
 
@@ -130,10 +143,12 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
   };
 
   return {
-    begin(request, keep) {
+    begin(request, checkout) {
       if (request.info.completed) return false;
       const state: Tracked = {
-        keep,
+        checkout,
+        handedOver: false,
+        controller: new AbortController(),
         conservative: !coverPrerequisites(request),
         running: 0,
         started: 0,
@@ -147,14 +162,23 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
     },
     acquired(request, lock) {
       const state = requests.get(request);
-      if (!state) return;
+      const controller = state?.controller ?? new AbortController();
+      if (!state) return controller.signal;
       state.lock = lock;
+      const leaseMs = lock.expiresAt - lock.timestamp;
+      const expired = (): Error => lockError('LockNotFound', boom, { detail: 'the lease ended before it could be extended' });
+      state.keeper = new LeaseKeeper({ remaining: () => lock.remaining(), extend: () => lock.extend(leaseMs), expired }, leaseMs, controller);
       settle(state); // the client may have gone while we waited for the lock
+      return controller.signal;
     },
     responded(request) {
       const state = requests.get(request);
       if (!state) return;
       state.responded = true;
+      if (state.checkout && state.lock && state.handlerFinished && delivered(request)) {
+        state.handedOver = true; // the client has the lock's JSON: it releases or extends it
+        void state.keeper?.stop();
+      }
       settle(state);
     },
     coverHandler(route) {
@@ -162,6 +186,12 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       if (typeof settings.handler === 'function') settings.handler = wrap(settings.handler as RouteMethod, 'handler', routeName(route));
     },
   };
+}
+
+/** True when the route answered successfully and the answer went out (a checkout's lock reached its client). */
+function delivered(request: Request): boolean {
+  const statusCode = (request.response as { statusCode?: unknown } | null)?.statusCode;
+  return typeof statusCode === 'number' && statusCode < 400 && request.info.responded > 0;
 }
 
 /** True for an object whose own writable data property `key` is a function. */

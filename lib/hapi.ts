@@ -47,6 +47,12 @@ export interface RequestLock {
   readonly lock: LockHandle;
   /** `lock.guard(extra)`: a filter matching the document only while the lock is held. */
   guard(extra?: Document): Document;
+  /**
+   * Aborts if the lease is lost while the route runs (an extension failed, or the lease may have
+   * ended by the upper bound of the server's clock): the lease is extended the way `using()`
+   * extends it, each time half of it is left.
+   */
+  readonly signal: AbortSignal;
 }
 
 interface Resolved {
@@ -116,9 +122,9 @@ export const monglockPlugin: Plugin<MonglockPluginOptions> = {
         if (isLockError(error, 'AssertiveLock') && error.lock) await (error.lock as LockHandle).release().catch(() => undefined);
         throw error;
       }
-      tracking.acquired(request, lock);
+      const signal = tracking.acquired(request, lock);
       const plugins = request.plugins as Record<string, unknown>;
-      plugins[NAME] = { lock, guard: (extra?: Document) => lock.guard(extra) } satisfies RequestLock;
+      plugins[NAME] = { lock, guard: (extra?: Document) => lock.guard(extra), signal } satisfies RequestLock;
       return h.continue;
     });
 

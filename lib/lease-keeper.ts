@@ -22,7 +22,9 @@ export function safetyMargin(leaseMs: number): number {
  * left, and aborts `controller` with the reason as soon as an extension fails or less than the
  * {@link safetyMargin} is left first. Time left is judged by the upper bound of the server's
  * clock, so the signal never aborts after the server could have given the lock to another
- * client. `stop()` clears every timer and waits for an extension in flight.
+ * client; and it is judged again whenever the lease's end changes (`replan()`: the body extended
+ * its own handle, a group was renewed). `stop()` clears every timer and waits for an extension
+ * in flight.
  */
 export class LeaseKeeper {
   private extendTimer: NodeJS.Timeout | undefined;
@@ -37,8 +39,7 @@ export class LeaseKeeper {
     private readonly controller: AbortController,
   ) {
     this.margin = safetyMargin(leaseMs);
-    if (this.lease.remaining() <= this.margin) this.lose(this.lease.expired());
-    else this.schedule();
+    this.replan();
   }
 
   /** Stops extending; resolves once no timer and no extension is left. */
@@ -48,21 +49,27 @@ export class LeaseKeeper {
     await this.inFlight;
   }
 
-  private schedule(): void {
+  /** Plans the next extension and the abort from the time left now. */
+  replan(): void {
+    this.clearTimers();
+    if (this.stopped || this.controller.signal.aborted) return;
     const left = this.lease.remaining();
+    if (left <= this.margin) return this.lose(this.lease.expired());
     this.extendTimer = setTimeout(() => this.extend(), Math.max(0, left - this.leaseMs / 2));
-    this.expiryTimer = setTimeout(() => this.lose(this.lease.expired()), Math.max(0, left - this.margin));
+    this.expiryTimer = setTimeout(() => this.lose(this.lease.expired()), left - this.margin);
   }
 
   private extend(): void {
+    if (this.inFlight) return;
     this.inFlight = Promise.resolve(this.lease.extend()).then(
       () => {
-        if (this.stopped || this.controller.signal.aborted) return;
-        clearTimeout(this.expiryTimer);
-        if (this.lease.remaining() <= this.margin) this.lose(this.lease.expired());
-        else this.schedule();
+        this.inFlight = undefined;
+        this.replan();
       },
-      (error: unknown) => this.lose(error),
+      (error: unknown) => {
+        this.inFlight = undefined;
+        this.lose(error);
+      },
     );
   }
 

@@ -69,6 +69,11 @@ export type Proof = { readonly id: string } | { readonly timestamp: number };
 export interface Acquired {
   readonly lock: LockData;
   readonly target: Document;
+  /**
+   * For a lock whose write may still be on its way (its reply was lost): the server time after
+   * which the write can no longer land (its stamp plus the tolerance the server checks it with).
+   */
+  readonly landsBy?: number;
 }
 
 /** The lock a failed acquisition may have written (its reply was lost), which its `DbError` carries. */
@@ -189,11 +194,12 @@ export class LockEngine {
       } catch (error) {
         // The write may have been applied although its reply was lost (a wtimeout, a dropped
         // connection): hand the caller the lock it may hold, so that it can still release it.
+        // Its document is found by the lock's id alone: the caller's filter may not match it any more.
         const attempted: LockData = { id, tag, timestamp: stamp, fence: 0, expiresAt: exp.getTime() };
         throw lockError('DbError', call.boom, {
           cause: error,
           detail: `${describeFailure(error)} (the lock may have been written: release err.lock)`,
-          lock: { lock: attempted, target: filter } satisfies Acquired,
+          lock: { lock: attempted, target: {}, landsBy: stamp + tolerance } satisfies Acquired,
         });
       }
       const doc = reply.value;
@@ -244,32 +250,22 @@ export class LockEngine {
 
   /**
    * Release: removes the lock identified by `proof` from `target` (also when its lease ran out,
-   * as long as it is still there) and prunes expired entries by a server time already reached.
-   * Without a proof (writeLock only), monglock v2's forced release of the tag. Removing entries
-   * can only free a lock, never admit two holders.
+   * as long as it is still there). Without a proof (writeLock only), monglock v2's forced release
+   * of the tag. It prunes nothing else: it has no stamp the server checked, and a bound it had not
+   * checked (a time from a former primary, say) could remove a live entry. Removing one's own
+   * entry can only free a lock, never admit two holders.
    */
   async release(target: Document, tag: string, proof: Proof | undefined, claimed: LockData | undefined, call: ResolvedCallOptions): Promise<void> {
-    const { paths, store, clock } = this.settings;
-    const reached = clock.lastReached();
-    const bound = reached > 0 ? new Date(reached) : undefined;
-    const others = bound ? this.pruneOthers(tag, bound) : {};
+    const { paths, store } = this.settings;
     if (!proof) {
-      const matched = await this.db(call, () => store.updateOne(target, { $set: { [paths.tag(tag)]: [] }, ...others }, call));
+      const matched = await this.db(call, () => store.updateOne(target, { $set: { [paths.tag(tag)]: [] } }, call));
       if (!matched) throw lockError('RessourceNotFound', call.boom, { detail: 'no document matches the filter' });
       return;
     }
     const match = proofMatch(proof);
-    const pull = bound ? { $or: [match, { exp: { $lte: bound } }] } : match;
-    const update = { ...others, $pull: { ...(others.$pull ?? {}), [paths.tag(tag)]: pull } };
-    const unique = 'timestamp' in proof ? [{ $expr: timestampUnique(paths, tag, proof.timestamp) }] : [];
-    const matched = await this.db(call, () => store.updateOne(allOf(target, [hasEntry(paths, tag, match), ...unique]), update, call));
+    const matched = await this.db(call, () => store.updateOne(allOf(target, [hasEntry(paths, tag, match), ...this.uniquely(tag, proof)]), { $pull: { [paths.tag(tag)]: match } }, call));
     if (matched) return;
     const seen = await this.db(call, () => store.inspect(target, call));
-    if ('timestamp' in proof && seen.value && ambiguous(paths.read(seen.value), tag, proof.timestamp)) {
-      throw lockError('LockNotFound', call.boom, {
-        detail: `two locks of this document were taken in the ms ${proof.timestamp}, so a timestamp cannot tell them apart: release with the handle (or its id)`,
-      });
-    }
     const lost = this.explainLost(seen, claimed ?? { id: '', tag, timestamp: 0, fence: 0, expiresAt: 0 }, proof, call);
     throw lost.error ?? lockError('LockNotFound', call.boom, { detail: 'the lock is not held' });
   }
@@ -277,7 +273,8 @@ export class LockEngine {
   /**
    * Extend: pushes a held lock's expiry to `lease` ms after a stamp, in one update that checks
    * that the lock is still in `target` and unexpired by `$$NOW` and that the stamp is within the
-   * tolerance below `$$NOW`. A lost lock is never re-created. Resolves the new expiry.
+   * tolerance below `$$NOW` (and, for a v2 timestamp proof, that it names one lock). A lost lock
+   * is never re-created. Resolves the lock with its new expiry, in its document (`{ _id }`).
    */
   async extend(
     target: Document,
@@ -286,11 +283,12 @@ export class LockEngine {
     lease: number,
     call: ResolvedCallOptions,
     extraUpdate?: (stamp: Date, exp: Date) => Document,
-  ): Promise<LockData> {
+  ): Promise<Acquired> {
     const { paths } = this.settings;
     return this.withStamp(target, lease, call, async (stamp, tolerance) => {
       const at = new Date(stamp);
-      const guarded = allOf(target, [{ $expr: { $and: [entryLiveOnServer(paths, lock.tag, proof), stampWithin(at, tolerance)] } }]);
+      const live = { $and: [entryLiveOnServer(paths, lock.tag, proof), stampWithin(at, tolerance)] };
+      const guarded = allOf(target, [{ $expr: live }, ...this.uniquely(lock.tag, proof)]);
       const exp = new Date(expiryOf(stamp, lease));
       const update = mergeUpdates(
         { $set: { [`${paths.tag(lock.tag)}.$[mine].exp`]: exp }, $currentDate: { [paths.now]: true }, ...this.pruneOthers(lock.tag, at) },
@@ -300,7 +298,7 @@ export class LockEngine {
       const reply = await this.settings.store.findOneAndUpdate(guarded, update, call, arrayFilters);
       if (!reply.value) return undefined;
       this.observeWrite(reply.value, reply);
-      return { ...lock, expiresAt: exp.getTime() };
+      return { lock: { ...lock, expiresAt: exp.getTime() }, target: { _id: reply.value._id } };
     }, (seen, stamp, tolerance) => this.explainLost(seen, lock, proof, call, stamp, tolerance, lease));
   }
 
@@ -308,6 +306,11 @@ export class LockEngine {
   guard(target: Document, lock: LockData, extra?: Document): Document {
     const live = { $expr: entryLiveOnServer(this.settings.paths, lock.tag, { id: lock.id }) };
     return allOf(target, [live, ...(extra ? [extra] : [])]);
+  }
+
+  /** For a monglock v2 timestamp proof: the condition that it names exactly one lock of `tag`. */
+  private uniquely(tag: string, proof: Proof): Document[] {
+    return 'timestamp' in proof ? [{ $expr: timestampUnique(this.settings.paths, tag, proof.timestamp) }] : [];
   }
 
   /** Learns the server's clock from a write's reply (`$currentDate` of `lock.now`); returns it, in ms. */
@@ -349,11 +352,16 @@ export class LockEngine {
   private explainLost(seen: Inspection, lock: LockData, proof: Proof, call: ResolvedCallOptions, stamp = 0, tolerance = 0, lease = 0): Verdict {
     if (!seen.value) return { retry: false, error: lockError('RessourceNotFound', call.boom, { detail: 'no document matches the filter' }) };
     const stored = this.settings.paths.read(seen.value);
+    if ('timestamp' in proof && ambiguous(stored, lock.tag, proof.timestamp)) {
+      const detail = `two locks of this document were taken in the ms ${proof.timestamp}, so a timestamp cannot tell them apart: use the handle (or its id)`;
+      return { retry: false, error: lockError('LockNotFound', call.boom, { detail }) };
+    }
     const entries = stored.tags?.[lock.tag] ?? [];
     const own = entries.find((entry) => matchesProof(entry, proof));
     if (own && seen.serverNow && own.exp.getTime() > seen.serverNow.getTime()) return { retry: true, why: stampLag(seen, stamp, tolerance, lease) };
-    // Reacquired: the document has issued a later lock than this one (its fence moved on).
-    const takenOver = !own && ('timestamp' in proof || fenceOf(stored) > lock.fence);
+    // Reacquired: the document has issued a later lock than this one (its fence moved on). A lock
+    // whose reply was lost has no known fence (0): nothing tells whether anyone acquired after it.
+    const takenOver = !own && ('timestamp' in proof || (lock.fence > 0 && fenceOf(stored) > lock.fence));
     const subtype: LockErrorSubtype = this.settings.reportsReacquired && takenOver ? 'LockWasReacquired' : 'LockNotFound';
     return { retry: false, error: lockError(subtype, call.boom, { detail: own ? 'the lock expired' : 'the lock is not held' }) };
   }
@@ -380,10 +388,7 @@ export class LockEngine {
       const stamp = Math.max(clock.lower(), minStamp);
       const tolerance = clock.tolerance(lease, relaxed);
       const result = await this.db(call, () => write(stamp, tolerance));
-      if (result !== undefined) {
-        clock.reached(stamp);
-        return result;
-      }
+      if (result !== undefined) return result;
       if (!explain) throw unexplained?.() ?? new Error('refused');
       const seen = await this.db(call, () => store.inspect(target, call));
       if (seen.serverNow) clock.observe(seen.serverNow, seen.sentAt, seen.arrivedAt);

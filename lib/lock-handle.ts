@@ -1,4 +1,6 @@
 import type { Document } from 'mongodb';
+import { isLockError } from './errors';
+import type { Unclaimed } from './promise-library';
 
 /** A lock as plain data: what `JSON.stringify(handle)` gives and what `release`/`extend` accept back. */
 export interface LockData {
@@ -38,9 +40,15 @@ export class LockHandle implements LockData {
   #expiresAt: number;
   readonly #owner: HandleOwner;
   readonly #target: Document;
+  readonly #watchers = new Set<() => void>();
+  readonly #unconfirmed: boolean;
 
-  /** @param target the locked document's `{ _id }` */
-  constructor(data: LockData, owner: HandleOwner, target: Document) {
+  /**
+   * @param target the locked document's `{ _id }` (`{}` for a lock whose reply was lost: its id finds it)
+   * @param unconfirmed a lock whose reply was lost (`err.lock` of a `DbError`): maybe never written, maybe
+   *   already released by monglock itself; releasing it succeeds when it is not held
+   */
+  constructor(data: LockData, owner: HandleOwner, target: Document, unconfirmed = false) {
     this.id = data.id;
     this.tag = data.tag;
     this.timestamp = data.timestamp;
@@ -48,12 +56,33 @@ export class LockHandle implements LockData {
     this.#expiresAt = data.expiresAt;
     this.#owner = owner;
     this.#target = target;
+    this.#unconfirmed = unconfirmed;
   }
 
 
   /** When the lease ends, ms since the epoch by the server's clock. */
   get expiresAt(): number {
     return this.#expiresAt;
+  }
+
+  /**
+   * Records a new lease end for `handle` (an extension made through another path: the explicit
+   * `extend(filter, { lock })`, a resource group's `renew`) and tells its watchers.
+   * @internal
+   */
+  static updateExpiry(handle: LockHandle, expiresAt: number): void {
+    handle.#expiresAt = expiresAt;
+    for (const watcher of handle.#watchers) watcher();
+  }
+
+  /**
+   * Calls `watcher` whenever `handle`'s lease end changes (the lease keeper replans); returns the
+   * function that stops watching.
+   * @internal
+   */
+  static watchExpiry(handle: LockHandle, watcher: () => void): () => void {
+    handle.#watchers.add(watcher);
+    return () => handle.#watchers.delete(watcher);
   }
 
   /**
@@ -64,9 +93,17 @@ export class LockHandle implements LockData {
     return Math.max(0, this.#owner.remaining(this.toJSON()));
   }
 
-  /** Releases this lock. Same outcomes as `release(filter, { lock })`. */
+  /**
+   * Releases this lock. Same outcomes as `release(filter, { lock })`, except for a lock whose reply
+   * was lost (`err.lock`), which is released if it is held and otherwise left alone.
+   */
   release(params?: object): Promise<void> {
-    return this.#owner.release(this.#target, this.toJSON(), params);
+    const released = this.#owner.release(this.#target, this.toJSON(), params);
+    if (!this.#unconfirmed) return released;
+    return released.then(undefined, (error: unknown) => {
+      if (isLockError(error, 'LockNotFound') || isLockError(error, 'LockWasReacquired')) return;
+      throw error;
+    });
   }
 
   /**
@@ -76,7 +113,7 @@ export class LockHandle implements LockData {
   extend(locktimeout?: number, params?: object): Promise<this> {
     const extended = this.#owner.extend(this.#target, this.toJSON(), { ...params, locktimeout });
     return extended.then((data) => {
-      this.#expiresAt = data.expiresAt;
+      LockHandle.updateExpiry(this, data.expiresAt);
       return this;
     });
   }
@@ -133,4 +170,10 @@ export function readLockData(name: string, value: unknown, knownTags: ReadonlySe
     fence: (lock.fence as number | undefined) ?? 0,
     expiresAt: (lock.expiresAt as number | undefined) ?? 0,
   };
+}
+
+/** Releases the lock an acquisition's unseen outcome carries (its caller cancelled): the handle it won, or one its error hands over. */
+export function releaseUnclaimed(outcome: Unclaimed): void {
+  const lock = 'value' in outcome ? outcome.value : (outcome.error as { lock?: unknown } | undefined)?.lock;
+  if (lock instanceof LockHandle) lock.release().catch(() => undefined);
 }

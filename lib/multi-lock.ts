@@ -3,7 +3,7 @@ import { DocumentLock } from './document-lock';
 import { describedAs } from './lock-kind';
 import type { UsingBody } from './scoped-hold';
 import type { LockData, LockHandle } from './lock-handle';
-import { expectFilter, expectObject, expectSafeName, type CallOptions, type LockOptions } from './options';
+import { expectFilter, expectObject, expectSafeName, isPlainObject, type CallOptions, type LockOptions } from './options';
 import { resolveTagRules, type LockRelationships } from './relationships';
 import type { WaitOptions } from './waiting';
 
@@ -87,12 +87,11 @@ export function multiLock(options: MultiLockOptions): MultiLock {
   };
 
   return describedAs<MultiLock>({
-    acquire: (filter, params) =>
-      core.run(async (cancellation) => {
-        const p = expectObject('params', params);
-        if (p.lock !== undefined) return core.acquire(filter, undefined, params, p.lock, cancellation);
-        return core.acquire(filter, tagOf(p), params, undefined, cancellation);
-      }),
+    acquire: (filter, params) => {
+      // A continuation's lock is the caller's already: a cancelled continuation leaves it to them.
+      if (isPlainObject(params) && params.lock !== undefined) return core.run((cancellation) => core.acquire(filter, undefined, params, params.lock, cancellation));
+      return core.runAcquisition(async (cancellation) => core.acquire(filter, tagOf(expectObject('params', params)), params, undefined, cancellation));
+    },
     using: (filter, params, body) => core.run((cancellation) => core.using(filter, tagOf(expectObject('params', params)), params, body, cancellation)),
     release: (filter, params) =>
       core.run(async () => {

@@ -17,29 +17,49 @@ export class CancelledError extends Error {
   }
 }
 
+/** How a call settled after its caller had cancelled it: nobody will see it. */
+export type Unclaimed = { readonly value: unknown } | { readonly error: unknown };
+
 /**
  * Runs `body` and returns its promise, in the caller's promise library when one was given (for
  * example bluebird); a synchronous throw becomes a rejection. The global Promise is never touched.
  *
  * With bluebird and `Bluebird.config({ cancellation: true })`, cancelling the returned promise
  * (`.cancel()`, or `.timeout()`, which cancels what it times out) aborts `cancellation.signal`,
- * which stops a waiting acquisition and releases what it wrote.
+ * which stops a waiting acquisition and releases what it wrote. bluebird runs its cancellation
+ * handlers a little later than it cancels, so an outcome that arrives in between is handed to
+ * `unclaimed` (which releases a lock nobody will receive).
  */
-export function inPromiseLibrary<T>(PromiseLib: PromiseLibrary | undefined, body: (cancellation: Cancellation) => Promise<T>): Promise<T> {
+export function inPromiseLibrary<T>(
+  PromiseLib: PromiseLibrary | undefined,
+  body: (cancellation: Cancellation) => Promise<T>,
+  unclaimed?: (outcome: Unclaimed) => void,
+): Promise<T> {
   if (!PromiseLib) return run(body, { signal: undefined, unsupported: false });
   if (isBluebirdLike(PromiseLib)) {
-    return new PromiseLib<T>((resolve, reject, onCancel) => {
+    const promise: CancellablePromise<T> = new PromiseLib<T>((resolve, reject, onCancel) => {
       if (typeof onCancel !== 'function') {
         run(body, { signal: undefined, unsupported: true }).then(resolve, reject);
         return;
       }
       const controller = new AbortController();
-      onCancel(() => controller.abort(new CancelledError()));
-      run(body, { signal: controller.signal, unsupported: false }).then(resolve, reject);
+      const cancel = (): void => controller.abort(new CancelledError());
+      onCancel(cancel);
+      const settle = (outcome: Unclaimed): void => {
+        if (promise.isCancelled?.()) {
+          cancel();
+          unclaimed?.(outcome);
+        } else if ('value' in outcome) resolve(outcome.value as T);
+        else reject(outcome.error);
+      };
+      run(body, { signal: controller.signal, unsupported: false }).then((value) => settle({ value }), (error: unknown) => settle({ error }));
     });
+    return promise;
   }
   return PromiseLib.resolve(run(body, { signal: undefined, unsupported: false })) as Promise<T>;
 }
+
+type CancellablePromise<T> = Promise<T> & { isCancelled?(): boolean };
 
 function run<T>(body: (cancellation: Cancellation) => Promise<T>, cancellation: Cancellation): Promise<T> {
   try {
@@ -50,7 +70,7 @@ function run<T>(body: (cancellation: Cancellation) => Promise<T>, cancellation: 
 }
 
 type BluebirdLike = PromiseLibrary &
-  (new <T>(executor: (resolve: (value: T) => void, reject: (reason: unknown) => void, onCancel?: (handler: () => void) => void) => void) => Promise<T>);
+  (new <T>(executor: (resolve: (value: T) => void, reject: (reason: unknown) => void, onCancel?: (handler: () => void) => void) => void) => CancellablePromise<T>);
 
 /** bluebird (and promise libraries built like it): a constructor whose promises have `cancel()`. */
 function isBluebirdLike(PromiseLib: PromiseLibrary): PromiseLib is BluebirdLike {

@@ -2,7 +2,7 @@ import type { Document } from 'mongodb';
 import { Acquisition } from './acquisition';
 import { isLockError, lockError, withDbErrors } from './errors';
 import { fenceOf, LockEngine, lockWrittenBy, NEVER, type AcquireExtras, type Acquired } from './lock-engine';
-import type { HandleOwner, LockData } from './lock-handle';
+import { LockHandle, releaseUnclaimed, type HandleOwner, type LockData } from './lock-handle';
 import {
   expectFunction,
   expectMs,
@@ -48,6 +48,8 @@ export class ResourceLockClient implements HandleOwner {
   private readonly gcAfter: number;
   /** Resources this client has seen exist: locked directly, without the creating upsert. */
   private readonly known = new Set<string>();
+  /** Handles kept alive by `using()`, by lock id: `renew` tells them their new expiry. */
+  private readonly kept = new Map<string, ResourceLockHandle>();
 
   constructor(options: ResourceLocksOptions) {
     const o = expectObject('options', options);
@@ -73,10 +75,12 @@ export class ResourceLockClient implements HandleOwner {
 
   api(): ResourceLocks {
     const run = <T>(body: (cancellation: Cancellation) => Promise<T>): Promise<T> => inPromiseLibrary(this.PromiseLib, body);
+    const acquire = (body: (cancellation: Cancellation) => Promise<ResourceLockHandle>): Promise<ResourceLockHandle> =>
+      inPromiseLibrary(this.PromiseLib, body, releaseUnclaimed);
     return {
       createIndexes: () => run(() => this.createIndexes()),
-      xlock: (resource, lockId, params) => run((c) => this.lock('exclusive', resource, lockId, params, -1, c)),
-      slock: (resource, lockId, params, maxConcurrent = -1) => run((c) => this.lock('shared', resource, lockId, params, maxConcurrent, c)),
+      xlock: (resource, lockId, params) => acquire((c) => this.lock('exclusive', resource, lockId, params, -1, c)),
+      slock: (resource, lockId, params, maxConcurrent = -1) => acquire((c) => this.lock('shared', resource, lockId, params, maxConcurrent, c)),
       unlock: (lockId) => run(() => this.unlock(lockId)),
       renew: (lockId, ttl) => run(() => this.renew(lockId, ttl)),
       status: (filter) => run(() => this.status(filter)),
@@ -126,7 +130,7 @@ export class ResourceLockClient implements HandleOwner {
       refusal: (lock, now) => (type === 'shared' ? this.sharedRefusal(lock, group, limit, now) : undefined),
       update: (_at, exp) => ({ $max: { gcAt: this.gcDate(exp) } }),
     };
-    const acquisition = new Acquisition<Acquired>((written) => this.releaseQuietly(written, call), lockWrittenBy);
+    const acquisition = new Acquisition((written) => this.releaseWritten(written, call), this.clock);
     const attempt = (): Promise<Acquired> => acquisition.attempt(() => this.acquireCreating(name, type, lease, call, extras), (won) => won);
     try {
       const won = await retryWithin({ wait: waiting.wait, signal }, () => abortable(attempt(), signal), (error) => isLockError(error, 'LockAlreadyTaken'), () => this.clock.local());
@@ -137,6 +141,8 @@ export class ResourceLockClient implements HandleOwner {
       throw late;
     } catch (error) {
       await acquisition.abandon(error);
+      const written = lockWrittenBy(error);
+      if (written) (error as { lock: unknown }).lock = new ResourceLockHandle(written.lock, this, name, group, details.ttl, true);
       throw error;
     } finally {
       dispose();
@@ -217,7 +223,11 @@ export class ResourceLockClient implements HandleOwner {
       throw lockError('LockNotFound', call.boom, { detail: `lockId ${group} has expired locks: ${expired.join(', ')}`, data: { lockId: group, expired } });
     }
     const outcomes = await Promise.allSettled(
-      held.map(({ doc, tag, entry }) => this.engine.extend({ _id: doc._id }, this.dataOf(tag, entry, doc), { id: entry.id }, lease, call, this.renewal(tag))),
+      held.map(async ({ doc, tag, entry }) => {
+        const renewed = await this.engine.extend({ _id: doc._id }, this.dataOf(tag, entry, doc), { id: entry.id }, lease, call, this.renewal(tag));
+        const handle = this.kept.get(entry.id);
+        if (handle) LockHandle.updateExpiry(handle, renewed.lock.expiresAt);
+      }),
     );
     const lost = outcomes.flatMap((outcome, i) => (outcome.status === 'rejected' ? [`${String(held[i]!.doc._id)} (${held[i]!.tag})`] : []));
     if (lost.length > 0) {
@@ -256,16 +266,21 @@ export class ResourceLockClient implements HandleOwner {
       ? await this.lock('shared', resource, lockId, params, p.maxConcurrent ?? -1, cancellation)
       : await this.lock('exclusive', resource, lockId, params, -1, cancellation);
     const { call, details } = this.readParams(params);
-    return holdWhile(
-      handle,
-      {
-        leaseMs: details.ttl ?? Infinity,
-        callParams: { timeout: call.timeout, w: call.w, boom: call.boom },
-        outerSignals: [readWaitParams(p).signal, cancellation?.signal],
-        boom: call.boom,
-      },
-      work,
-    );
+    this.kept.set(handle.id, handle);
+    try {
+      return await holdWhile(
+        handle,
+        {
+          leaseMs: details.ttl ?? Infinity,
+          callParams: { timeout: call.timeout, w: call.w, boom: call.boom },
+          outerSignals: [readWaitParams(p).signal, cancellation?.signal],
+          boom: call.boom,
+        },
+        work,
+      );
+    } finally {
+      this.kept.delete(handle.id);
+    }
   }
 
   // HandleOwner: what a ResourceLockHandle calls back into.
@@ -282,7 +297,7 @@ export class ResourceLockClient implements HandleOwner {
       const p = params === undefined ? {} : expectObject('params', params);
       const call = resolveCallOptions(p, this.defaults);
       const lease = p.locktimeout === undefined ? Infinity : expectMs('params.locktimeout', p.locktimeout);
-      return this.engine.extend(target, lock, { id: lock.id }, lease, call, this.renewal(lock.tag));
+      return (await this.engine.extend(target, lock, { id: lock.id }, lease, call, this.renewal(lock.tag))).lock;
     });
   }
 
@@ -308,8 +323,8 @@ export class ResourceLockClient implements HandleOwner {
     return { p, call: resolveCallOptions(p, this.defaults), details: readLockDetails(p) };
   }
 
-  private async releaseQuietly(written: Acquired, call: ResolvedCallOptions): Promise<void> {
-    await this.engine.release(written.target, written.lock.tag, { id: written.lock.id }, written.lock, call).catch(() => undefined);
+  private async releaseWritten(written: Acquired, call: ResolvedCallOptions): Promise<void> {
+    await this.engine.release(written.target, written.lock.tag, { id: written.lock.id }, written.lock, call);
   }
 
   private db<T>(call: ResolvedCallOptions, step: () => Promise<T>): Promise<T> {

@@ -12,8 +12,9 @@ export class ResourceLockHandle extends LockHandle {
     readonly lockId: string,
     /** The lease it was taken with, in ms (undefined: no expiry); what `extend()` renews to by default. */
     readonly ttl: number | undefined,
+    unconfirmed = false,
   ) {
-    super(data, owner, { _id: resource });
+    super(data, owner, { _id: resource }, unconfirmed);
   }
 
   get type(): ResourceLockType {

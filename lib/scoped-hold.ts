@@ -1,7 +1,7 @@
 import type { BoomLike } from './errors';
 import { isLockError, lockError } from './errors';
 import { LeaseKeeper } from './lease-keeper';
-import type { LockHandle } from './lock-handle';
+import { LockHandle } from './lock-handle';
 import { linkSignals } from './waiting';
 
 /** The body of `using()`: runs while the lock is held; `signal` aborts if the lease is lost. */
@@ -43,7 +43,9 @@ export async function holdWhile<T, H extends LockHandle>(handle: H, settings: Ho
         controller,
       )
     : undefined;
+  const unwatch = keeper ? LockHandle.watchExpiry(handle, () => keeper.replan()) : undefined;
   const finish = async (): Promise<void> => {
+    unwatch?.();
     await keeper?.stop();
     outer.signal?.removeEventListener('abort', forward);
     outer.dispose();

@@ -22,7 +22,9 @@
  *   lease's end either.
  *
  * A reply that contradicts the bounds (the server's clock was stepped, or another primary with
- * another clock took over) replaces them.
+ * another clock took over) replaces them. A local clock that steps backwards (it should be
+ * monotonic, but an injected one may not be) drops them: until the next reply, the upper bound is
+ * unknown (`Infinity`), so every holder's view says its lease may have ended.
  */
 export class ServerClock {
   /** The lower bound's anchor: the server read `server` (ms) no later than local time `local`. */
@@ -31,14 +33,17 @@ export class ServerClock {
   private high: Anchor | undefined;
   /** Smoothed round-trip time of replies that carried the server's time, in ms. */
   private smoothedRtt: number | undefined;
-  /** The latest server time the server's clock is known to have reached, in ms. */
-  private reachedMs = 0;
+  /** The latest local time read, to notice a local clock that steps backwards. */
+  private lastLocal = -Infinity;
 
   constructor(private readonly localNow: () => number) {}
 
   /** Local time (the monotonic clock), for timing requests. */
   local(): number {
-    return this.localNow();
+    const now = this.localNow();
+    if (now < this.lastLocal) this.forget();
+    this.lastLocal = now;
+    return now;
   }
 
   /** True once a reply carrying the server's time was observed. */
@@ -49,13 +54,13 @@ export class ServerClock {
   /** Learns from a reply carrying the server's time `serverNow`, sent at `sentAt` and arrived at `arrivedAt` (local ms). */
   observe(serverNow: Date, sentAt: number, arrivedAt: number): void {
     const server = serverNow.getTime();
-    if (!Number.isFinite(server) || arrivedAt < sentAt) return;
-    this.reached(server);
+    const now = this.local();
+    // A reply timed across a backward step of the local clock proves nothing.
+    if (!Number.isFinite(server) || arrivedAt < sentAt || now < arrivedAt) return;
     const rtt = arrivedAt - sentAt;
     this.smoothedRtt = this.smoothedRtt === undefined ? rtt : this.smoothedRtt + (rtt - this.smoothedRtt) / 8;
     const low = { server, local: arrivedAt };
     const high = { server: server + 1, local: sentAt };
-    const now = this.localNow();
     if (!this.low || !this.high) {
       this.low = low;
       this.high = high;
@@ -78,39 +83,35 @@ export class ServerClock {
    * reply it is the local clock, a guess that the server's check accepts or refuses.
    */
   lower(): number {
-    const now = this.localNow();
+    const now = this.local();
     return Math.floor(this.low ? lowerAt(this.low, now) : now);
   }
 
-  /** An upper bound of the server's clock now, in whole ms (`Infinity` before any reply). */
+  /** An upper bound of the server's clock now, in whole ms (`Infinity` before any reply, or after a backward local step). */
   upper(): number {
-    return this.high ? Math.ceil(upperAt(this.high, this.localNow())) : Infinity;
+    const now = this.local();
+    return this.high ? Math.ceil(upperAt(this.high, now)) : Infinity;
   }
 
   /**
    * How far behind the server's clock (`$$NOW`) a stamp may be when the update that writes it
-   * runs. Wide (half the lease, at most 5 s) before the first reply and on a retry after a
-   * refusal, so a slow network delays a lock rather than failing it; otherwise tightened to what
-   * this client's round trips explain (100 ms + 4 smoothed round trips), so that a lock starts
-   * with nearly all of its lease.
+   * runs. Tight by default: what this client's round trips explain (100 ms + 4 smoothed round
+   * trips, 25 ms assumed before the first reply), so that a lock starts with nearly all of its
+   * lease, and a write whose reply was lost cannot land long after it was sent. A client whose
+   * clock is further off is refused once, reads the server's clock and tries again. Wide (half
+   * the lease, at most 5 s) only on a retry after a refusal for lateness, so that a slow network
+   * delays a lock rather than failing it.
    */
   tolerance(leaseMs: number, relaxed = false): number {
     const wide = Math.max(1, Math.min(Math.floor(leaseMs / 2), MAX_TOLERANCE));
-    if (relaxed || this.smoothedRtt === undefined) return wide;
-    return Math.min(wide, Math.ceil(TIGHT_TOLERANCE + 4 * this.smoothedRtt));
+    if (relaxed) return wide;
+    return Math.min(wide, Math.ceil(TIGHT_TOLERANCE + 4 * (this.smoothedRtt ?? ASSUMED_RTT)));
   }
 
-  /** Records a server time that the server's clock has reached (a reply's time, or a stamp it accepted). */
-  reached(serverMs: number): void {
-    if (serverMs > this.reachedMs) this.reachedMs = serverMs;
-  }
-
-  /**
-   * The latest server time the server's clock is known to have reached (0 before any): entries
-   * that expired by then may be pruned without asking the server, since it has passed them.
-   */
-  lastReached(): number {
-    return this.reachedMs;
+  /** Drops both bounds (the local clock stepped backwards): nothing is known until the next reply. */
+  private forget(): void {
+    this.low = undefined;
+    this.high = undefined;
   }
 
   /** The smoothed round-trip time, in ms (undefined before any reply). */
@@ -131,8 +132,10 @@ interface Anchor {
 export const MAX_DRIFT = 0.001;
 /** Largest stamp tolerance, in ms. */
 export const MAX_TOLERANCE = 5_000;
-/** The fixed part of a synchronized client's stamp tolerance, in ms. */
+/** The fixed part of the stamp tolerance, in ms. */
 export const TIGHT_TOLERANCE = 100;
+/** The round trip assumed before the first reply, in ms. */
+const ASSUMED_RTT = 25;
 
 function lowerAt(anchor: Anchor, now: number): number {
   const elapsed = Math.max(0, now - anchor.local);

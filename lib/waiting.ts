@@ -88,12 +88,20 @@ export async function retryWithin<T>(
   retryable: (error: unknown) => boolean,
   now: () => number,
 ): Promise<T> {
-  const deadline = now() + params.wait;
+  // Elapsed time is summed from forward steps only: a clock set back does not stretch the wait.
+  let last = now();
+  let elapsed = 0;
+  const elapse = (): number => {
+    const current = now();
+    elapsed += Math.max(0, current - last);
+    last = current;
+    return elapsed;
+  };
   for (let count = 1; ; count++) {
     try {
       return await attempt();
     } catch (error) {
-      const left = deadline - now();
+      const left = params.wait - elapse();
       if (!retryable(error) || left <= 0) throw error;
       await delay(Math.min(left, retryDelay(count)), params.signal);
     }

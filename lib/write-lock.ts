@@ -93,7 +93,7 @@ export function writeLock(options: WriteLockOptions): WriteLock {
   };
 
   return describedAs<WriteLock>({
-    acquire: (filter, params) => core.run((cancellation) => core.acquire(filter, WRITE_TAG, params, undefined, cancellation)),
+    acquire: (filter, params) => core.runAcquisition((cancellation) => core.acquire(filter, WRITE_TAG, params, undefined, cancellation)),
     using: (filter, params, body) => core.run((cancellation) => core.using(filter, WRITE_TAG, params, body, cancellation)),
     release: (filter, params) =>
       core.run(async () => {

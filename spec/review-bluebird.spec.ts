@@ -8,7 +8,7 @@
 import Bluebird from 'bluebird';
 import { expect } from 'chai';
 import { resourceLocks, writeLock, type LockHandle, type ResourceLockHandle } from '../lib';
-import { delayedCollection } from './support/delayed-collection';
+import { delayedCollection } from '../stress/delayed-collection';
 import { freshCollection, rejectionOf, sleep } from './support/fixture';
 
 /** Keeps the event loop busy for `ms` (a slow request handler, a JSON.parse of a big body...). */

@@ -9,7 +9,7 @@
  */
 import { expect } from 'chai';
 import { writeLock } from '../lib';
-import { delayedCollection } from './support/delayed-collection';
+import { delayedCollection } from '../stress/delayed-collection';
 import { freshCollection, sleep } from './support/fixture';
 
 const realNow = (): number => performance.timeOrigin + performance.now();

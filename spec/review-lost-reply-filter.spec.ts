@@ -6,7 +6,7 @@
  */
 import { expect } from 'chai';
 import { isLockError, writeLock, type LockHandle } from '../lib';
-import { delayedCollection } from './support/delayed-collection';
+import { delayedCollection } from '../stress/delayed-collection';
 import { freshCollection, rejectionOf, sleep } from './support/fixture';
 
 describe('review: releasing a lock whose reply was lost', () => {

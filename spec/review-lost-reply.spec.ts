@@ -5,7 +5,7 @@
  */
 import { expect } from 'chai';
 import { resourceLocks, writeLock, isLockError } from '../lib';
-import { delayedCollection } from './support/delayed-collection';
+import { delayedCollection } from '../stress/delayed-collection';
 import { MongoClient } from 'mongodb';
 import { FaultProxy } from '../stress/fault-proxy';
 import { freshCollection, mongoBackend, rejectionOf, sleep } from './support/fixture';

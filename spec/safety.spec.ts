@@ -59,13 +59,15 @@ describe('safety (issue 11): paths to a second holder or a leaked lock', () => {
     it('a client whose clock is 0.9 s behind, whose extensions are delayed, aborts before the next holder acquires', async function () {
       this.timeout(30_000);
       const collection = await freshCollection([{ _id: 1 }]);
-      // Every findOneAndUpdate after the first (the extensions) reaches the server 1.9 s late.
-      const slowExtensions = delayedCollection(collection, { request: (method, n) => (method === 'findOneAndUpdate' && n > 1 ? 1_900 : 0) });
+      // Once the body runs, every findOneAndUpdate (the extensions) reaches the server 1.9 s late.
+      let bodyStarted = false;
+      const slowExtensions = delayedCollection(collection, { request: (method) => (method === 'findOneAndUpdate' && bodyStarted ? 1_900 : 0) });
       const skewed = writeLock({ collection: slowExtensions, locktimeout: 2_000, clock: () => realNow() - 900 });
       const other = writeLock({ collection, locktimeout: 2_000 });
       let abortedAt = 0;
       let firstFence = 0;
       const holding = skewed.using({ _id: 1 }, undefined, async (handle, signal) => {
+        bodyStarted = true;
         firstFence = handle.fence;
         await new Promise<void>((resolve) => signal.addEventListener('abort', () => resolve(), { once: true }));
         abortedAt = realNow();
