@@ -16,6 +16,8 @@ interface Tracked {
   /** Keeps the lease alive while the route runs; aborts `controller` when it is lost. */
   keeper?: LeaseKeeper;
   readonly controller: AbortController;
+  /** Aborts a wait for the lock once nobody awaits the answer any more. */
+  readonly waiting: AbortController;
   /** The route's pre methods could not be wrapped: release only after the handler has finished. */
   readonly conservative: boolean;
   /** Wrapped calls (pre methods, failActions, the handler) in progress. */
@@ -33,9 +35,11 @@ interface Tracked {
 export interface RequestTracking {
   /**
    * Starts following `request` (onPreHandler, before acquiring) and wraps its route's pre methods
-   * the first time. False when the response has already gone out: then nothing must be acquired.
+   * the first time. Resolves the signal for its wait for the lock, which aborts once the response
+   * has gone out (a server timeout, a client gone); undefined when it already has: then nothing
+   * must be acquired.
    */
-  begin(request: Request, checkout: boolean): boolean;
+  begin(request: Request, checkout: boolean): AbortSignal | undefined;
   /**
    * The lock is held: its lease is kept alive until it is released (or handed over by a
    * checkout); resolves the signal that aborts if the lease is lost meanwhile.
@@ -144,11 +148,12 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
 
   return {
     begin(request, checkout) {
-      if (request.info.completed) return false;
+      if (request.info.completed) return undefined;
       const state: Tracked = {
         checkout,
         handedOver: false,
         controller: new AbortController(),
+        waiting: new AbortController(),
         conservative: !coverPrerequisites(request),
         running: 0,
         started: 0,
@@ -158,7 +163,7 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
         settling: false,
       };
       requests.set(request, state);
-      return true;
+      return state.waiting.signal;
     },
     acquired(request, lock) {
       const state = requests.get(request);
@@ -175,6 +180,7 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       const state = requests.get(request);
       if (!state) return;
       state.responded = true;
+      if (!state.lock) state.waiting.abort(new Error('monglock: the response went out while the request waited for its lock'));
       if (state.checkout && state.lock && state.handlerFinished && delivered(request)) {
         state.handedOver = true; // the client has the lock's JSON: it releases or extends it
         void state.keeper?.stop();

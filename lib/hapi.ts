@@ -112,9 +112,10 @@ export const monglockPlugin: Plugin<MonglockPluginOptions> = {
       const resolved = resolve(request.route);
       if (!resolved) return h.continue;
       const { settings } = resolved;
-      if (!tracking.begin(request, settings.mode === 'checkout')) return h.continue; // answered already: lock nothing
+      const waiting = tracking.begin(request, settings.mode === 'checkout');
+      if (!waiting) return h.continue; // answered already: lock nothing
       const filter = settings.filter(request);
-      const params = { tag: settings.tag, wait: settings.wait, locktimeout: settings.locktimeout, boom };
+      const params = { tag: settings.tag, wait: settings.wait, locktimeout: settings.locktimeout, boom, signal: waiting };
       let lock: LockHandle;
       try {
         lock = await resolved.lock.acquire(filter, params as never);

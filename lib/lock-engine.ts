@@ -5,6 +5,9 @@ import type { LockData } from './lock-handle';
 import type { ResolvedCallOptions } from './options';
 import type { TagRule } from './relationships';
 import type { ServerClock } from './server-clock';
+export type { Proof } from './proofs';
+import { ambiguous, matchesProof, proofMatch, type Proof } from './proofs';
+import { stampLag, stampRefused, type Verdict } from './stamp-refusals';
 import type { Inspection, Store, Timed } from './store';
 import {
   allOf,
@@ -62,9 +65,6 @@ export function newLockId(): string {
   return randomBytes(16).toString('hex');
 }
 
-/** How a caller proves it owns a lock: its id, or (monglock v2 writeLock) its acquisition timestamp. */
-export type Proof = { readonly id: string } | { readonly timestamp: number };
-
 /** A lock an acquisition wrote, with the filter that addresses its document (`{ _id }`). */
 export interface Acquired {
   readonly lock: LockData;
@@ -91,14 +91,6 @@ export class AssertivePending implements Acquired {
     readonly blockedBy: readonly string[],
   ) {}
 }
-
-/**
- * Why a write matched nothing: a final error, or a retry with a fresh stamp (checked with the
- * wide tolerance, and no earlier than `minStamp`).
- */
-type Verdict =
-  | { readonly retry: false; readonly error: Error }
-  | { readonly retry: true; readonly why: string; readonly minStamp?: number; readonly error?: Error };
 
 /** The configuration an engine runs with; writeLock and multiLock differ only here. */
 export interface EngineSettings {
@@ -410,44 +402,6 @@ export class LockEngine {
 
 function describeFailure(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
-}
-
-/**
- * True when `stamp` may have failed the server's window check: it is ahead of the server's
- * clock, or further behind it than the tolerance (judged at the later inspection, so generously).
- */
-function stampRefused(seen: Inspection, stamp: number, tolerance: number): boolean {
-  if (!seen.serverNow) return false;
-  const now = seen.serverNow.getTime();
-  return stamp > now || stamp < now - tolerance;
-}
-
-/** What a refused stamp says about the connection, for the error a caller sees. */
-function stampLag(seen: Inspection, stamp: number, tolerance: number, lease: number): string {
-  const now = seen.serverNow?.getTime();
-  if (now !== undefined && stamp > now) return `the stamp was ${stamp - now} ms ahead of the server's clock (was the server's clock set back?)`;
-  const lag = now === undefined ? 'more than the tolerance' : `${now - stamp} ms`;
-  return (
-    `the request reached the server too late: the server's clock was ${lag} past the stamp when it was read back, ` +
-    `beyond the ${tolerance} ms tolerance (a lease of ${lease} ms allows at most half of it, up to 5 s); ` +
-    `the network or the server is slower than this lease allows`
-  );
-}
-
-/** True when two of `tag`'s recent acquisitions were stamped in the ms `timestamp`. */
-function ambiguous(lock: StoredLock, tag: string, timestamp: number): boolean {
-  return (lock.recent?.[tag] ?? []).filter((date) => date.getTime() >= timestamp && date.getTime() < timestamp + 1).length >= 2;
-}
-
-function proofMatch(proof: Proof): Document {
-  if ('id' in proof) return { id: proof.id };
-  return { at: { $gte: new Date(proof.timestamp), $lt: new Date(proof.timestamp + 1) } };
-}
-
-function matchesProof(entry: StoredEntry, proof: Proof): boolean {
-  if ('id' in proof) return entry.id === proof.id;
-  const at = entry.at instanceof Date ? entry.at.getTime() : NaN;
-  return at >= proof.timestamp && at < proof.timestamp + 1;
 }
 
 /** Merges two update documents operator by operator. */
