@@ -1,5 +1,5 @@
 /**
- * Review of 6cab1b9: bluebird runs a cancelled promise's onCancel handler asynchronously (in
+ * Found by review of 6cab1b9 (fixed in ceca4ec): bluebird runs a cancelled promise's onCancel handler asynchronously (in
  * its own queue, a setImmediate later), while the promise itself is cancelled at once. A reply
  * that is processed in between resolves the inner acquisition, whose handle bluebird then drops
  * (resolve() on a cancelled promise is ignored); the abort that would have released it comes
@@ -17,8 +17,8 @@ function busy(ms: number): void {
   while (Date.now() < end);
 }
 
-describe('review: bluebird cancellation racing with the reply', () => {
-  it('resourceLocks without ttl: xlock(...).timeout() rejects with TimeoutError, yet the lock stays held forever', async function () {
+describe('review 1: bluebird cancellation racing with the reply releases what the reply brought', () => {
+  it('resourceLocks without ttl: xlock(...).timeout() rejects with TimeoutError and leaves nothing held', async function () {
     this.timeout(10_000);
     const Cancellable = Bluebird.getNewLibraryCopy();
     Cancellable.config({ cancellation: true });
@@ -37,7 +37,7 @@ describe('review: bluebird cancellation racing with the reply', () => {
     expect(held.map((s) => `${s.lockId} (ttl ${s.ttl})`), 'the timed-out call holds nothing').to.deep.equal([]);
   });
 
-  it('writeLock: acquire(...).cancel() in the same event-loop turn as the reply leaves the document locked for the lease', async function () {
+  it('writeLock: acquire(...).cancel() in the same event-loop turn as the reply leaves the document free', async function () {
     this.timeout(10_000);
     const Cancellable = Bluebird.getNewLibraryCopy();
     Cancellable.config({ cancellation: true });

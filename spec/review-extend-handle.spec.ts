@@ -8,7 +8,7 @@ import { expect } from 'chai';
 import { writeLock } from '../lib';
 import { freshCollection } from './support/fixture';
 
-describe('review: the handle returned by extend(filter, { lock })', () => {
+describe('review 1: the handle returned by extend(filter, { lock })', () => {
   it('a job queue that moves the job from open to running: guard() and release() of the extended handle still find the document', async () => {
     const collection = await freshCollection([{ _id: 1, status: 'open' }]);
     const jobs = writeLock({ collection, locktimeout: 10_000 });

@@ -1,5 +1,5 @@
 /**
- * Review of 6cab1b9: a `mode: 'checkout'` route keeps its lock after the response, for the client
+ * Found by review of 6cab1b9 (fixed in ceca4ec): a `mode: 'checkout'` route keeps its lock after the response, for the client
  * to release later with the JSON the handler returns. When that JSON never reaches the client
  * (the client disconnected while the request waited for the lock; the handler failed), nobody
  * can release it: the document stays locked until the lease ends.
@@ -41,12 +41,12 @@ function send(port: number, method: string, path: string, abortAfter?: number): 
 
 const byId = (request: Hapi.Request): Document => ({ _id: request.params.id });
 
-describe('review: hapi checkout routes whose lock never reaches the client', () => {
+describe('review 1: hapi checkout routes whose lock never reaches the client', () => {
   afterEach(async () => {
     await Promise.all(servers.splice(0).map((server) => server.stop({ timeout: 1_000 })));
   });
 
-  it('the client disconnects while its checkout request waits for the lock: the lock taken afterwards is held by nobody until its lease ends', async () => {
+  it('the client disconnects while its checkout request waits for the lock: nobody holds the lock afterwards', async () => {
     const collection = await freshCollection([{ _id: 'd' }]);
     const lock = writeLock({ collection, locktimeout: 10_000 });
     const holder = await writeLock({ collection }).acquire({ _id: 'd' });
@@ -71,7 +71,7 @@ describe('review: hapi checkout routes whose lock never reaches the client', () 
     expect({ handlerRuns, held: (await heldIds(collection, 'd')).length }, 'nobody received the lock, so nobody may hold it').to.deep.equal({ handlerRuns: 0, held: 0 });
   });
 
-  it('the checkout handler fails (500): the client never got the lock JSON, yet the lock is kept', async () => {
+  it('the checkout handler fails (500): the client never got the lock JSON, so the lock is released', async () => {
     const collection = await freshCollection([{ _id: 'e' }]);
     const lock = writeLock({ collection, locktimeout: 10_000 });
     const server = await makeServer((s) =>

@@ -1,5 +1,5 @@
 /**
- * Review of 6cab1b9: the hapi plugin holds its lock "until the response is out and none of the
+ * Found by review of 6cab1b9 (fixed in ceca4ec): the hapi plugin holds its lock "until the response is out and none of the
  * route's pre methods/failActions/handler runs" (README: "the handler still finishes under its
  * lock"), but nothing keeps the lease alive meanwhile (using() has a lease keeper; the plugin
  * does not). A handler that runs longer than the lease runs next to another request's handler.
@@ -11,13 +11,13 @@ import { writeLock } from '../lib';
 import { monglockPlugin } from '../lib/hapi';
 import { freshCollection, sleep } from './support/fixture';
 
-describe('review: hapi hold route whose handler outlives the lease', () => {
+describe('review 1: hapi hold route whose handler outlives the lease', () => {
   let server: Hapi.Server | undefined;
   afterEach(async () => {
     await server?.stop({ timeout: 1_000 });
   });
 
-  it('two handlers of one locked document run at the same time', async function () {
+  it('the lease is kept alive: never two handlers of one locked document at the same time', async function () {
     this.timeout(10_000);
     const collection = await freshCollection([{ _id: 'a' }]);
     const orders = writeLock({ collection, locktimeout: 500 });

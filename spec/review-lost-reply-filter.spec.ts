@@ -1,5 +1,5 @@
 /**
- * Review of 6cab1b9: a lock whose reply was lost is released (by the library, and by the caller
+ * Found by review of 6cab1b9 (fixed in ceca4ec): a lock whose reply was lost is released (by the library, and by the caller
  * through err.lock) with the caller's acquisition filter, not the document's `{ _id }`. When the
  * filter no longer matches the locked document (it names the lock field, or a field that the
  * application changes), neither release can find it: the lock stays until its lease ends.
@@ -9,8 +9,8 @@ import { isLockError, writeLock, type LockHandle } from '../lib';
 import { delayedCollection } from '../stress/delayed-collection';
 import { freshCollection, rejectionOf, sleep } from './support/fixture';
 
-describe('review: releasing a lock whose reply was lost', () => {
-  it('with a filter that names the lock field ({ lock: { $exists: false } }): neither the background release nor err.lock.release() frees the document', async function () {
+describe('review 1: releasing a lock whose reply was lost', () => {
+  it('with a filter that names the lock field ({ lock: { $exists: false } }): the background release and err.lock.release() both find the document by the lock id', async function () {
     this.timeout(15_000);
     const collection = await freshCollection([{ _id: 1 }]);
     // The server executes the lock at once; its reply comes back after the call's 200 ms timeout.

@@ -1,5 +1,5 @@
 /**
- * Review of 6cab1b9: a lock whose reply was lost (client-side deadline) is released at once,
+ * Found by review of 6cab1b9 (fixed in ceca4ec): a lock whose reply was lost (client-side deadline) is released at once,
  * while the request that writes it may still be on its way to the server. The release then
  * matches nothing, the write lands afterwards, and nobody releases it again.
  */
@@ -10,8 +10,8 @@ import { MongoClient } from 'mongodb';
 import { FaultProxy } from '../stress/fault-proxy';
 import { freshCollection, mongoBackend, rejectionOf, sleep } from './support/fixture';
 
-describe('review: a lost reply whose request is still in flight', () => {
-  it('resourceLocks without ttl: xlock fails with DbError, yet the lock lands after the release and is held forever', async function () {
+describe('review 1: a lost reply whose request is still in flight', () => {
+  it('resourceLocks without ttl: xlock fails with DbError, and no lock is held afterwards (a late write is refused or released)', async function () {
     this.timeout(20_000);
     const collection = await freshCollection();
     // The lock's findOneAndUpdate reaches the server 600 ms late (a stalled connection); the
@@ -29,7 +29,7 @@ describe('review: a lost reply whose request is still in flight', () => {
     expect(held.map((s) => `${s.lockId} (ttl ${s.ttl})`), 'a lock nobody holds, with no expiry').to.deep.equal([]);
   });
 
-  it('writeLock: acquire fails with DbError, the in-flight write lands after the background release, the document stays locked for the lease', async function () {
+  it('writeLock: acquire fails with DbError, and the document is free afterwards', async function () {
     this.timeout(20_000);
     const collection = await freshCollection([{ _id: 1 }]);
     const slow = writeLock({
@@ -46,8 +46,8 @@ describe('review: a lost reply whose request is still in flight', () => {
   });
 });
 
-describe('review: the same over a real TCP connection (fault proxy: a latency spike on one request)', () => {
-  it('resourceLocks without ttl, a client that already knows the server clock: a 90 ms spike against a 40 ms timeout leaves a lock held forever', async function () {
+describe('review 1: the same over a real TCP connection (fault proxy: a latency spike on one request)', () => {
+  it('resourceLocks without ttl, a client that already knows the server clock: a 90 ms spike against a 40 ms timeout leaves nothing held', async function () {
     this.timeout(20_000);
     const { hostname, port } = new URL(mongoBackend().uri.replace(/^mongodb:/, 'http:'));
     const proxy = new FaultProxy(hostname, Number(port));

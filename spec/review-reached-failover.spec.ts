@@ -1,5 +1,5 @@
 /**
- * Review of 6cab1b9: ServerClock.observe() resets its bounds when a reply contradicts them ("the
+ * Found by review of 6cab1b9 (fixed in ceca4ec): ServerClock.observe() resets its bounds when a reply contradicts them ("the
  * server's clock was stepped, or another primary with another clock took over"), but
  * `reachedMs` (lastReached) is a running maximum that is never reset. release() prunes entries
  * with `exp <= lastReached()` as "expired by a time the server has reached", so after a failover
@@ -31,8 +31,8 @@ function oldPrimaryAhead(collection: Collection<Document>, aheadMs: number, call
   });
 }
 
-describe('review: lastReached survives a clock reset', () => {
-  it('a release after a failover to a primary 5 s behind prunes another reader\'s live entry, and a writer gets in next to it', async () => {
+describe('review 1: a release never prunes by a time the server did not check', () => {
+  it('after a failover to a primary 5 s behind, a release leaves another reader\'s live entry, and a writer is refused', async () => {
     const collection = await freshCollection([{ _id: 1 }]);
     const options = {
       locktimeouts: { read: 3_000, write: 3_000 },

@@ -1,5 +1,5 @@
 /**
- * Review of 6cab1b9: the lease keeper of using() plans its timers from the lease it last set
+ * Found by review of 6cab1b9 (fixed in ceca4ec): the lease keeper of using() plans its timers from the lease it last set
  * itself. When the body extends the handle (handle.extend() defaults to the tag's lease, not the
  * `locktimeout` using() was called with), the server's lease becomes shorter than the keeper's
  * plan; nothing tells the keeper, and the body's signal is not aborted when another client can
@@ -11,8 +11,8 @@ import { freshCollection, sleep } from './support/fixture';
 
 const realNow = (): number => performance.timeOrigin + performance.now();
 
-describe('review: using() whose body extends its own handle', () => {
-  it('handle.extend() without an argument inside using({ locktimeout: 4000 }) of a lock whose default lease is 1000 ms: a second holder while the signal stays un-aborted', async function () {
+describe('review 1: using() whose body extends its own handle', () => {
+  it('handle.extend() without an argument inside using({ locktimeout: 4000 }) of a lock whose default lease is 1000 ms: the keeper replans, no second holder while the signal is live', async function () {
     this.timeout(15_000);
     const collection = await freshCollection([{ _id: 1 }]);
     const jobs = writeLock({ collection, locktimeout: 1_000 });

@@ -1,5 +1,5 @@
 /**
- * Review of 6cab1b9: monglock v2 bare-timestamp proofs. release() refuses a timestamp that two
+ * Found by review of 6cab1b9 (fixed in ceca4ec): monglock v2 bare-timestamp proofs. release() refuses a timestamp that two
  * locks share (lock.recent), but extend() does not check it: a stale holder's extend by
  * timestamp succeeds on the next holder's lock taken in the same ms, and the stale holder is told
  * it holds the lock.
@@ -8,7 +8,7 @@ import { expect } from 'chai';
 import { writeLock } from '../lib';
 import { freshCollection, rejectionOf } from './support/fixture';
 
-describe('review: writeLock.extend with a v2 timestamp shared by two locks', () => {
+describe('review 1: writeLock.extend with a v2 timestamp shared by two locks', () => {
   it('after a forced release, the old holder extending by its timestamp must be refused, not extend the new holder\'s lock', async () => {
     const collection = await freshCollection([{ _id: 1 }]);
     const lock = writeLock({ collection, locktimeout: 10_000 });
