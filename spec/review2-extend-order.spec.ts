@@ -34,7 +34,7 @@ describe('review2: two extensions in flight whose replies arrive in the other or
       await handle.extend(); // "a fresh lease before the next step" (the tag's lease: 1000 ms)
       await sleep(500); // the keeper's late reply has arrived meanwhile
       handleExpiry = handle.expiresAt;
-      const doc = await collection.findOne({ _id: 1 });
+      const doc = await collection.findOne({ _id: 1 as never });
       serverExpiry = (doc?.lock?.tags?.write?.[0]?.exp as Date | undefined)?.getTime() ?? 0;
       await new Promise<void>((resolve) => {
         signal.addEventListener('abort', () => resolve(), { once: true });
