@@ -19,10 +19,12 @@ export class Acquisition {
   /**
    * @param release releases a lock this call wrote; rejects when it could not.
    * @param clock the bounds on the server's clock, to know when a lost write can no longer land.
+   * @param readClock reads the server's clock (from any document), when the bounds are not known yet.
    */
   constructor(
     private readonly release: (lock: Acquired) => Promise<void>,
     private readonly clock: ServerClock,
+    private readonly readClock: () => Promise<void>,
   ) {}
 
   /** True once the call was abandoned. */
@@ -59,6 +61,37 @@ export class Acquisition {
     await Promise.all(locks.map((lock) => (lock === undefined ? undefined : this.releaseQuietly(lock))));
   }
 
+  /**
+   * Settles with `pending` (an attempt), or rejects as soon as `signal` aborts. The abort abandons
+   * the call at once (synchronously, so that an attempt settling in the same turn sees it), and an
+   * outcome that arrives after it is released: `wrote` names its lock.
+   */
+  race<T>(pending: Promise<T>, signal: AbortSignal | undefined, wrote: (outcome: T) => Acquired | undefined): Promise<T> {
+    if (!signal) return pending;
+    return new Promise<T>((resolve, reject) => {
+      let lost = false;
+      const onAbort = (): void => {
+        lost = true;
+        this.#abandoned ??= { reason: signal.reason };
+        reject(signal.reason);
+      };
+      if (signal.aborted) onAbort();
+      else signal.addEventListener('abort', onAbort, { once: true });
+      pending.then(
+        (outcome) => {
+          signal.removeEventListener('abort', onAbort);
+          if (!lost) return resolve(outcome);
+          const lock = wrote(outcome);
+          if (lock !== undefined) void this.releaseQuietly(lock);
+        },
+        (error: unknown) => {
+          signal.removeEventListener('abort', onAbort);
+          if (!lost) reject(error);
+        },
+      );
+    });
+  }
+
   private async releaseQuietly(lock: Acquired): Promise<void> {
     await this.release(lock).catch(() => undefined);
   }
@@ -66,14 +99,17 @@ export class Acquisition {
   /**
    * Releases a lock whose reply was lost. Its request may still be on its way, and a release that
    * overtook it would match nothing; but the server refuses its stamp once its clock passes
-   * `landsBy`, so the release waits until the lower bound of the server's clock is past that. A
-   * release that fails on MongoDB is tried again (the lease, if any, ends the lock otherwise).
+   * `landsBy`, so the release waits until the lower bound of the server's clock is past that
+   * (reading the server's clock first if this client has not yet). A release that fails on MongoDB
+   * is tried again (the lease, if any, ends the lock otherwise).
    */
   private async releaseOnceLanded(lock: Acquired): Promise<void> {
-    const wait = lock.landsBy === undefined ? 0 : lock.landsBy + 1 - this.clock.lower();
-    if (wait > 0) await sleep(wait);
     for (const retryAfter of [...LATE_RELEASE_RETRIES, undefined]) {
       try {
+        // Before any reply the lower bound is only the local clock: read the server's first.
+        if (!this.clock.synchronized) await this.readClock();
+        const wait = lock.landsBy === undefined ? 0 : lock.landsBy + 1 - this.clock.lower();
+        if (wait > 0) await sleep(wait);
         await this.release(lock);
         return;
       } catch (error) {

@@ -2,7 +2,7 @@ import type { Document } from 'mongodb';
 import { Acquisition } from './acquisition';
 import { isLockError, lockError } from './errors';
 import { AssertivePending, LockEngine, lockWrittenBy, type Acquired, type Proof } from './lock-engine';
-import { LockHandle, readLockData, releaseUnclaimed, type HandleOwner, type LockData } from './lock-handle';
+import { extensionOf, LockHandle, readLockData, releaseUnclaimed, type Extension, type HandleOwner, type LockData } from './lock-handle';
 import {
   expectFilter,
   expectFunction,
@@ -19,7 +19,7 @@ import { holdWhile, type UsingBody } from './scoped-hold';
 import { ServerClock } from './server-clock';
 import { Store } from './store';
 import { LockPaths } from './stored-format';
-import { abortable, linkSignals, readWaitParams, retryWithin } from './waiting';
+import { linkSignals, readWaitParams, retryWithin } from './waiting';
 
 /** While waiting, every how many refused attempts one is explained by a read (missing document, clock). */
 const EXPLAIN_EVERY = 8;
@@ -92,7 +92,7 @@ export class DocumentLock implements HandleOwner {
     const { signal, dispose } = linkSignals(waiting.signal, cancellation?.signal);
     if (signal?.aborted) throw signal.reason;
 
-    const acquisition = new Acquisition((written) => this.releaseWritten(written, call), this.clock);
+    const acquisition = new Acquisition((written) => this.releaseWritten(written, call), this.clock, () => this.engine.readClock({}, call));
     // An assertive lock registered by this call: continued on retries, released if we give up.
     let registered: Acquired | undefined;
     let attempts = 0;
@@ -114,6 +114,11 @@ export class DocumentLock implements HandleOwner {
       }
       if (outcome instanceof AssertivePending) {
         if (!continuing) registered = outcome;
+        if (acquisition.abandoned && !continuing) {
+          // Abandoned between the attempt's reply and here: the abandonment may not have seen it.
+          await acquisition.abandon(undefined, outcome);
+          throw lockError('AssertiveLock', call.boom, { detail: 'abandoned; the registered lock was released' });
+        }
         const carried = new LockHandle(outcome.lock, this, outcome.target);
         throw lockError('AssertiveLock', call.boom, { lock: carried, detail: `registered; waiting for tag ${outcome.blockedBy.join(', ')}` });
       }
@@ -124,7 +129,12 @@ export class DocumentLock implements HandleOwner {
       isLockError(error, 'AssertiveLock') ||
       (isLockError(error, 'LockNotFound') && resumed === undefined);
     try {
-      const won = await retryWithin({ wait: waiting.wait, signal }, () => abortable(step(), signal), retryable, this.clock.local.bind(this.clock));
+      const won = await retryWithin(
+        { wait: waiting.wait, signal },
+        () => acquisition.race(step(), signal, (outcome) => (outcome.lock.id === resumed?.lock.id ? undefined : outcome)),
+        retryable,
+        () => this.clock.local(),
+      );
       return await this.handleFor(won, acquisition, call);
     } catch (error) {
       // Without waiting, an assertive registration is the caller's to continue (monglock v2).
@@ -179,7 +189,7 @@ export class DocumentLock implements HandleOwner {
     const { params: p, call } = this.callOptions(params);
     const extended = await this.engine.extend(filter, lock, proof, this.leaseOf(lock.tag, p), call);
     for (const given of [p.lock, p.timestamp]) {
-      if (given instanceof LockHandle && given.id === lock.id) LockHandle.updateExpiry(given, extended.lock.expiresAt);
+      if (given instanceof LockHandle && given.id === lock.id) LockHandle.updateExpiry(given, extensionOf(extended));
     }
     return new LockHandle(extended.lock, this, extended.target);
   }
@@ -188,8 +198,11 @@ export class DocumentLock implements HandleOwner {
     return this.run(() => this.releaseWith(target, lock.tag, { id: lock.id }, lock, params));
   }
 
-  extend(target: Document, lock: LockData, params?: object): Promise<LockData> {
-    return this.run(() => this.extendWith(target, lock, { id: lock.id }, params));
+  extend(target: Document, lock: LockData, params?: object): Promise<Extension> {
+    return this.run(async () => {
+      const { params: p, call } = this.callOptions(params);
+      return extensionOf(await this.engine.extend(target, lock, { id: lock.id }, this.leaseOf(lock.tag, p), call));
+    });
   }
 
   guard(target: Document, lock: LockData, extra?: Document): Document {

@@ -1,7 +1,7 @@
 import type { Request, RequestRoute, ResponseToolkit } from '@hapi/hapi';
 import { lockError, type BoomLike } from './errors';
 import { LeaseKeeper } from './lease-keeper';
-import type { LockHandle } from './lock-handle';
+import { LockHandle } from './lock-handle';
 
 /** A route method as hapi calls it: a pre method, a pre's failAction (with the error as third argument) or the handler. */
 type RouteMethod = (this: unknown, request: Request, h: ResponseToolkit, ...rest: unknown[]) => unknown;
@@ -15,6 +15,8 @@ interface Tracked {
   handedOver: boolean;
   /** Keeps the lease alive while the route runs; aborts `controller` when it is lost. */
   keeper?: LeaseKeeper;
+  /** Stops replanning the keeper on the lock's expiry changes. */
+  unwatch?: () => void;
   readonly controller: AbortController;
   /** Aborts a wait for the lock once nobody awaits the answer any more. */
   readonly waiting: AbortController;
@@ -81,6 +83,7 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       state.released = true;
       const lock = state.lock;
       void (async () => {
+        state.unwatch?.();
         await state.keeper?.stop();
         await lock?.release();
       })().catch((error: unknown) => log(['monglock', 'error'], error));
@@ -172,7 +175,9 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       state.lock = lock;
       const leaseMs = lock.expiresAt - lock.timestamp;
       const expired = (): Error => lockError('LockNotFound', boom, { detail: 'the lease ended before it could be extended' });
-      state.keeper = new LeaseKeeper({ remaining: () => lock.remaining(), extend: () => lock.extend(leaseMs), expired }, leaseMs, controller);
+      const keeper = new LeaseKeeper({ remaining: () => lock.remaining(), extend: () => lock.extend(leaseMs), expired }, leaseMs, controller);
+      state.keeper = keeper;
+      state.unwatch = LockHandle.watchExpiry(lock, () => keeper.replan()); // the route extends the lock itself
       settle(state); // the client may have gone while we waited for the lock
       return controller.signal;
     },
@@ -183,6 +188,7 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       if (!state.lock) state.waiting.abort(new Error('monglock: the response went out while the request waited for its lock'));
       if (state.checkout && state.lock && state.handlerFinished && delivered(request)) {
         state.handedOver = true; // the client has the lock's JSON: it releases or extends it
+        state.unwatch?.();
         void state.keeper?.stop();
       }
       settle(state);

@@ -74,6 +74,8 @@ export interface Acquired {
    * which the write can no longer land (its stamp plus the tolerance the server checks it with).
    */
   readonly landsBy?: number;
+  /** The server's clock when the write that set `lock.expiresAt` was applied (ms). */
+  readonly appliedAt?: number;
 }
 
 /** The lock a failed acquisition may have written (its reply was lost), which its `DbError` carries. */
@@ -289,9 +291,15 @@ export class LockEngine {
       const arrayFilters = [prefixed('mine', proofMatch(proof))];
       const reply = await this.settings.store.findOneAndUpdate(guarded, update, call, arrayFilters);
       if (!reply.value) return undefined;
-      this.observeWrite(reply.value, reply);
-      return { lock: { ...lock, expiresAt: exp.getTime() }, target: { _id: reply.value._id } };
+      const appliedAt = this.observeWrite(reply.value, reply);
+      return { lock: { ...lock, expiresAt: exp.getTime() }, target: { _id: reply.value._id }, appliedAt };
     }, (seen, stamp, tolerance) => this.explainLost(seen, lock, proof, call, stamp, tolerance, lease));
+  }
+
+  /** Reads the server's clock (`$$NOW`, beside the first document `target` selects) into the bounds. */
+  async readClock(target: Document, call: ResolvedCallOptions): Promise<void> {
+    const seen = await this.db(call, () => this.settings.store.inspect(target, call));
+    if (seen.serverNow) this.settings.clock.observe(seen.serverNow, seen.sentAt, seen.arrivedAt);
   }
 
   /** A filter that matches `target` only while the lock is held and unexpired by the server's clock. */

@@ -16,10 +16,16 @@ export interface LockData {
   readonly expiresAt: number;
 }
 
+/** A lease's new end, and when (by the server's clock) the write that set it was applied. */
+export interface Extension {
+  readonly expiresAt: number;
+  readonly appliedAt: number;
+}
+
 /** What a handle calls back into: the lock that made it. `target` is the locked document's `{ _id }`. */
 export interface HandleOwner {
   release(target: Document, lock: LockData, params?: object): Promise<void>;
-  extend(target: Document, lock: LockData, params?: object): Promise<LockData>;
+  extend(target: Document, lock: LockData, params?: object): Promise<Extension>;
   guard(target: Document, lock: LockData, extra?: Document): Document;
   /** ms of the lease left by the upper bound of the server's clock. */
   remaining(lock: LockData): number;
@@ -42,6 +48,8 @@ export class LockHandle implements LockData {
   readonly #target: Document;
   readonly #watchers = new Set<() => void>();
   readonly #unconfirmed: boolean;
+  /** The server's clock when the write that set `#expiresAt` was applied (0: the acquisition). */
+  #appliedAt = 0;
 
   /**
    * @param target the locked document's `{ _id }` (`{}` for a lock whose reply was lost: its id finds it)
@@ -66,11 +74,16 @@ export class LockHandle implements LockData {
   }
 
   /**
-   * Records a new lease end for `handle` (an extension made through another path: the explicit
-   * `extend(filter, { lock })`, a resource group's `renew`) and tells its watchers.
+   * Records a new lease end for `handle` from an extension applied by the server at `appliedAt`
+   * (its own, the explicit `extend(filter, { lock })`, a resource group's `renew`) and tells its
+   * watchers. Replies can arrive out of order: the server keeps the last write it applied, so a
+   * reply to an earlier write is ignored, and of two writes in one ms the shorter lease is kept.
    * @internal
    */
-  static updateExpiry(handle: LockHandle, expiresAt: number): void {
+  static updateExpiry(handle: LockHandle, extension: Extension): void {
+    if (extension.appliedAt < handle.#appliedAt) return;
+    const expiresAt = extension.appliedAt === handle.#appliedAt ? Math.min(extension.expiresAt, handle.#expiresAt) : extension.expiresAt;
+    handle.#appliedAt = extension.appliedAt;
     handle.#expiresAt = expiresAt;
     for (const watcher of handle.#watchers) watcher();
   }
@@ -112,8 +125,8 @@ export class LockHandle implements LockData {
    */
   extend(locktimeout?: number, params?: object): Promise<this> {
     const extended = this.#owner.extend(this.#target, this.toJSON(), { ...params, locktimeout });
-    return extended.then((data) => {
-      LockHandle.updateExpiry(this, data.expiresAt);
+    return extended.then((extension) => {
+      LockHandle.updateExpiry(this, extension);
       return this;
     });
   }
@@ -176,4 +189,9 @@ export function readLockData(name: string, value: unknown, knownTags: ReadonlySe
 export function releaseUnclaimed(outcome: Unclaimed): void {
   const lock = 'value' in outcome ? outcome.value : (outcome.error as { lock?: unknown } | undefined)?.lock;
   if (lock instanceof LockHandle) lock.release().catch(() => undefined);
+}
+
+/** The extension an extend's outcome reports (when the server applied it unknown: the earliest possible). */
+export function extensionOf(extended: { readonly lock: LockData; readonly appliedAt?: number }): Extension {
+  return { expiresAt: extended.lock.expiresAt, appliedAt: extended.appliedAt ?? 0 };
 }

@@ -2,7 +2,7 @@ import type { Document } from 'mongodb';
 import { Acquisition } from './acquisition';
 import { isLockError, lockError, withDbErrors } from './errors';
 import { fenceOf, LockEngine, lockWrittenBy, NEVER, type AcquireExtras, type Acquired } from './lock-engine';
-import { LockHandle, releaseUnclaimed, type HandleOwner, type LockData } from './lock-handle';
+import { extensionOf, LockHandle, releaseUnclaimed, type Extension, type HandleOwner, type LockData } from './lock-handle';
 import {
   expectFunction,
   expectMs,
@@ -24,7 +24,7 @@ import { ResourceStore } from './resource-store';
 import { holdWhile, type UsingBody } from './scoped-hold';
 import { ServerClock } from './server-clock';
 import { LockPaths, type StoredEntry, type StoredLock } from './stored-format';
-import { abortable, linkSignals, readWaitParams, retryWithin } from './waiting';
+import { linkSignals, readWaitParams, retryWithin } from './waiting';
 
 const FIELD = 'lock';
 /** The `_id` of the document the clock is read from: an object, so never a resource's name. */
@@ -130,10 +130,15 @@ export class ResourceLockClient implements HandleOwner {
       refusal: (lock, now) => (type === 'shared' ? this.sharedRefusal(lock, group, limit, now) : undefined),
       update: (_at, exp) => ({ $max: { gcAt: this.gcDate(exp) } }),
     };
-    const acquisition = new Acquisition((written) => this.releaseWritten(written, call), this.clock);
+    const acquisition = new Acquisition((written) => this.releaseWritten(written, call), this.clock, () => this.engine.readClock({ _id: name }, call));
     const attempt = (): Promise<Acquired> => acquisition.attempt(() => this.acquireCreating(name, type, lease, call, extras), (won) => won);
     try {
-      const won = await retryWithin({ wait: waiting.wait, signal }, () => abortable(attempt(), signal), (error) => isLockError(error, 'LockAlreadyTaken'), () => this.clock.local());
+      const won = await retryWithin(
+        { wait: waiting.wait, signal },
+        () => acquisition.race(attempt(), signal, (outcome) => outcome),
+        (error) => isLockError(error, 'LockAlreadyTaken'),
+        () => this.clock.local(),
+      );
       const handle = new ResourceLockHandle(won.lock, this, name, group, details.ttl);
       if (handle.remaining() > 0) return handle;
       const late = lockError('DbError', call.boom, { detail: `the reply came after the lease (${lease} ms) had ended: the network or the server is slower than this ttl allows` });
@@ -226,7 +231,7 @@ export class ResourceLockClient implements HandleOwner {
       held.map(async ({ doc, tag, entry }) => {
         const renewed = await this.engine.extend({ _id: doc._id }, this.dataOf(tag, entry, doc), { id: entry.id }, lease, call, this.renewal(tag));
         const handle = this.kept.get(entry.id);
-        if (handle) LockHandle.updateExpiry(handle, renewed.lock.expiresAt);
+        if (handle) LockHandle.updateExpiry(handle, extensionOf(renewed));
       }),
     );
     const lost = outcomes.flatMap((outcome, i) => (outcome.status === 'rejected' ? [`${String(held[i]!.doc._id)} (${held[i]!.tag})`] : []));
@@ -292,12 +297,12 @@ export class ResourceLockClient implements HandleOwner {
     });
   }
 
-  extend(target: Document, lock: LockData, params?: object): Promise<LockData> {
+  extend(target: Document, lock: LockData, params?: object): Promise<Extension> {
     return inPromiseLibrary(this.PromiseLib, async () => {
       const p = params === undefined ? {} : expectObject('params', params);
       const call = resolveCallOptions(p, this.defaults);
       const lease = p.locktimeout === undefined ? Infinity : expectMs('params.locktimeout', p.locktimeout);
-      return (await this.engine.extend(target, lock, { id: lock.id }, lease, call, this.renewal(lock.tag))).lock;
+      return extensionOf(await this.engine.extend(target, lock, { id: lock.id }, lease, call, this.renewal(lock.tag)));
     });
   }
 

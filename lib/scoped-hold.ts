@@ -1,6 +1,7 @@
 import type { BoomLike } from './errors';
 import { isLockError, lockError } from './errors';
 import { LeaseKeeper } from './lease-keeper';
+import { NEVER } from './lock-engine';
 import { LockHandle } from './lock-handle';
 import { linkSignals } from './waiting';
 
@@ -32,20 +33,25 @@ export async function holdWhile<T, H extends LockHandle>(handle: H, settings: Ho
   const forward = (): void => controller.abort(outer.signal?.reason);
   if (outer.signal?.aborted) forward();
   else outer.signal?.addEventListener('abort', forward, { once: true });
-  const keeper = Number.isFinite(settings.leaseMs)
-    ? new LeaseKeeper(
-        {
-          remaining: () => handle.remaining(),
-          extend: () => handle.extend(settings.leaseMs, settings.callParams),
-          expired: () => lockError('LockNotFound', settings.boom, { detail: 'the lease ended before it could be extended' }),
-        },
-        settings.leaseMs,
-        controller,
-      )
-    : undefined;
-  const unwatch = keeper ? LockHandle.watchExpiry(handle, () => keeper.replan()) : undefined;
+  const keep = (leaseMs: number): LeaseKeeper =>
+    new LeaseKeeper(
+      {
+        remaining: () => handle.remaining(),
+        extend: () => handle.extend(leaseMs, settings.callParams),
+        expired: () => lockError('LockNotFound', settings.boom, { detail: 'the lease ended before it could be extended' }),
+      },
+      leaseMs,
+      controller,
+    );
+  let keeper = Number.isFinite(settings.leaseMs) ? keep(settings.leaseMs) : undefined;
+  // The lease may change under the body (it extends its handle; a group is renewed): replan, and
+  // a lock without expiry that was given one (a renew) is kept from then on, to that lease.
+  const unwatch = LockHandle.watchExpiry(handle, () => {
+    if (keeper) keeper.replan();
+    else if (handle.expiresAt < NEVER) keeper = keep(Math.max(1, handle.remaining()));
+  });
   const finish = async (): Promise<void> => {
-    unwatch?.();
+    unwatch();
     await keeper?.stop();
     outer.signal?.removeEventListener('abort', forward);
     outer.dispose();

@@ -63,21 +63,6 @@ export function delay(ms: number, signal?: AbortSignal): Promise<void> {
 }
 
 /**
- * Settles with `promise`, or rejects with the signal's reason as soon as it aborts (the
- * promise's late outcome is then dropped: the attempt cleans up after itself).
- */
-export function abortable<T>(promise: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
-  if (!signal) return promise;
-  promise.catch(() => undefined);
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = (): void => reject(signal.reason);
-    if (signal.aborted) return onAbort();
-    signal.addEventListener('abort', onAbort, { once: true });
-    promise.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
-  });
-}
-
-/**
  * Calls `attempt` until it resolves, an error is not `retryable`, the signal aborts, or `wait`
  * ms have passed by the local clock `now` (then the last retryable error is thrown). Sleeps
  * {@link retryDelay} between attempts, never past the deadline.

@@ -34,8 +34,8 @@ function abortingAfterReply(collection: Collection<Document>, hops: number, onRe
   });
 }
 
-describe('review2: a signal aborted in the event-loop turn that delivers the winning reply', () => {
-  it('for some microtask offset, acquire rejects with the abort reason and the lock stays held', async function () {
+describe('review 2: a signal aborted in the event-loop turn that delivers the winning reply', () => {
+  it('at every microtask offset, acquire rejects with the abort reason and releases the lock it won', async function () {
     this.timeout(30_000);
     const ids = Array.from({ length: 40 }, (_, i) => i);
     const collection = await freshCollection(ids.map((i) => ({ _id: i })));

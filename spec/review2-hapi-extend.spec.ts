@@ -15,13 +15,13 @@ import { freshCollection, sleep } from './support/fixture';
 
 const realNow = (): number => performance.timeOrigin + performance.now();
 
-describe('review2: hapi handler that extends its own lock', () => {
+describe('review 2: hapi handler that extends its own lock', () => {
   let server: Hapi.Server | undefined;
   afterEach(async () => {
     await server?.stop({ timeout: 1_000 });
   });
 
-  it('route locktimeout 4000, lock default 1000, handler calls lock.extend(): a second handler starts while the first one\'s signal is un-aborted', async function () {
+  it('route locktimeout 4000, lock default 1000, handler calls lock.extend(): the keeper replans, no second handler while the first one\'s signal is live', async function () {
     this.timeout(15_000);
     const collection = await freshCollection([{ _id: 'a' }]);
     const orders = writeLock({ collection, locktimeout: 1_000 });

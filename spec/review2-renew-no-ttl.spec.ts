@@ -11,8 +11,8 @@ import { freshCollection, sleep } from './support/fixture';
 
 const realNow = (): number => performance.timeOrigin + performance.now();
 
-describe('review2: renew() of a group whose lock is held by using() without ttl', () => {
-  it('the lock expires after the renewed ttl; another client takes it while the body\'s signal is un-aborted', async function () {
+describe('review 2: renew() of a group whose lock is held by using() without ttl', () => {
+  it('the renewed lease is kept from then on: no other client takes it while the body\'s signal is live', async function () {
     this.timeout(15_000);
     const collection = await freshCollection();
     const locks = resourceLocks({ collection });

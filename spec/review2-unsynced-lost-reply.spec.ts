@@ -16,8 +16,8 @@ const realNow = (): number => performance.timeOrigin + performance.now();
 /** This client's clock runs 1 s ahead of the server's (two machines, no NTP agreement to the ms). */
 const SKEW = 1_000;
 
-describe('review2: a lost reply on a client that has not read the server clock yet, whose clock is ahead', () => {
-  it('resourceLocks without ttl: xlock fails with DbError, the late write lands after the background release, held forever', async function () {
+describe('review 2: a lost reply on a client that has not read the server clock yet, whose clock is ahead', () => {
+  it('resourceLocks without ttl: xlock fails with DbError, and the late write is released once it can no longer land', async function () {
     this.timeout(20_000);
     const collection = await freshCollection();
     // The lock's first findOneAndUpdate reaches the server 1,100 ms late (a stalled connection),
@@ -34,7 +34,7 @@ describe('review2: a lost reply on a client that has not read the server clock y
     expect(held.map((s) => `${s.lockId} (ttl ${s.ttl})`), 'the failed caller holds nothing').to.deep.equal([]);
   });
 
-  it('writeLock: acquire fails with DbError, the document stays locked for the whole lease', async function () {
+  it('writeLock: acquire fails with DbError, and the document is free afterwards', async function () {
     this.timeout(20_000);
     const collection = await freshCollection([{ _id: 1 }]);
     const slow = writeLock({
