@@ -4,8 +4,10 @@ import { isLockError, lockError } from './errors';
 import { AssertivePending, LockEngine, lockWrittenBy, type Acquired, type Proof } from './lock-engine';
 import { extensionOf, LockHandle, readLockData, releaseUnclaimed, type Extension, type HandleOwner, type LockData } from './lock-handle';
 import {
+  expectDocumentOption,
   expectFilter,
   expectFunction,
+  expectUpdate,
   expectMs,
   expectObject,
   resolveCallOptions,
@@ -87,6 +89,7 @@ export class DocumentLock implements HandleOwner {
     const resumed = lock === undefined ? undefined : this.resumable(userFilter, lock);
     const ruleTag = resumed?.lock.tag ?? tag ?? '';
     const lease = this.leaseOf(ruleTag, p);
+    const document = expectDocumentOption('params.document', p.document, this.engine.field);
     const waiting = readWaitParams(p);
     if (cancellation?.unsupported && waiting.wait > 0) this.warnUncancellable();
     const { signal, dispose } = linkSignals(waiting.signal, cancellation?.signal);
@@ -103,13 +106,13 @@ export class DocumentLock implements HandleOwner {
       let outcome: Acquired | AssertivePending;
       try {
         outcome = await acquisition.attempt(
-          () => (continuing ? this.engine.resume(continuing.target, continuing.lock, call) : this.engine.acquire(userFilter, ruleTag, lease, call, { explain })),
+          () => (continuing ? this.engine.resume(continuing.target, continuing.lock, call) : this.engine.acquire(userFilter, ruleTag, lease, call, { explain, document })),
           (won) => (won.lock.id === resumed?.lock.id ? undefined : won),
         );
       } catch (error) {
         if (registered && isLockError(error, 'LockNotFound')) registered = undefined;
         const written = lockWrittenBy(error);
-        if (written) (error as { lock: unknown }).lock = new LockHandle(written.lock, this, written.target, true);
+        if (written) (error as { lock: unknown }).lock = new LockHandle(written.lock, this, written.target, { unconfirmed: true });
         throw error;
       }
       if (outcome instanceof AssertivePending) {
@@ -119,7 +122,7 @@ export class DocumentLock implements HandleOwner {
           await acquisition.abandon(undefined, outcome);
           throw lockError('AssertiveLock', call.boom, { detail: 'abandoned; the registered lock was released' });
         }
-        const carried = new LockHandle(outcome.lock, this, outcome.target);
+        const carried = new LockHandle(outcome.lock, this, outcome.target, { document: outcome.document });
         throw lockError('AssertiveLock', call.boom, { lock: carried, detail: `registered; waiting for tag ${outcome.blockedBy.join(', ')}` });
       }
       return outcome;
@@ -164,7 +167,7 @@ export class DocumentLock implements HandleOwner {
       handle,
       {
         leaseMs: this.leaseOf(handle.tag, p),
-        callParams: { timeout: call.timeout, w: call.w, boom: call.boom },
+        callParams: { timeout: call.timeout, w: call.w, releaseW: call.releaseW, boom: call.boom },
         outerSignals: [readWaitParams(p).signal, cancellation?.signal],
         boom: call.boom,
       },
@@ -172,11 +175,17 @@ export class DocumentLock implements HandleOwner {
     );
   }
 
-  /** Releases the lock identified by `proof` (or, without one, force-releases `tag`) in the document `target` addresses. */
+  /**
+   * Releases the lock identified by `proof` (or, without one, force-releases `tag`) in the
+   * document `target` addresses; with `params.update`, applies it in the same write, only if the
+   * lock is still held.
+   */
   async releaseWith(target: unknown, tag: string, proof: Proof | undefined, claimed: LockData | undefined, params: unknown): Promise<void> {
     const filter = expectFilter('filter', target);
-    const { call } = this.callOptions(params);
-    await this.engine.release(filter, tag, proof, claimed, call);
+    const { params: p, call } = this.callOptions(params);
+    const update = this.updateOf(p);
+    if (update && !proof) throw new TypeError('Expected `params.lock` (or `params.timestamp`) with `params.update`: a forced release applies no update');
+    await this.engine.release(filter, tag, proof, claimed, call, update);
   }
 
   /**
@@ -187,7 +196,7 @@ export class DocumentLock implements HandleOwner {
   async extendWith(target: unknown, lock: LockData, proof: Proof, params: unknown): Promise<LockHandle> {
     const filter = expectFilter('filter', target);
     const { params: p, call } = this.callOptions(params);
-    const extended = await this.engine.extend(filter, lock, proof, this.leaseOf(lock.tag, p), call);
+    const extended = await this.engine.extend(filter, lock, proof, this.leaseOf(lock.tag, p), call, undefined, this.updateOf(p));
     for (const given of [p.lock, p.timestamp]) {
       if (given instanceof LockHandle && given.id === lock.id) LockHandle.updateExpiry(given, extensionOf(extended));
     }
@@ -201,7 +210,7 @@ export class DocumentLock implements HandleOwner {
   extend(target: Document, lock: LockData, params?: object): Promise<Extension> {
     return this.run(async () => {
       const { params: p, call } = this.callOptions(params);
-      return extensionOf(await this.engine.extend(target, lock, { id: lock.id }, this.leaseOf(lock.tag, p), call));
+      return extensionOf(await this.engine.extend(target, lock, { id: lock.id }, this.leaseOf(lock.tag, p), call, undefined, this.updateOf(p)));
     });
   }
 
@@ -230,13 +239,18 @@ export class DocumentLock implements HandleOwner {
    * else, so it is released and the acquisition fails.
    */
   private async handleFor(won: Acquired, acquisition: Acquisition, call: ResolvedCallOptions): Promise<LockHandle> {
-    const handle = new LockHandle(won.lock, this, won.target);
+    const handle = new LockHandle(won.lock, this, won.target, { document: won.document });
     if (handle.remaining() > 0) return handle;
     const late = lockError('DbError', call.boom, {
       detail: `the reply came after the lease (${won.lock.expiresAt - won.lock.timestamp} ms) had ended: the network or the server is slower than this lease allows`,
     });
     await acquisition.abandon(late, won);
     throw late;
+  }
+
+  /** `params.update`, validated (update operators that leave the lock field alone), if any. */
+  private updateOf(params: Record<string, unknown>): Document | undefined {
+    return params.update === undefined ? undefined : expectUpdate('params.update', params.update, this.engine.field);
   }
 
   /** `params.locktimeout`, validated, else the tag's lease. */

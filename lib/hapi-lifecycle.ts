@@ -1,4 +1,5 @@
 import type { Request, RequestRoute, ResponseToolkit } from '@hapi/hapi';
+import { Commit } from './commit';
 import { lockError, type BoomLike } from './errors';
 import { LeaseKeeper } from './lease-keeper';
 import { LockHandle } from './lock-handle';
@@ -90,6 +91,19 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
     });
   };
 
+  /**
+   * A handler that returned `commit(update, value)`: its update is applied by the release, before
+   * hapi answers `value`; if it cannot be (the lock was lost), the request answers that error.
+   */
+  const commitFor = async (state: Tracked, result: Commit<unknown>): Promise<unknown> => {
+    const lock = state.lock!;
+    state.unwatch?.();
+    await state.keeper?.stop();
+    await lock.release({ update: result.update });
+    state.released = true;
+    return result.value;
+  };
+
   const wrap = (original: RouteMethod, what: string, where: string): RouteMethod => {
     const guarded: RouteMethod = async function (this: unknown, request, h, ...rest) {
       const state = requests.get(request);
@@ -99,7 +113,8 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       state.running++;
       state.started++;
       try {
-        return await original.call(this, request, h, ...rest);
+        const result: unknown = await original.call(this, request, h, ...rest);
+        return what === 'handler' && result instanceof Commit ? await commitFor(state, result) : result;
       } finally {
         state.running--;
         if (what === 'handler') state.handlerFinished = true;

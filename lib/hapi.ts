@@ -5,7 +5,7 @@ import { routeName, trackRequests } from './hapi-lifecycle';
 import type { LockHandle } from './lock-handle';
 import { describeLock } from './lock-kind';
 import type { MultiLock } from './multi-lock';
-import { describe, expectMs, isPlainObject } from './options';
+import { describe, expectDocumentOption, expectMs, isPlainObject } from './options';
 import { WRITE_TAG, type WriteLock } from './write-lock';
 
 /** Route-level configuration, in a route's `options.plugins.monglock`. */
@@ -33,6 +33,13 @@ export interface RouteLockOptions {
    * @default 'hold'
    */
   readonly mode?: 'hold' | 'checkout';
+  /**
+   * Return the locked document with the lock (`lockOf(request).document`): `true` all of it, or a
+   * projection. With a handler that returns `commit(update, value)`, a read-modify-write takes two
+   * commands: the acquisition reads, the release writes.
+   * @default undefined (the lock only)
+   */
+  readonly document?: true | Record<string, 0 | 1 | boolean>;
 }
 
 /** Plugin options. */
@@ -53,6 +60,8 @@ export interface RequestLock {
    * extends it, each time half of it is left.
    */
   readonly signal: AbortSignal;
+  /** The locked document, when the route's `document` option asked for it. */
+  readonly document: Document | undefined;
 }
 
 interface Resolved {
@@ -61,7 +70,7 @@ interface Resolved {
 }
 
 const NAME = 'monglock';
-const ROUTE_KEYS: ReadonlyArray<keyof RouteLockOptions> = ['lock', 'filter', 'tag', 'wait', 'locktimeout', 'mode'];
+const ROUTE_KEYS: ReadonlyArray<keyof RouteLockOptions> = ['lock', 'filter', 'tag', 'wait', 'locktimeout', 'mode', 'document'];
 
 /**
  * The hapi plugin: locks the document a route works on before its pre methods and handler, gives
@@ -115,7 +124,7 @@ export const monglockPlugin: Plugin<MonglockPluginOptions> = {
       const waiting = tracking.begin(request, settings.mode === 'checkout');
       if (!waiting) return h.continue; // answered already: lock nothing
       const filter = settings.filter(request);
-      const params = { tag: settings.tag, wait: settings.wait, locktimeout: settings.locktimeout, boom, signal: waiting };
+      const params = { tag: settings.tag, wait: settings.wait, locktimeout: settings.locktimeout, document: settings.document, boom, signal: waiting };
       let lock: LockHandle;
       try {
         lock = await resolved.lock.acquire(filter, params as never);
@@ -125,7 +134,7 @@ export const monglockPlugin: Plugin<MonglockPluginOptions> = {
       }
       const signal = tracking.acquired(request, lock);
       const plugins = request.plugins as Record<string, unknown>;
-      plugins[NAME] = { lock, guard: (extra?: Document) => lock.guard(extra), signal } satisfies RequestLock;
+      plugins[NAME] = { lock, guard: (extra?: Document) => lock.guard(extra), signal, document: lock.document } satisfies RequestLock;
       return h.continue;
     });
 
@@ -151,6 +160,7 @@ function resolveRoute(where: string, config: unknown): Resolved {
   if (typeof settings.filter !== 'function') throw new TypeError(`Expected \`plugins.monglock.filter\` of ${where} to be a function (request) => filter`);
   if (settings.wait !== undefined) expectMs(`plugins.monglock.wait of ${where}`, settings.wait, 0);
   if (settings.locktimeout !== undefined) expectMs(`plugins.monglock.locktimeout of ${where}`, settings.locktimeout);
+  if (settings.document !== undefined) expectDocumentOption(`plugins.monglock.document of ${where}`, settings.document, 'lock');
   if (settings.mode !== undefined && settings.mode !== 'hold' && settings.mode !== 'checkout') {
     throw new TypeError(`Expected \`plugins.monglock.mode\` of ${where} to be 'hold' or 'checkout'`);
   }

@@ -3,10 +3,11 @@ export type { WriteLock, WriteLockOptions, WriteLockAcquireParams, WriteLockRele
 export { multiLock } from './multi-lock';
 export type { MultiLock, MultiLockOptions, MultiLockAcquireParams, MultiLockReleaseParams } from './multi-lock';
 export { LockHandle } from './lock-handle';
+export { commit, Commit } from './commit';
 export type { LockData } from './lock-handle';
 export { LockError, isLockError } from './errors';
 export type { LockErrorType, LockErrorSubtype, LockErrorFields, BoomLike } from './errors';
-export type { CallOptions, LockOptions, PromiseLibrary, WriteConcernW } from './options';
+export type { CallOptions, DocumentParams, LockOptions, PromiseLibrary, UpdateParams, WriteConcernW } from './options';
 export type { LockRelationships, TagRelationship } from './relationships';
 export type { StoredLock, StoredEntry } from './stored-format';
 export type { UsingBody } from './scoped-hold';

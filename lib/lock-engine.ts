@@ -1,7 +1,7 @@
-import { randomBytes } from 'node:crypto';
 import type { Document } from 'mongodb';
 import { isLockError, lockError, withDbErrors, type LockErrorSubtype } from './errors';
 import type { LockData } from './lock-handle';
+import { newLockId } from './lock-ids';
 import type { ResolvedCallOptions } from './options';
 import type { TagRule } from './relationships';
 import type { ServerClock } from './server-clock';
@@ -41,6 +41,8 @@ export interface AcquireExtras {
    * command instead of two): for retries while waiting, once a refusal has been explained.
    */
   readonly explain?: boolean;
+  /** Return the locked document too: `true` all of it, or a projection. */
+  readonly document?: Document | true;
 }
 
 /** Expiry of a lock without a lease: the last ms of year 9999. */
@@ -60,11 +62,6 @@ export function fenceOf(lock: StoredLock): number {
   return born + (lock.fence ?? 0);
 }
 
-/** A new lock id: 128 random bits, hex. */
-export function newLockId(): string {
-  return randomBytes(16).toString('hex');
-}
-
 /** A lock an acquisition wrote, with the filter that addresses its document (`{ _id }`). */
 export interface Acquired {
   readonly lock: LockData;
@@ -76,6 +73,8 @@ export interface Acquired {
   readonly landsBy?: number;
   /** The server's clock when the write that set `lock.expiresAt` was applied (ms). */
   readonly appliedAt?: number;
+  /** The locked document after the acquisition, when it was asked for (without the lock field, unless projected). */
+  readonly document?: Document;
 }
 
 /** The lock a failed acquisition may have written (its reply was lost), which its `DbError` carries. */
@@ -91,6 +90,7 @@ export class AssertivePending implements Acquired {
     readonly lock: LockData,
     readonly target: Document,
     readonly blockedBy: readonly string[],
+    readonly document?: Document,
   ) {}
 }
 
@@ -120,6 +120,11 @@ export class LockEngine {
 
   constructor(private readonly settings: EngineSettings) {
     this.tags = new Set(settings.rules.keys());
+  }
+
+  /** The property of each document that holds its lock. */
+  get field(): string {
+    return this.settings.paths.field;
   }
 
   /** Subtype of a refused acquisition. */
@@ -184,7 +189,7 @@ export class LockEngine {
       ]);
       let reply: Timed<Document | null>;
       try {
-        reply = await this.settings.store.findOneAndUpdate(guarded, update, call);
+        reply = await this.settings.store.findOneAndUpdate(guarded, update, call, undefined, extras.document);
       } catch (error) {
         // The write may have been applied although its reply was lost (a wtimeout, a dropped
         // connection): hand the caller the lock it may hold, so that it can still release it.
@@ -203,7 +208,8 @@ export class LockEngine {
       const target = { _id: doc._id };
       if (!rule.exclusive && hasExpiredEntries(lock, tag, now)) await this.pruneOwnTag(target, tag, new Date(now), call);
       const data: LockData = { id, tag, timestamp: stamp, fence: fenceOf(lock), expiresAt: exp.getTime() };
-      return this.assertiveOutcome(data, target, lock, now);
+      const outcome = this.assertiveOutcome(data, target, lock, now);
+      return extras.document === undefined ? outcome : withDocument(outcome, documentOf(doc, paths.field, extras.document));
     }, extras.explain === false ? null : (seen, stamp, tolerance) => {
       if (!seen.value) return { retry: false, error: lockError('RessourceNotFound', call.boom, { detail: 'no document matches the filter' }) };
       const lock = paths.read(seen.value);
@@ -247,20 +253,34 @@ export class LockEngine {
    * as long as it is still there). Without a proof (writeLock only), monglock v2's forced release
    * of the tag. It prunes nothing else: it has no stamp the server checked, and a bound it had not
    * checked (a time from a former primary, say) could remove a live entry. Removing one's own
-   * entry can only free a lock, never admit two holders.
+   * entry can only free a lock, never admit two holders. Sent at `releaseW` (default 1): rolled
+   * back, it only leaves the lock held until its lease ends.
+   *
+   * With `update` (the caller's final write of its critical section), the same atomic update also
+   * applies it, and only while the lock is held and unexpired by `$$NOW`: the write and the
+   * release happen together or not at all. Sent at `w` (default majority): it carries data.
    */
-  async release(target: Document, tag: string, proof: Proof | undefined, claimed: LockData | undefined, call: ResolvedCallOptions): Promise<void> {
+  async release(
+    target: Document,
+    tag: string,
+    proof: Proof | undefined,
+    claimed: LockData | undefined,
+    call: ResolvedCallOptions,
+    update?: Document,
+  ): Promise<void> {
     const { paths, store } = this.settings;
     if (!proof) {
-      const matched = await this.db(call, () => store.updateOne(target, { $set: { [paths.tag(tag)]: [] } }, call));
+      const matched = await this.db(call, () => store.updateOne(target, { $set: { [paths.tag(tag)]: [] } }, call, call.releaseW));
       if (!matched) throw lockError('RessourceNotFound', call.boom, { detail: 'no document matches the filter' });
       return;
     }
     const match = proofMatch(proof);
-    const matched = await this.db(call, () => store.updateOne(allOf(target, [hasEntry(paths, tag, match), ...this.uniquely(tag, proof)]), { $pull: { [paths.tag(tag)]: match } }, call));
+    const conditions = [hasEntry(paths, tag, match), ...this.uniquely(tag, proof), ...(update ? [{ $expr: entryLiveOnServer(paths, tag, proof) }] : [])];
+    const write = mergeUpdates(update ?? {}, { $pull: { [paths.tag(tag)]: match } });
+    const matched = await this.db(call, () => store.updateOne(allOf(target, conditions), write, call, update ? call.w : call.releaseW));
     if (matched) return;
     const seen = await this.db(call, () => store.inspect(target, call));
-    const lost = this.explainLost(seen, claimed ?? { id: '', tag, timestamp: 0, fence: 0, expiresAt: 0 }, proof, call);
+    const lost = this.explainLost(seen, claimed ?? { id: '', tag, timestamp: 0, fence: 0, expiresAt: 0 }, proof, call, 0, 0, 0, update !== undefined);
     throw lost.error ?? lockError('LockNotFound', call.boom, { detail: 'the lock is not held' });
   }
 
@@ -277,6 +297,7 @@ export class LockEngine {
     lease: number,
     call: ResolvedCallOptions,
     extraUpdate?: (stamp: Date, exp: Date) => Document,
+    update?: Document,
   ): Promise<Acquired> {
     const { paths } = this.settings;
     return this.withStamp(target, lease, call, async (stamp, tolerance) => {
@@ -284,12 +305,12 @@ export class LockEngine {
       const live = { $and: [entryLiveOnServer(paths, lock.tag, proof), stampWithin(at, tolerance)] };
       const guarded = allOf(target, [{ $expr: live }, ...this.uniquely(lock.tag, proof)]);
       const exp = new Date(expiryOf(stamp, lease));
-      const update = mergeUpdates(
-        { $set: { [`${paths.tag(lock.tag)}.$[mine].exp`]: exp }, $currentDate: { [paths.now]: true }, ...this.pruneOthers(lock.tag, at) },
+      const write = mergeUpdates(
+        mergeUpdates(update ?? {}, { $set: { [`${paths.tag(lock.tag)}.$[mine].exp`]: exp }, $currentDate: { [paths.now]: true }, ...this.pruneOthers(lock.tag, at) }),
         extraUpdate?.(at, exp),
       );
       const arrayFilters = [prefixed('mine', proofMatch(proof))];
-      const reply = await this.settings.store.findOneAndUpdate(guarded, update, call, arrayFilters);
+      const reply = await this.settings.store.findOneAndUpdate(guarded, write, call, arrayFilters);
       if (!reply.value) return undefined;
       const appliedAt = this.observeWrite(reply.value, reply);
       return { lock: { ...lock, expiresAt: exp.getTime() }, target: { _id: reply.value._id }, appliedAt };
@@ -349,7 +370,7 @@ export class LockEngine {
    * Explains why a write that needed `lock` matched nothing. If the lock is still live by the
    * server's clock, the update can only have failed on its stamp: retry.
    */
-  private explainLost(seen: Inspection, lock: LockData, proof: Proof, call: ResolvedCallOptions, stamp = 0, tolerance = 0, lease = 0): Verdict {
+  private explainLost(seen: Inspection, lock: LockData, proof: Proof, call: ResolvedCallOptions, stamp = 0, tolerance = 0, lease = 0, withUpdate = false): Verdict {
     if (!seen.value) return { retry: false, error: lockError('RessourceNotFound', call.boom, { detail: 'no document matches the filter' }) };
     const stored = this.settings.paths.read(seen.value);
     if ('timestamp' in proof && ambiguous(stored, lock.tag, proof.timestamp)) {
@@ -363,7 +384,8 @@ export class LockEngine {
     // whose reply was lost has no known fence (0): nothing tells whether anyone acquired after it.
     const takenOver = !own && ('timestamp' in proof || (lock.fence > 0 && fenceOf(stored) > lock.fence));
     const subtype: LockErrorSubtype = this.settings.reportsReacquired && takenOver ? 'LockWasReacquired' : 'LockNotFound';
-    return { retry: false, error: lockError(subtype, call.boom, { detail: own ? 'the lock expired' : 'the lock is not held' }) };
+    const detail = `${own ? 'the lock expired' : 'the lock is not held'}${withUpdate ? '; the update was not applied' : ''}`;
+    return { retry: false, error: lockError(subtype, call.boom, { detail }) };
   }
 
   /**
@@ -410,6 +432,20 @@ export class LockEngine {
 
 function describeFailure(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
+}
+
+/** `outcome` carrying the locked document. */
+function withDocument(outcome: Acquired | AssertivePending, document: Document): Acquired | AssertivePending {
+  if (outcome instanceof AssertivePending) return new AssertivePending(outcome.lock, outcome.target, outcome.blockedBy, document);
+  return { ...outcome, document };
+}
+
+/** The document as the caller asked for it: without the lock's `field`, unless its projection names that field. */
+function documentOf(doc: Document, field: string, asked: Document | true): Document {
+  if (asked !== true && asked[field]) return doc;
+  const rest: Document = { ...doc };
+  delete rest[field];
+  return rest;
 }
 
 /** Merges two update documents operator by operator. */

@@ -48,15 +48,21 @@ export class LockHandle implements LockData {
   readonly #target: Document;
   readonly #watchers = new Set<() => void>();
   readonly #unconfirmed: boolean;
+  /**
+   * The locked document as the acquisition left it (without the lock field), when `document` was
+   * asked for; undefined otherwise.
+   */
+  readonly document: Document | undefined;
   /** The server's clock when the write that set `#expiresAt` was applied (0: the acquisition). */
   #appliedAt = 0;
 
   /**
    * @param target the locked document's `{ _id }` (`{}` for a lock whose reply was lost: its id finds it)
-   * @param unconfirmed a lock whose reply was lost (`err.lock` of a `DbError`): maybe never written, maybe
-   *   already released by monglock itself; releasing it succeeds when it is not held
+   * @param more `unconfirmed`: a lock whose reply was lost (`err.lock` of a `DbError`): maybe never
+   *   written, maybe already released by monglock itself, so releasing it succeeds when it is not
+   *   held; `document`: the locked document, when the acquisition returned it
    */
-  constructor(data: LockData, owner: HandleOwner, target: Document, unconfirmed = false) {
+  constructor(data: LockData, owner: HandleOwner, target: Document, more: { unconfirmed?: boolean; document?: Document } = {}) {
     this.id = data.id;
     this.tag = data.tag;
     this.timestamp = data.timestamp;
@@ -64,7 +70,8 @@ export class LockHandle implements LockData {
     this.#expiresAt = data.expiresAt;
     this.#owner = owner;
     this.#target = target;
-    this.#unconfirmed = unconfirmed;
+    this.#unconfirmed = more.unconfirmed ?? false;
+    this.document = more.document;
   }
 
 
@@ -108,7 +115,9 @@ export class LockHandle implements LockData {
 
   /**
    * Releases this lock. Same outcomes as `release(filter, { lock })`, except for a lock whose reply
-   * was lost (`err.lock`), which is released if it is held and otherwise left alone.
+   * was lost (`err.lock`), which is released if it is held and otherwise left alone. With
+   * `params.update`, that update is applied by the same atomic write, only if the lock is still
+   * held (else `LockNotFound`/`LockWasReacquired`, and nothing is written).
    */
   release(params?: object): Promise<void> {
     const released = this.#owner.release(this.#target, this.toJSON(), params);

@@ -3,7 +3,7 @@ import { DocumentLock } from './document-lock';
 import { describedAs } from './lock-kind';
 import type { UsingBody } from './scoped-hold';
 import type { LockData, LockHandle } from './lock-handle';
-import { expectFilter, expectObject, expectSafeName, isPlainObject, type CallOptions, type LockOptions } from './options';
+import { expectFilter, expectObject, expectSafeName, isPlainObject, type CallOptions, type DocumentParams, type LockOptions, type UpdateParams } from './options';
 import { resolveTagRules, type LockRelationships } from './relationships';
 import type { WaitOptions } from './waiting';
 
@@ -18,7 +18,7 @@ export interface MultiLockOptions extends LockOptions {
 }
 
 /** Per-call options of `acquire`: a `tag` for a new lock, or the `lock` that `AssertiveLock` carried to continue. */
-export interface MultiLockAcquireParams extends CallOptions, WaitOptions {
+export interface MultiLockAcquireParams extends CallOptions, WaitOptions, DocumentParams {
   readonly tag?: string;
   readonly lock?: LockData;
   /** Lease of a new lock in ms. @default options.locktimeouts[tag] */
@@ -26,7 +26,7 @@ export interface MultiLockAcquireParams extends CallOptions, WaitOptions {
 }
 
 /** Per-call options of `release` and `extend`. */
-export interface MultiLockReleaseParams extends CallOptions {
+export interface MultiLockReleaseParams extends CallOptions, UpdateParams {
   /** The lock to release: a handle or its JSON. */
   readonly lock: LockData;
   /** For `extend`: new lease in ms from the server's now. @default the tag's lease */

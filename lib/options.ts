@@ -19,12 +19,40 @@ export interface CallOptions {
    */
   readonly timeout?: number;
   /**
-   * Write concern of lock writes. `0` is refused: it cannot confirm an acquisition.
+   * Write concern of acquisitions, continuations and extensions, and of a release that applies
+   * an update of yours. `0` is refused: it cannot confirm an acquisition.
    * @default 'majority'
    */
   readonly w?: WriteConcernW;
+  /**
+   * Write concern of a plain release. A release rolled back by a failover only keeps the lock
+   * until its lease ends; it never admits two holders (see "Write concerns" in the README).
+   * @default 1
+   */
+  readonly releaseW?: WriteConcernW;
   /** A boom module (`require('@hapi/boom')`); errors become boom errors. @default undefined */
   readonly boom?: BoomLike;
+}
+
+/** Per-call option of an acquisition: return the locked document with the lock. */
+export interface DocumentParams {
+  /**
+   * `true` returns the whole locked document in `handle.document` (without the lock field), a
+   * projection (`{ balance: 1 }`, or `{ history: 0 }`) only those fields: the read of a
+   * read-modify-write, in the acquisition's own command.
+   * @default undefined (the lock only)
+   */
+  readonly document?: true | Readonly<Record<string, 0 | 1 | boolean>>;
+}
+
+/** Per-call option of a release or an extension: your final write, applied by the same atomic update. */
+export interface UpdateParams {
+  /**
+   * Update operators on the locked document (`{ $set: … }`, `{ $inc: … }`; never its lock field
+   * or `_id`), applied only while the lock is still held: together with the release (or the
+   * extension), or not at all. A release that carries one is sent at `w` (default majority).
+   */
+  readonly update?: Document;
 }
 
 /** Options shared by {@link writeLock} and {@link multiLock}. */
@@ -54,6 +82,7 @@ export interface LockOptions extends CallOptions {
 export interface ResolvedCallOptions {
   readonly timeout: number;
   readonly w: WriteConcernW;
+  readonly releaseW: WriteConcernW;
   readonly boom: BoomLike | undefined;
 }
 
@@ -130,6 +159,45 @@ function findOperator(value: unknown, operators: readonly string[], depth: numbe
     if (found) return found;
   }
   return undefined;
+}
+
+/**
+ * Throws unless `value` is an update of update operators (`{ $set: …, $inc: … }`) that leaves
+ * the lock's own `field` (and `_id`) alone: it is applied in the same write that releases or
+ * extends the lock. Replacement documents and aggregation pipelines are refused.
+ */
+export function expectUpdate(name: string, value: unknown, field: string): Record<string, Record<string, unknown>> {
+  const update = expectObject(name, value);
+  const operators = Object.keys(update);
+  if (operators.length === 0) throw new TypeError(`Expected \`${name}\` to have at least one update operator, got \`{}\``);
+  for (const operator of operators) {
+    if (!operator.startsWith('$')) {
+      throw new TypeError(`Expected \`${name}\` to be update operators ($set, $inc, ...), got the field \`${operator}\` (replacement documents and pipelines are refused)`);
+    }
+    const fields = expectObject(`${name}.${operator}`, update[operator]);
+    const paths = [...Object.keys(fields), ...(operator === '$rename' ? Object.values(fields).map(String) : [])];
+    const touched = paths.find((path) => path === '_id' || path === field || path.startsWith(`${field}.`) || path.startsWith('_id.'));
+    if (touched !== undefined) throw new TypeError(`Expected \`${name}\` not to change \`${touched}\`: it belongs to the lock (or is the document's _id)`);
+  }
+  return update as Record<string, Record<string, unknown>>;
+}
+
+/**
+ * The projection of the document an acquisition returns: `true` the whole document, or a
+ * projection object (inclusion or exclusion). The lock's `field` is always read, to know the
+ * lock; it is removed from what the caller gets unless the caller asked for it.
+ */
+export function expectDocumentOption(name: string, value: unknown, field: string): Record<string, unknown> | true | undefined {
+  if (value === undefined || value === false) return undefined;
+  if (value === true) return true;
+  const projection = expectObject(name, value);
+  for (const [path, mode] of Object.entries(projection)) {
+    if (![0, 1, true, false].includes(mode as number | boolean)) {
+      throw new TypeError(`Expected \`${name}.${path}\` to be 0 or 1 (or true/false), got ${describe(mode)}`);
+    }
+    if ((path === field || path.startsWith(`${field}.`)) && !mode) throw new TypeError(`Expected \`${name}\` not to exclude \`${path}\`: the lock is read from it`);
+  }
+  return projection;
 }
 
 /** Throws unless `value` is a time in ms since the epoch (a non-negative safe integer). */
@@ -216,6 +284,7 @@ export function resolveCallOptions(
   return {
     timeout: params.timeout === undefined ? defaults.timeout : expectMs(`${prefix}.timeout`, params.timeout),
     w: params.w === undefined ? defaults.w : expectW(`${prefix}.w`, params.w),
+    releaseW: params.releaseW === undefined ? defaults.releaseW : expectW(`${prefix}.releaseW`, params.releaseW),
     boom: params.boom === undefined ? defaults.boom : expectBoom(`${prefix}.boom`, params.boom),
   };
 }
@@ -239,7 +308,7 @@ export function resolveLockOptions(options: unknown): {
   return {
     collection: expectCollection('options.collection', o.collection),
     field,
-    call: resolveCallOptions(o, { timeout: 10_000, w: 'majority', boom: undefined }, 'options'),
+    call: resolveCallOptions(o, { timeout: 10_000, w: 'majority', releaseW: 1, boom: undefined }, 'options'),
     Promise: PromiseLib,
     clock: o.clock === undefined ? monotonicNow : expectFunction<() => number>('options.clock', o.clock),
   };

@@ -277,7 +277,7 @@ export class ResourceLockClient implements HandleOwner {
         handle,
         {
           leaseMs: details.ttl ?? Infinity,
-          callParams: { timeout: call.timeout, w: call.w, boom: call.boom },
+          callParams: { timeout: call.timeout, w: call.w, releaseW: call.releaseW, boom: call.boom },
           outerSignals: [readWaitParams(p).signal, cancellation?.signal],
           boom: call.boom,
         },
@@ -292,7 +292,9 @@ export class ResourceLockClient implements HandleOwner {
 
   release(target: Document, lock: LockData, params?: object): Promise<void> {
     return inPromiseLibrary(this.PromiseLib, async () => {
-      const call = resolveCallOptions(params === undefined ? {} : expectObject('params', params), this.defaults);
+      const p = params === undefined ? {} : expectObject('params', params);
+      if (p.update !== undefined) throw new TypeError('Expected no `params.update`: a resource document holds no data of yours to update');
+      const call = resolveCallOptions(p, this.defaults);
       await this.engine.release(target, lock.tag, { id: lock.id }, lock, call);
     });
   }
@@ -300,6 +302,7 @@ export class ResourceLockClient implements HandleOwner {
   extend(target: Document, lock: LockData, params?: object): Promise<Extension> {
     return inPromiseLibrary(this.PromiseLib, async () => {
       const p = params === undefined ? {} : expectObject('params', params);
+      if (p.update !== undefined) throw new TypeError('Expected no `params.update`: a resource document holds no data of yours to update');
       const call = resolveCallOptions(p, this.defaults);
       const lease = p.locktimeout === undefined ? Infinity : expectMs('params.locktimeout', p.locktimeout);
       return extensionOf(await this.engine.extend(target, lock, { id: lock.id }, lease, call, this.renewal(lock.tag)));

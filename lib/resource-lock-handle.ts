@@ -14,7 +14,7 @@ export class ResourceLockHandle extends LockHandle {
     readonly ttl: number | undefined,
     unconfirmed = false,
   ) {
-    super(data, owner, { _id: resource }, unconfirmed);
+    super(data, owner, { _id: resource }, { unconfirmed });
   }
 
   get type(): ResourceLockType {

@@ -1,3 +1,5 @@
+import type { Document } from 'mongodb';
+import { Commit } from './commit';
 import type { BoomLike } from './errors';
 import { isLockError, lockError } from './errors';
 import { LeaseKeeper } from './lease-keeper';
@@ -5,8 +7,11 @@ import { NEVER } from './lock-engine';
 import { LockHandle } from './lock-handle';
 import { linkSignals } from './waiting';
 
-/** The body of `using()`: runs while the lock is held; `signal` aborts if the lease is lost. */
-export type UsingBody<T, H extends LockHandle = LockHandle> = (handle: H, signal: AbortSignal) => T | PromiseLike<T>;
+/**
+ * The body of `using()`: runs while the lock is held; `signal` aborts if the lease is lost. It
+ * may return {@link commit}`(update, value)` to end with a write applied by the release itself.
+ */
+export type UsingBody<T, H extends LockHandle = LockHandle> = (handle: H, signal: AbortSignal) => T | Commit<T> | PromiseLike<T | Commit<T>>;
 
 /** How to keep and end a held lock while a body runs. */
 export interface HoldSettings {
@@ -25,7 +30,8 @@ export interface HoldSettings {
  * of the server's clock), and always releases.
  * Resolves the body's result; a body error is never masked by a release failure; a failed
  * release after a successful body rejects (the lock was lost), except `RessourceNotFound` (the
- * body may delete the document). No timer is left afterwards.
+ * body may delete the document). A body that returns a {@link Commit} has its update applied by
+ * the release (rejecting if it could not be). No timer is left afterwards.
  */
 export async function holdWhile<T, H extends LockHandle>(handle: H, settings: HoldSettings, body: UsingBody<T, H>): Promise<T> {
   const controller = new AbortController();
@@ -50,19 +56,25 @@ export async function holdWhile<T, H extends LockHandle>(handle: H, settings: Ho
     if (keeper) keeper.replan();
     else if (handle.expiresAt < NEVER) keeper = keep(Math.max(1, handle.remaining()));
   });
-  const finish = async (): Promise<void> => {
+  const finish = async (update?: Document): Promise<void> => {
     unwatch();
     await keeper?.stop();
     outer.signal?.removeEventListener('abort', forward);
     outer.dispose();
-    await handle.release(settings.callParams);
+    await handle.release(update ? { ...settings.callParams, update } : settings.callParams);
   };
-  let result: T;
+  let result: T | Commit<T>;
   try {
     result = await body(handle, controller.signal);
   } catch (error) {
     await finish().catch(() => undefined);
     throw error;
+  }
+  // A commit's update is applied with the release, only while the lock is held: any failure
+  // means it was not applied, which the caller must hear of.
+  if (result instanceof Commit) {
+    await finish(result.update);
+    return result.value;
   }
   await finish().catch((error: unknown) => {
     if (!isLockError(error, 'RessourceNotFound')) throw error;

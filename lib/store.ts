@@ -40,17 +40,21 @@ export class Store {
     protected readonly localNow: () => number,
   ) {}
 
-  /** One atomic update of the first matching document; resolves its lock property (and `_id`) after the update, or null. */
+  /**
+   * One atomic update of the first matching document; resolves it after the update (its lock
+   * property and `_id`, or what `document` asks for besides), or null.
+   */
   findOneAndUpdate(
     filter: Document,
     update: Document,
     call: ResolvedCallOptions,
     arrayFilters?: Document[],
+    document?: Document | true,
   ): Promise<Timed<Document | null>> {
     return this.timed('findOneAndUpdate', call, () =>
       this.collection.findOneAndUpdate(filter, update as UpdateFilter<Document>, {
         returnDocument: 'after',
-        projection: { [this.field]: 1 },
+        ...this.projection(document),
         maxTimeMS: call.timeout,
         writeConcern: writeConcern(call),
         ...(arrayFilters ? { arrayFilters } : {}),
@@ -58,10 +62,10 @@ export class Store {
     );
   }
 
-  /** One atomic update of the first matching document; resolves whether one matched. */
-  async updateOne(filter: Document, update: Document, call: ResolvedCallOptions): Promise<boolean> {
+  /** One atomic update of the first matching document, at write concern `w`; resolves whether one matched. */
+  async updateOne(filter: Document, update: Document, call: ResolvedCallOptions, w: ResolvedCallOptions['w'] = call.w): Promise<boolean> {
     const result = await withDeadline('updateOne', call.timeout, () =>
-      this.collection.updateOne(filter, update as UpdateFilter<Document>, { maxTimeMS: call.timeout, writeConcern: writeConcern(call) }),
+      this.collection.updateOne(filter, update as UpdateFilter<Document>, { maxTimeMS: call.timeout, writeConcern: { w, wtimeoutMS: call.timeout } }),
     );
     return result.matchedCount > 0;
   }
@@ -81,6 +85,14 @@ export class Store {
     return { ...reply, value: doc, serverNow: serverNow instanceof Date ? serverNow : undefined };
   }
 
+  /** The projection option: the lock only, the whole document, or the caller's projection with the lock. */
+  private projection(document: Document | true | undefined): { projection?: Document } {
+    if (document === true) return {};
+    if (document === undefined) return { projection: { [this.field]: 1 } };
+    const excluding = Object.values(document).length > 0 && Object.values(document).every((mode) => !mode);
+    return { projection: excluding ? document : { ...document, [this.field]: 1 } };
+  }
+
   /** Runs `operation` within the call's deadline and notes when it left and when its reply arrived. */
   protected async timed<T>(name: string, call: ResolvedCallOptions, operation: () => Promise<T>): Promise<Timed<T>> {
     const sentAt = this.localNow();
@@ -94,20 +106,72 @@ export function writeConcern(call: ResolvedCallOptions): WriteConcernSettings {
   return { w: call.w, wtimeoutMS: call.timeout };
 }
 
+/** A command in flight: when its deadline passes, and how to fail it then. */
+interface Watched {
+  readonly endsAt: number;
+  readonly expire: () => void;
+}
+
+/**
+ * One timer for every command in flight, instead of one per command: it fires at the earliest
+ * deadline, fails the commands whose deadline passed, and waits for the next one. Commands
+ * usually share one `timeout`, so a new command's deadline is rarely earlier than the armed one.
+ */
+class DeadlineWatch {
+  private readonly watched = new Set<Watched>();
+  private timer: NodeJS.Timeout | undefined;
+  private armedFor = Infinity;
+
+  add(entry: Watched): void {
+    this.watched.add(entry);
+    if (entry.endsAt < this.armedFor) this.arm(entry.endsAt);
+  }
+
+  delete(entry: Watched): void {
+    this.watched.delete(entry);
+  }
+
+  private arm(at: number): void {
+    clearTimeout(this.timer);
+    this.armedFor = at;
+    this.timer = setTimeout(() => this.fire(), Math.max(0, at - performance.now()));
+    this.timer.unref(); // a command in flight keeps its own socket, and so the process, alive
+  }
+
+  private fire(): void {
+    this.armedFor = Infinity;
+    const now = performance.now();
+    let next = Infinity;
+    for (const entry of this.watched) {
+      if (entry.endsAt <= now) {
+        this.watched.delete(entry);
+        entry.expire();
+      } else if (entry.endsAt < next) next = entry.endsAt;
+    }
+    if (next < Infinity) this.arm(next);
+  }
+}
+
+const deadlines = new DeadlineWatch();
+
 /**
  * Runs `operation` and settles within `ms`: the driver's promise keeps running if the deadline
- * fires first, but its late outcome is observed (no unhandled rejection) and dropped.
+ * passes first, but its late outcome is observed (no unhandled rejection) and dropped.
  */
-export async function withDeadline<T>(name: string, ms: number, operation: () => Promise<T>): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
+export function withDeadline<T>(name: string, ms: number, operation: () => Promise<T>): Promise<T> {
   const pending = operation();
-  pending.catch(() => undefined);
-  const deadline = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new DeadlineExceededError(name, ms)), ms);
+  return new Promise<T>((resolve, reject) => {
+    const entry: Watched = { endsAt: performance.now() + ms, expire: () => reject(new DeadlineExceededError(name, ms)) };
+    deadlines.add(entry);
+    pending.then(
+      (value) => {
+        deadlines.delete(entry);
+        resolve(value);
+      },
+      (error: unknown) => {
+        deadlines.delete(entry);
+        reject(error);
+      },
+    );
   });
-  try {
-    return await Promise.race([pending, deadline]);
-  } finally {
-    clearTimeout(timer);
-  }
 }

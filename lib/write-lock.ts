@@ -3,7 +3,7 @@ import { DocumentLock } from './document-lock';
 import { describedAs } from './lock-kind';
 import type { UsingBody } from './scoped-hold';
 import type { LockData, LockHandle } from './lock-handle';
-import { expectFilter, expectMs, expectObject, expectTimestamp, type CallOptions, type LockOptions } from './options';
+import { expectFilter, expectMs, expectObject, expectTimestamp, type CallOptions, type DocumentParams, type LockOptions, type UpdateParams } from './options';
 import { resolveTagRules } from './relationships';
 import type { WaitOptions } from './waiting';
 
@@ -20,13 +20,13 @@ export interface WriteLockOptions extends LockOptions {
 }
 
 /** Per-call options of `acquire` and `using`. */
-export interface WriteLockAcquireParams extends CallOptions, WaitOptions {
+export interface WriteLockAcquireParams extends CallOptions, WaitOptions, DocumentParams {
   /** Lease of this lock in ms. @default options.locktimeout */
   readonly locktimeout?: number;
 }
 
-/** Per-call options of `release`: the proof of ownership. Without one, the release is forced. */
-export interface WriteLockReleaseParams extends CallOptions {
+/** Per-call options of `release`: the proof of ownership (without one, the release is forced), and a final update. */
+export interface WriteLockReleaseParams extends CallOptions, UpdateParams {
   /** The handle `acquire` resolved, or its `timestamp` (monglock v2). */
   readonly timestamp?: number | LockData;
   /** The handle `acquire` resolved, or its JSON. */

@@ -80,7 +80,7 @@ describe('hapi plugin: route configuration is checked at server.initialize()', (
     const collection = await freshCollection();
     for (const key of ['lockTimeout', 'timeout', 'tags']) {
       expect(await initializeError({ lock: writeLock({ collection }), [key]: 1_000 })).to.equal(
-        `Unknown option \`plugins.monglock.${key}\` of POST /orders/{id}: expected lock, filter, tag, wait, locktimeout, mode`,
+        `Unknown option \`plugins.monglock.${key}\` of POST /orders/{id}: expected lock, filter, tag, wait, locktimeout, mode, document`,
       );
     }
   });
@@ -121,7 +121,7 @@ describe('hapi plugin: route configuration is checked at server.initialize()', (
   it('a correctly configured multiLock instance route serves requests', async () => {
     const collection = await freshCollection([{ _id: 'b' }]);
     const { server } = await serverWith({ lock: multiLock(rw(collection)), tag: 'write', locktimeout: 2_000 });
-    server.route({ method: 'POST', path: '/tag/{id}', options: { plugins: { monglock: { lock: multiLock(rw(collection)), tag: 'read', filter: () => ({ _id: 'b' }) } }, handler: (r) => lockOf(r).lock.tag } });
+    server.route({ method: 'POST', path: '/tag/{id}', options: { plugins: { monglock: { lock: multiLock(rw(collection)), tag: 'read', wait: 2_000, filter: () => ({ _id: 'b' }) } }, handler: (r) => lockOf(r).lock.tag } });
     await server.initialize();
     expect((await server.inject({ method: 'POST', url: '/orders/b' })).statusCode).to.equal(200);
     expect((await server.inject({ method: 'POST', url: '/tag/b' })).result).to.equal('read');

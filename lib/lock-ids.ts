@@ -1,0 +1,25 @@
+import { randomFillSync } from 'node:crypto';
+
+/** Bytes drawn from the operating system's CSPRNG at once: one system call per 256 ids. */
+const POOL_BYTES = 4_096;
+const ID_BYTES = 16;
+
+let pool = Buffer.alloc(0);
+let offset = POOL_BYTES;
+
+/**
+ * A new lock id: 128 bits from the operating system's CSPRNG, as 32 hex digits. Every id is
+ * fresh random bits (none is derived from another, so one id tells nothing of the next); they are
+ * only drawn 4 KiB at a time, because a system call per id costs more than the rest of an
+ * acquisition's own work.
+ */
+export function newLockId(): string {
+  if (offset + ID_BYTES > POOL_BYTES) {
+    pool = randomFillSync(Buffer.allocUnsafe(POOL_BYTES));
+    offset = 0;
+  }
+  const id = pool.toString('hex', offset, offset + ID_BYTES);
+  pool.fill(0, offset, offset + ID_BYTES); // an id handed out never stays in memory twice
+  offset += ID_BYTES;
+  return id;
+}
