@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import type { Collection, Db, Document } from 'mongodb';
-import { isLockError, multiLock, resourceLocks, writeLock } from '../lib';
+import { commit, isLockError, multiLock, resourceLocks, writeLock } from '../lib';
 import { retryDelay } from '../lib/waiting';
 import { callbackCollection } from './callback-adapter';
 
@@ -13,15 +13,39 @@ export interface Contender {
   /** Who we are: ours, a peer, or the floor. */
   readonly kind: 'monglock' | 'peer' | 'floor';
   readonly note?: string;
-  /** Prepares `collection` for these resources (untimed). */
-  prepare(collection: Collection<Document>, resources: readonly string[]): Promise<void>;
+  /** The write concern its lock writes are sent with, as the table shows it. */
+  readonly writeConcern: string;
+  /** Acquires at `w: 1`: a failover can roll an acquisition back and grant the lock twice (not a baseline). */
+  readonly unsafe?: boolean;
+  /** Prepares `collection` (and `data`, documents `{ _id: resource, n }`) for these resources (untimed). */
+  prepare(collection: Collection<Document>, resources: readonly string[], data: Collection<Document>): Promise<void>;
   /** One attempt: the release, or null when the lock is held (nothing to release). */
   tryLock(resource: string): Promise<Release | null>;
   /** Acquires, waiting as the library lets one wait (or with the shared backoff where it has none). */
   lock(resource: string): Promise<Release>;
+  /**
+   * A read-modify-write critical section on the resource's document (`n` + 1): by default lock,
+   * read it, write it, release; monglock folds the read into the acquisition and the write into
+   * the release.
+   */
+  readModifyWrite?(resource: string): Promise<void>;
+}
+
+/** The read-modify-write of a peer: lock, read `data`, write it (majority), release: four commands. */
+export function unfoldedReadModifyWrite(contender: Pick<Contender, 'lock'>, data: () => Collection<Document>): (resource: string) => Promise<void> {
+  return async (resource) => {
+    const release = await contender.lock(resource);
+    try {
+      const doc = await data().findOne({ _id: resource as never });
+      await data().updateOne({ _id: resource as never }, { $set: { n: ((doc?.n as number | undefined) ?? 0) + 1 } }, { writeConcern: { w: 'majority' } });
+    } finally {
+      await release();
+    }
+  };
 }
 
 const LEASE = 30_000;
+const IMPLICIT = 'none sent: majority, implicitly, on a replica set (MongoDB 5.0+)';
 
 /** Waits with monglock's backoff (4 ms doubling to 150 ms, jittered): the same policy for every library that has none. */
 async function withBackoff(attempt: () => Promise<Release | null>): Promise<Release> {
@@ -39,9 +63,10 @@ function refusedAs(subtype: string) {
   };
 }
 
-async function insertDocs(collection: Collection<Document>, resources: readonly string[]): Promise<void> {
+/** Inserts the documents `{ _id: resource, n: 0 }`. */
+export async function insertDocs(collection: Collection<Document>, resources: readonly string[]): Promise<void> {
   for (let i = 0; i < resources.length; i += 1000) {
-    await collection.insertMany(resources.slice(i, i + 1000).map((resource) => ({ _id: resource as never })));
+    await collection.insertMany(resources.slice(i, i + 1000).map((resource) => ({ _id: resource as never, n: 0 })));
   }
 }
 
@@ -49,39 +74,60 @@ async function insertDocs(collection: Collection<Document>, resources: readonly 
 export async function contenders(db?: Db): Promise<Contender[]> {
   const list: Contender[] = [];
 
-  {
+  for (const shaped of [false, true]) {
     let floor: Collection<Document> | undefined;
+    let data: Collection<Document> | undefined;
+    // A filter shaped as monglock's acquisition (an `$and` beside `_id`, `$elemMatch`, `$expr`), for
+    // servers whose cost depends on the filter's shape (mongo-java-server scans for it).
+    const filterOf = (resource: string): Document =>
+      shaped
+        ? { _id: resource, $and: [{ 'lock.tags.write': { $not: { $elemMatch: { exp: { $gt: new Date() } } } } }, { $expr: { $lte: [new Date(0), '$$NOW'] } }] }
+        : { _id: resource };
     const roundTrip = async (resource: string): Promise<void> => {
-      await floor!.findOneAndUpdate({ _id: resource as never }, { $inc: { n: 1 } });
+      await floor!.findOneAndUpdate(filterOf(resource), { $inc: { n: 1 } }, { writeConcern: { w: 'majority' } });
     };
     const tryLock = async (resource: string): Promise<Release> => {
       await roundTrip(resource);
       return () => roundTrip(resource);
     };
     list.push({
-      name: 'floor: findOneAndUpdate',
+      name: shaped ? 'floor, monglock-shaped filter' : 'floor: findOneAndUpdate',
       kind: 'floor',
-      note: 'a bare findOneAndUpdate per "acquire" and per "release", no exclusion: the least any lock can cost',
-      async prepare(collection, resources) {
+      writeConcern: 'majority',
+      note: shaped
+        ? 'the same, with a filter shaped as monglock\'s (`_id` plus `$and`, `$elemMatch`, `$expr`): what the backend charges for the shape alone'
+        : 'a bare findOneAndUpdate (w: majority) per "acquire" and per "release", no exclusion: the least any lock can cost',
+      async prepare(collection, resources, dataCollection) {
         await insertDocs(collection, resources);
         floor = collection;
+        data = dataCollection;
       },
       tryLock,
       lock: tryLock,
+      async readModifyWrite(resource) {
+        const doc = await data!.findOne({ _id: resource as never });
+        await data!.updateOne({ _id: resource as never }, { $set: { n: ((doc?.n as number | undefined) ?? 0) + 1 } }, { writeConcern: { w: 'majority' } });
+      },
     });
   }
 
-  {
+  for (const fair of [false, true]) {
     let lock: ReturnType<typeof writeLock> | undefined;
     list.push({
-      name: 'monglock writeLock',
+      name: fair ? 'monglock writeLock fair' : 'monglock writeLock',
       kind: 'monglock',
+      writeConcern: 'acquire majority, release 1',
+      note: fair ? 'fair: true, first come first served' : undefined,
       async prepare(collection, resources) {
         await insertDocs(collection, resources);
-        lock = writeLock({ collection, locktimeout: LEASE });
+        lock = writeLock({ collection, locktimeout: LEASE, ...(fair ? { fair: true } : {}) });
       },
       tryLock: (resource) => lock!.acquire({ _id: resource }).then((held) => () => held.release(), refusedAs('LockAlreadyTaken')),
       lock: (resource) => lock!.acquire({ _id: resource }, { wait: 600_000 }).then((held) => () => held.release()),
+      // Folded: the acquisition returns the document, the release writes it (majority): two commands.
+      async readModifyWrite(resource) {
+        await lock!.using({ _id: resource }, { wait: 600_000, document: { n: 1 } }, (held) => commit({ $set: { n: ((held.document?.n as number | undefined) ?? 0) + 1 } }));
+      },
     });
   }
 
@@ -90,6 +136,7 @@ export async function contenders(db?: Db): Promise<Contender[]> {
     list.push({
       name: `monglock multiLock ${tag} tag`,
       kind: 'monglock',
+      writeConcern: 'acquire majority, release 1',
       note: tag === 'shared' ? 'a tag concurrent with itself: holders never exclude each other' : undefined,
       async prepare(collection, resources) {
         await insertDocs(collection, resources);
@@ -110,6 +157,7 @@ export async function contenders(db?: Db): Promise<Contender[]> {
     list.push({
       name: 'monglock resourceLocks xlock',
       kind: 'monglock',
+      writeConcern: 'acquire majority, release 1',
       async prepare(collection) {
         locks = resourceLocks({ collection });
         await locks.createIndexes();
@@ -134,17 +182,22 @@ async function peers(_db?: Db): Promise<Contender[]> {
       const held = await manager!.lock(resource);
       return held ? async () => void (await held.free()) : null;
     };
-    list.push({
+    let data: Collection<Document> | undefined;
+    const contender: Contender = {
       name: 'mongo-locks (coyotte508)',
       kind: 'peer',
+      writeConcern: IMPLICIT,
       note: 'no waiting of its own: the shared backoff',
-      async prepare(collection) {
+      async prepare(collection, _resources, dataCollection) {
+        data = dataCollection;
         manager = new LockManager(collection);
         await manager.lock('warm-up-index').then((held) => held?.free());
       },
       tryLock,
       lock: (resource) => withBackoff(() => tryLock(resource)),
-    });
+      readModifyWrite: (resource) => unfoldedReadModifyWrite(contender, () => data!)(resource),
+    };
+    list.push(contender);
   }
 
   {
@@ -154,11 +207,14 @@ async function peers(_db?: Db): Promise<Contender[]> {
     const clientId = (): string => randomBytes(8).toString('hex');
     const mutex = (resource: string): InstanceType<typeof RWMutex> =>
       new RWMutex(collectionRef as never, resource, clientId(), { sleepTime: 5, expiresAt: null });
-    list.push({
+    let data: Collection<Document> | undefined;
+    const contender: Contender = {
       name: 'mongo-lock-node (Clever)',
       kind: 'peer',
+      writeConcern: IMPLICIT,
       note: 'its own polling wait, sleepTime 5 ms (default 1000 ms)',
-      async prepare(collection) {
+      async prepare(collection, _resources, dataCollection) {
+        data = dataCollection;
         collectionRef = collection;
         await collection.createIndex({ lockID: 1 }, { unique: true });
       },
@@ -177,7 +233,9 @@ async function peers(_db?: Db): Promise<Contender[]> {
         await held.lock();
         return () => held.unlock();
       },
-    });
+      readModifyWrite: (resource) => unfoldedReadModifyWrite(contender, () => data!)(resource),
+    };
+    list.push(contender);
   }
 
   {
@@ -188,27 +246,35 @@ async function peers(_db?: Db): Promise<Contender[]> {
       getLock(name: string, owner: string, waitMs: number, ttlMs: number, callback: (error: unknown) => void): void;
       releaseLock(name: string, owner: string, callback: (error: unknown) => void): void;
     };
-    let mongoLock: InstanceType<typeof MongoLock> | undefined;
-    const tryLock = (resource: string): Promise<Release | null> =>
-      new Promise((resolve, reject) => {
-        const owner = randomBytes(8).toString('hex');
-        // Success is a callback without error; a held lock is its E11000 error.
-        mongoLock!.getLock(resource, owner, 0, LEASE, (error) => {
-          if ((error as { code?: number } | null)?.code === 11000) return resolve(null);
-          if (error) return reject(error);
-          resolve(() => new Promise<void>((done, fail) => mongoLock!.releaseLock(resource, owner, (e) => (e ? fail(e) : done()))));
+    for (const common of [false, true]) {
+      let mongoLock: InstanceType<typeof MongoLock> | undefined;
+      let data: Collection<Document> | undefined;
+      const tryLock = (resource: string): Promise<Release | null> =>
+        new Promise((resolve, reject) => {
+          const owner = randomBytes(8).toString('hex');
+          // Success is a callback without error; a held lock is its E11000 error.
+          mongoLock!.getLock(resource, owner, 0, LEASE, (error) => {
+            if ((error as { code?: number } | null)?.code === 11000) return resolve(null);
+            if (error) return reject(error);
+            resolve(() => new Promise<void>((done, fail) => mongoLock!.releaseLock(resource, owner, (e) => (e ? fail(e) : done()))));
+          });
         });
-      });
-    list.push({
-      name: 'mongo-lock (andrasq)',
-      kind: 'peer',
-      note: 'driver-3 API: through a callback adapter (one command per call, unchanged); the shared backoff',
-      async prepare(collection) {
-        mongoLock = new MongoLock(callbackCollection(collection));
-      },
-      tryLock,
-      lock: (resource) => withBackoff(() => tryLock(resource)),
-    });
+      const contender: Contender = {
+        name: common ? 'mongo-lock (andrasq), w: majority' : 'mongo-lock (andrasq)',
+        kind: 'peer',
+        unsafe: !common,
+        writeConcern: common ? 'majority (the common write concern)' : '1, its own (unsafe: a failover can roll back an acquisition and grant the lock twice)',
+        note: 'driver-3 API: through a callback adapter (one command per call, unchanged, its `{ w: 1 }` passed on); the shared backoff',
+        async prepare(collection, _resources, dataCollection) {
+          data = dataCollection;
+          mongoLock = new MongoLock(callbackCollection(collection, common ? 'majority' : undefined));
+        },
+        tryLock,
+        lock: (resource) => withBackoff(() => tryLock(resource)),
+        readModifyWrite: (resource) => unfoldedReadModifyWrite(contender, () => data!)(resource),
+      };
+      list.push(contender);
+    }
   }
 
   {
@@ -234,18 +300,23 @@ async function peers(_db?: Db): Promise<Contender[]> {
           resolve(code ? () => new Promise<void>((done, fail) => lock.release(code, (e) => (e ? fail(e) : done()))) : null);
         });
       });
-    list.push({
+    let data: Collection<Document> | undefined;
+    const contender: Contender = {
       name: 'mongodb-lock (chilts)',
       kind: 'peer',
+      writeConcern: IMPLICIT,
       note: 'driver-3 API: through a callback adapter (one command per call, unchanged); the shared backoff',
-      async prepare(collection) {
+      async prepare(collection, _resources, dataCollection) {
+        data = dataCollection;
         adapted = callbackCollection(collection);
         locksByName.clear();
         await new Promise<void>((done, fail) => lockFor('index').ensureIndexes((e) => (e ? fail(e) : done())));
       },
       tryLock,
       lock: (resource) => withBackoff(() => tryLock(resource)),
-    });
+      readModifyWrite: (resource) => unfoldedReadModifyWrite(contender, () => data!)(resource),
+    };
+    list.push(contender);
   }
 
   return list;

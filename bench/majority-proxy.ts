@@ -74,7 +74,7 @@ export class MajorityProxy {
 
   /** Calls `onFrame` with each whole wire-protocol message read from `socket`. */
   private frames(socket: Socket, onFrame: (frame: Buffer) => void): void {
-    let buffered = Buffer.alloc(0);
+    let buffered: Buffer = Buffer.alloc(0);
     socket.on('data', (chunk: Buffer) => {
       buffered = buffered.length === 0 ? chunk : Buffer.concat([buffered, chunk]);
       while (buffered.length >= 4) {

@@ -1,22 +1,26 @@
 /**
  * `npm run bench`: monglock against the other MongoDB lock libraries and against the floor (a
- * bare findOneAndUpdate), on one MongoDB backend, in one run. `--smoke` is a seconds-long run
- * (part of `npm test`); it writes to .cache/bench-smoke instead of bench/results.
+ * bare findOneAndUpdate), on one MongoDB backend, in one run, at three modelled majority-commit
+ * delays: a {@link MajorityProxy} in front of the server holds the reply to every write sent with a
+ * majority write concern for L = 0, 2 and 5 ms, as a replica set's primary does. `--smoke` is a
+ * seconds-long run (part of `npm test`); it writes to .cache/bench-smoke instead of bench/results.
  */
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
+import { loadavg } from 'node:os';
 import { join } from 'node:path';
 import { MongoClient } from 'mongodb';
 import { startMongoBackend } from '../support/mongo-backend';
 import { contenders, type Contender } from './contenders';
 import { runGoPeers, type GoOutcome } from './go-peers';
-import { renderChart, renderTable, type ContenderResult, type Results } from './report';
-import { commands, hot, latency, manyResources } from './workloads';
+import { MajorityProxy } from './majority-proxy';
+import { renderChart, renderTable, type ContenderResult, type LevelResults, type Results } from './report';
+import { commands, hot, latency, manyResources, readModifyWrite } from './workloads';
 
 const smoke = process.argv.includes('--smoke');
 const settings = smoke
-  ? { rounds: 1, latencyIterations: 30, hotMs: 250, workers: [1, 4, 16], manyResources: 200, manyWorkers: 8, manyRounds: 1 }
-  : { rounds: 3, latencyIterations: 300, hotMs: 2_000, workers: [1, 4, 16, 64], manyResources: 10_000, manyWorkers: 16, manyRounds: 1 };
+  ? { rounds: 1, latencyIterations: 30, hotMs: 250, workers: [1, 16], manyResources: [100, 100], manyWorkers: 8, rmwIterations: 10, delays: [0, 5] }
+  : { rounds: 2, latencyIterations: 200, hotMs: 1_500, workers: [1, 4, 16, 64], manyResources: [10_000, 1_000], manyWorkers: 16, rmwIterations: 100, delays: [0, 2, 5] };
 const outDir = smoke ? join(__dirname, '..', '.cache', 'bench-smoke') : join(__dirname, 'results');
 
 function median(values: number[]): number {
@@ -24,21 +28,20 @@ function median(values: number[]): number {
   return sorted.length === 0 ? NaN : (sorted[Math.floor((sorted.length - 1) / 2)]! + sorted[Math.ceil((sorted.length - 1) / 2)]!) / 2;
 }
 
-async function main(): Promise<void> {
-  const backend = await startMongoBackend((line) => console.error(`[backend] ${line}`));
-  console.error(`MongoDB: ${backend.description}${smoke ? ' (smoke run)' : ''}`);
-  const client = new MongoClient(backend.uri, { monitorCommands: true, maxPoolSize: 100 });
+/** Every workload of every contender through a proxy that delays majority writes by `delayMs`. */
+async function runLevel(host: string, port: number, delayMs: number): Promise<LevelResults> {
+  const proxy = new MajorityProxy(host, port, delayMs);
+  await proxy.start();
+  const client = new MongoClient(proxy.uri(), { monitorCommands: true, maxPoolSize: 100 });
+  const manyCount = delayMs === 0 ? settings.manyResources[0]! : settings.manyResources[1]!;
   try {
     await client.connect();
     const db = client.db(`monglock_bench_${randomBytes(3).toString('hex')}`);
-    const fresh = async () => {
-      const collection = db.collection(`c_${randomBytes(5).toString('hex')}`);
-      return collection;
-    };
+    const fresh = async () => db.collection(`c_${randomBytes(5).toString('hex')}`);
     const list = await contenders(db);
-    const samples = new Map<Contender, { latency: number[][]; hot: Map<number, number[][]>; many: number[] }>();
+    const samples = new Map<Contender, { latency: number[][]; hot: Map<number, number[][]>; many: number[]; rmw: number[][] }>();
     const failures = new Map<Contender, string>();
-    for (const contender of list) samples.set(contender, { latency: [], hot: new Map(settings.workers.map((w) => [w, []])), many: [] });
+    for (const contender of list) samples.set(contender, { latency: [], hot: new Map(settings.workers.map((w) => [w, []])), many: [], rmw: [] });
 
     const measure = async (contender: Contender, what: string, body: () => Promise<void>): Promise<void> => {
       if (failures.has(contender)) return;
@@ -50,17 +53,14 @@ async function main(): Promise<void> {
       }
     };
 
-    // Warm-up (untimed): the server's JIT and caches, the connection pool, every code path.
-    console.error('warm-up');
-    for (const contender of list) {
-      await measure(contender, 'warm-up', async () => void (await latency(contender, fresh, smoke ? 20 : 200)));
-      console.error(`  warmed up: ${contender.name}`);
-    }
+    console.error(`L = ${delayMs} ms: warm-up`);
+    for (const contender of list) await measure(contender, 'warm-up', async () => void (await latency(contender, fresh, smoke ? 20 : 100)));
 
     for (let round = 1; round <= settings.rounds; round++) {
-      console.error(`round ${round}/${settings.rounds}`);
+      console.error(`L = ${delayMs} ms: round ${round}/${settings.rounds} (load average ${loadavg().map((l) => l.toFixed(2)).join(' ')})`);
       for (const contender of list) {
         const s = samples.get(contender)!;
+        const shaped = contender.name.includes('shaped');
         await measure(contender, 'latency', async () => {
           const result = await latency(contender, fresh, settings.latencyIterations);
           s.latency.push([result.p50, result.p99]);
@@ -69,13 +69,21 @@ async function main(): Promise<void> {
           for (const workers of settings.workers) {
             await measure(contender, `hot x${workers}`, async () => {
               const result = await hot(contender, fresh, workers, settings.hotMs);
-              s.hot.get(workers)!.push([result.perSecond, result.fairness]);
+              s.hot.get(workers)!.push([result.perSecond, result.fairness, result.worstWait]);
             });
           }
         }
-        if (round <= settings.manyRounds) await measure(contender, 'many resources', async () => {
-          s.many.push(await manyResources(contender, fresh, settings.manyResources, settings.manyWorkers));
-        });
+        if (contender.readModifyWrite && !shaped) {
+          await measure(contender, 'read-modify-write', async () => {
+            const result = await readModifyWrite(contender, fresh, settings.rmwIterations);
+            s.rmw.push([result.p50, result.p99]);
+          });
+        }
+        if (round === 1 && !contender.name.includes('fair')) {
+          await measure(contender, 'many resources', async () => {
+            s.many.push(await manyResources(contender, fresh, manyCount, settings.manyWorkers));
+          });
+        }
         console.error(`  ${contender.name}: done`);
       }
     }
@@ -85,28 +93,49 @@ async function main(): Promise<void> {
       const s = samples.get(contender)!;
       let counted: ContenderResult['commands'] = null;
       await measure(contender, 'commands', async () => {
-        counted = await commands(contender, fresh, client);
+        counted = await commands(contender, fresh, client, () => proxy.counts.majority);
       });
       results.push({
         name: contender.name,
         kind: contender.kind,
         note: contender.note,
+        writeConcern: contender.writeConcern,
+        unsafe: contender.unsafe,
         failed: failures.get(contender),
         latency: s.latency.length ? { p50: median(s.latency.map((x) => x[0]!)), p99: median(s.latency.map((x) => x[1]!)) } : null,
         hot: Object.fromEntries(
-          [...s.hot].filter(([, v]) => v.length > 0).map(([w, v]) => [w, { perSecond: median(v.map((x) => x[0]!)), fairness: median(v.map((x) => x[1]!)) }]),
+          [...s.hot]
+            .filter(([, v]) => v.length > 0)
+            .map(([w, v]) => [w, { perSecond: median(v.map((x) => x[0]!)), fairness: median(v.map((x) => x[1]!)), worstWait: Math.max(...v.map((x) => x[2]!)) }]),
         ),
         manyPerSecond: s.many.length ? median(s.many) : null,
+        rmw: s.rmw.length ? { p50: median(s.rmw.map((x) => x[0]!)), p99: median(s.rmw.map((x) => x[1]!)) } : null,
         commands: counted,
       });
     }
+    await db.dropDatabase();
+    return { delayMs, loadAverage: loadavg(), manyResources: manyCount, majorityWrites: proxy.counts.majority, contenders: results };
+  } finally {
+    await client.close();
+    await proxy.stop();
+  }
+}
+
+async function main(): Promise<void> {
+  const backend = await startMongoBackend((line) => console.error(`[backend] ${line}`));
+  console.error(`MongoDB: ${backend.description}${smoke ? ' (smoke run)' : ''}`);
+  const { hostname, port } = new URL(backend.uri.replace(/^mongodb:/, 'http:'));
+  try {
+    const levels: LevelResults[] = [];
+    for (const delayMs of settings.delays) levels.push(await runLevel(hostname, Number(port), delayMs));
     const go: GoOutcome = await runGoPeers(backend.uri, smoke);
+    if (go.results.length > 0) levels[0] = { ...levels[0]!, contenders: [...levels[0]!.contenders, ...go.results] };
     const output: Results = {
       backend: backend.description,
       date: new Date().toISOString(),
       machine: `${process.platform} ${process.arch}, Node ${process.version}`,
       settings,
-      contenders: [...results, ...go.results],
+      levels,
       skipped: go.skipped,
     };
     mkdirSync(outDir, { recursive: true });
@@ -115,9 +144,7 @@ async function main(): Promise<void> {
     writeFileSync(join(outDir, 'results.md'), table);
     writeFileSync(join(outDir, 'throughput.svg'), renderChart(output));
     console.log(table);
-    await db.dropDatabase();
   } finally {
-    await client.close();
     await backend.stop();
   }
 }

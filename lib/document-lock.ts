@@ -8,6 +8,7 @@ import {
   expectFilter,
   expectFunction,
   expectUpdate,
+  isPlainObject,
   expectMs,
   expectObject,
   resolveCallOptions,
@@ -21,7 +22,9 @@ import { holdWhile, type UsingBody } from './scoped-hold';
 import { ServerClock } from './server-clock';
 import { Store } from './store';
 import { LockPaths } from './stored-format';
+import { LocalWaiters } from './local-waiters';
 import { linkSignals, readWaitParams, retryWithin } from './waiting';
+import { WaitingPlace } from './waiting-place';
 
 /** While waiting, every how many refused attempts one is explained by a read (missing document, clock). */
 const EXPLAIN_EVERY = 8;
@@ -44,10 +47,13 @@ export class DocumentLock implements HandleOwner {
   private readonly PromiseLib: PromiseLibrary | undefined;
   private readonly warnUncancellable = uncancellableWaitWarning();
   private readonly clock: ServerClock;
+  private readonly waiters = new LocalWaiters();
+  private readonly fair: boolean;
 
   constructor(options: unknown, kind: DocumentLockKind) {
     const resolved = resolveLockOptions(options);
     this.defaults = resolved.call;
+    this.fair = resolved.fair;
     this.PromiseLib = resolved.Promise;
     this.clock = new ServerClock(resolved.clock);
     this.engine = new LockEngine({
@@ -96,6 +102,7 @@ export class DocumentLock implements HandleOwner {
     if (signal?.aborted) throw signal.reason;
 
     const acquisition = new Acquisition((written) => this.releaseWritten(written, call), this.clock, () => this.engine.readClock({}, call));
+    const place = new WaitingPlace(this.engine, this.waiters, call, ruleTag, p.fair === undefined ? this.fair : p.fair === true);
     // An assertive lock registered by this call: continued on retries, released if we give up.
     let registered: Acquired | undefined;
     let attempts = 0;
@@ -106,10 +113,14 @@ export class DocumentLock implements HandleOwner {
       let outcome: Acquired | AssertivePending;
       try {
         outcome = await acquisition.attempt(
-          () => (continuing ? this.engine.resume(continuing.target, continuing.lock, call) : this.engine.acquire(userFilter, ruleTag, lease, call, { explain, document })),
+          () =>
+            continuing
+              ? this.engine.resume(continuing.target, continuing.lock, call)
+              : this.engine.acquire(place.filter(userFilter), ruleTag, lease, call, { explain, document, fair: place.fairness }),
           (won) => (won.lock.id === resumed?.lock.id ? undefined : won),
         );
       } catch (error) {
+        if (waiting.wait > 0 && isLockError(error, this.engine.conflict) && !acquisition.abandoned) await place.refused(error, userFilter);
         if (registered && isLockError(error, 'LockNotFound')) registered = undefined;
         const written = lockWrittenBy(error);
         if (written) (error as { lock: unknown }).lock = new LockHandle(written.lock, this, written.target, { unconfirmed: true });
@@ -131,12 +142,14 @@ export class DocumentLock implements HandleOwner {
       isLockError(error, this.engine.conflict) ||
       isLockError(error, 'AssertiveLock') ||
       (isLockError(error, 'LockNotFound') && resumed === undefined);
+    let won: Acquired | undefined;
     try {
-      const won = await retryWithin(
+      won = await retryWithin(
         { wait: waiting.wait, signal },
         () => acquisition.race(step(), signal, (outcome) => (outcome.lock.id === resumed?.lock.id ? undefined : outcome)),
         retryable,
         () => this.clock.local(),
+        place.sleep,
       );
       return await this.handleFor(won, acquisition, call);
     } catch (error) {
@@ -150,6 +163,7 @@ export class DocumentLock implements HandleOwner {
       throw error;
     } finally {
       dispose();
+      await place.leave(won !== undefined);
     }
   }
 
@@ -186,6 +200,7 @@ export class DocumentLock implements HandleOwner {
     const update = this.updateOf(p);
     if (update && !proof) throw new TypeError('Expected `params.lock` (or `params.timestamp`) with `params.update`: a forced release applies no update');
     await this.engine.release(filter, tag, proof, claimed, call, update);
+    this.released(filter);
   }
 
   /**
@@ -205,6 +220,12 @@ export class DocumentLock implements HandleOwner {
 
   release(target: Document, lock: LockData, params?: object): Promise<void> {
     return this.run(() => this.releaseWith(target, lock.tag, { id: lock.id }, lock, params));
+  }
+
+  /** Hands a document just released in this process to its first local waiter at once. */
+  private released(target: Document): void {
+    const id: unknown = target._id;
+    if (id !== undefined && !(isPlainObject(id) && Object.keys(id).some((key) => key.startsWith('$')))) this.waiters.wake(id);
   }
 
   extend(target: Document, lock: LockData, params?: object): Promise<Extension> {

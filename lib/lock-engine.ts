@@ -18,6 +18,8 @@ import {
   LockPaths,
   noLiveEntry,
   pruneTags,
+  earlierTickets,
+  noEarlierTicket,
   recordStamp,
   stampNotBeforeRecent,
   stampWithin,
@@ -43,6 +45,19 @@ export interface AcquireExtras {
   readonly explain?: boolean;
   /** Return the locked document too: `true` all of it, or a projection. */
   readonly document?: Document | true;
+  /**
+   * Fair mode: refuse while a live ticket of a cooperative tag came before `ticket` (or, without
+   * one, while any does), and take `ticket` (and expired tickets) out of the queue on success.
+   */
+  readonly fair?: { readonly ticket?: Ticket };
+}
+
+/** A waiter's ticket in a fair queue (`lock.queue`). */
+export interface Ticket {
+  readonly id: string;
+  readonly tag: string;
+  readonly at: Date;
+  readonly exp: Date;
 }
 
 /** Expiry of a lock without a lease: the last ms of year 9999. */
@@ -75,6 +90,14 @@ export interface Acquired {
   readonly appliedAt?: number;
   /** The locked document after the acquisition, when it was asked for (without the lock field, unless projected). */
   readonly document?: Document;
+}
+
+/** The document (its `_id`) whose lock refused an acquisition, when an explanation read it: where to wait. */
+const refusedDocuments = new WeakMap<object, unknown>();
+
+/** The `_id` of the document that refused the acquisition `error` reports, if it was read. */
+export function refusedDocumentOf(error: unknown): unknown {
+  return typeof error === 'object' && error !== null ? refusedDocuments.get(error) : undefined;
 }
 
 /** The lock a failed acquisition may have written (its reply was lost), which its `DbError` carries. */
@@ -172,18 +195,23 @@ export class LockEngine {
       const at = new Date(stamp);
       const exp = new Date(expiryOf(stamp, lease));
       const entry: StoredEntry = { ...extras.entry, id, at, exp };
+      const fair = extras.fair;
       const update = mergeUpdates(
-        {
-          $inc: { [paths.fence]: 1 },
-          $currentDate: { [paths.now]: true },
-          ...(rule.exclusive ? { $set: { [paths.tag(tag)]: [entry] }, $push: recordStamp(paths, tag, at) } : { $push: { [paths.tag(tag)]: entry } }),
-          ...this.pruneOthers(tag, at),
-        },
+        mergeUpdates(
+          {
+            $inc: { [paths.fence]: 1 },
+            $currentDate: { [paths.now]: true },
+            ...(rule.exclusive ? { $set: { [paths.tag(tag)]: [entry] }, $push: recordStamp(paths, tag, at) } : { $push: { [paths.tag(tag)]: entry } }),
+            ...this.pruneOthers(tag, at),
+          },
+          fair ? { $pull: { [paths.queue]: fair.ticket ? { $or: [{ id: fair.ticket.id }, { exp: { $lte: at } }] } : { exp: { $lte: at } } } } : undefined,
+        ),
         extras.update?.(at, exp),
       );
       const guarded = allOf(filter, [
         ...rule.cooperative.map((other) => noLiveEntry(paths, other, at)),
         ...(rule.exclusive ? [stampNotBeforeRecent(paths, tag, at)] : []),
+        ...(fair && rule.cooperative.length > 0 ? [noEarlierTicket(paths, rule.cooperative, at, fair.ticket)] : []),
         { $expr: stampWithin(at, tolerance) },
         ...(extras.conditions?.(at) ?? []),
       ]);
@@ -215,15 +243,67 @@ export class LockEngine {
       const lock = paths.read(seen.value);
       const now = seen.serverNow?.getTime() ?? stamp;
       const holders = rule.cooperative.filter((other) => liveEntries(lock, other, now).length > 0);
-      if (holders.length > 0) return { retry: false, error: lockError(conflict, call.boom, { detail: `held by tag ${holders.join(', ')}` }) };
+      if (holders.length > 0) return { retry: false, error: refused(conflict, `held by tag ${holders.join(', ')}`, seen.value._id) };
+      const ahead = extras.fair ? earlierTickets(lock, rule.cooperative, now, extras.fair.ticket).length : 0;
+      if (ahead > 0) return { retry: false, error: refused(conflict, `${ahead} waiter(s) came first (fair mode)`, seen.value._id) };
       const latest = rule.exclusive ? Math.max(0, ...(lock.recent?.[tag] ?? []).map((date) => date.getTime())) : 0;
       if (latest > stamp) {
         return { retry: true, why: 'a later acquisition was stamped meanwhile', minStamp: latest, error: lockError(conflict, call.boom, { detail: 'held when the update ran' }) };
       }
       if (stampRefused(seen, stamp, tolerance)) return { retry: true, why: stampLag(seen, stamp, tolerance, lease) };
       const refusal = extras.refusal?.(lock, now);
-      return { retry: false, error: lockError(conflict, call.boom, { detail: refusal ?? 'held when the update ran' }) };
+      return { retry: false, error: refused(conflict, refusal ?? 'held when the update ran', seen.value._id) };
     }, () => lockError(conflict, call.boom, { detail: 'still held' }));
+
+    function refused(subtype: typeof conflict, detail: string, documentId: unknown): Error {
+      const error = lockError(subtype, call.boom, { detail });
+      refusedDocuments.set(error, documentId);
+      return error;
+    }
+  }
+
+  /**
+   * Ticket (fair mode): takes a place in the queue of the first document matching `filter`: a
+   * ticket stamped by the server-checked clock, live for `leaseMs` unless renewed. Resolves the
+   * ticket and the document's `{ _id }`. A ticket only ever delays acquisitions; it is never a
+   * lock, so it cannot admit a second holder.
+   */
+  async takeTicket(filter: Document, tag: string, leaseMs: number, call: ResolvedCallOptions): Promise<{ ticket: Ticket; target: Document }> {
+    const { paths } = this.settings;
+    const id = newLockId();
+    return this.withStamp(filter, leaseMs * 2, call, async (stamp, tolerance) => {
+      const ticket: Ticket = { id, tag, at: new Date(stamp), exp: new Date(stamp + leaseMs) };
+      const reply = await this.settings.store.findOneAndUpdate(
+        allOf(filter, [{ $expr: stampWithin(ticket.at, tolerance) }]),
+        { $push: { [paths.queue]: ticket }, $currentDate: { [paths.now]: true } },
+        call,
+      );
+      if (!reply.value) return undefined;
+      this.observeWrite(reply.value, reply);
+      return { ticket, target: { _id: reply.value._id } };
+    }, (seen, stamp, tolerance) => {
+      if (!seen.value) return { retry: false, error: lockError('RessourceNotFound', call.boom, { detail: 'no document matches the filter' }) };
+      return { retry: true, why: stampLag(seen, stamp, tolerance, leaseMs * 2) };
+    });
+  }
+
+  /** Pushes a ticket's end to `leaseMs` after a server-checked stamp; resolves false when it is gone. */
+  async renewTicket(target: Document, ticket: Ticket, leaseMs: number, call: ResolvedCallOptions): Promise<boolean> {
+    const { paths, clock } = this.settings;
+    const at = new Date(clock.lower());
+    const reply = await this.settings.store.findOneAndUpdate(
+      allOf(target, [{ [paths.queue]: { $elemMatch: { id: ticket.id } } }, { $expr: stampWithin(at, clock.tolerance(leaseMs * 2, true)) }]),
+      { $set: { [`${paths.queue}.$[mine].exp`]: new Date(at.getTime() + leaseMs) }, $currentDate: { [paths.now]: true } },
+      call,
+      [{ 'mine.id': ticket.id }],
+    );
+    if (reply.value) this.observeWrite(reply.value, reply);
+    return reply.value !== null;
+  }
+
+  /** Leaves the queue (a waiter that gave up). */
+  async dropTicket(target: Document, ticket: Ticket, call: ResolvedCallOptions): Promise<void> {
+    await this.settings.store.updateOne(target, { $pull: { [this.settings.paths.queue]: { id: ticket.id } } }, call, call.releaseW);
   }
 
   /**
@@ -258,7 +338,8 @@ export class LockEngine {
    *
    * With `update` (the caller's final write of its critical section), the same atomic update also
    * applies it, and only while the lock is held and unexpired by `$$NOW`: the write and the
-   * release happen together or not at all. Sent at `w` (default majority): it carries data.
+   * release happen together or not at all. Sent at `w`, and at least at majority: it carries
+   * data, and it is what makes a section acquired at `w: 1` safe (see "Write concerns").
    */
   async release(
     target: Document,
@@ -277,7 +358,7 @@ export class LockEngine {
     const match = proofMatch(proof);
     const conditions = [hasEntry(paths, tag, match), ...this.uniquely(tag, proof), ...(update ? [{ $expr: entryLiveOnServer(paths, tag, proof) }] : [])];
     const write = mergeUpdates(update ?? {}, { $pull: { [paths.tag(tag)]: match } });
-    const matched = await this.db(call, () => store.updateOne(allOf(target, conditions), write, call, update ? call.w : call.releaseW));
+    const matched = await this.db(call, () => store.updateOne(allOf(target, conditions), write, call, update ? atLeastMajority(call.w) : call.releaseW));
     if (matched) return;
     const seen = await this.db(call, () => store.inspect(target, call));
     const lost = this.explainLost(seen, claimed ?? { id: '', tag, timestamp: 0, fence: 0, expiresAt: 0 }, proof, call, 0, 0, 0, update !== undefined);
@@ -432,6 +513,11 @@ export class LockEngine {
 
 function describeFailure(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
+}
+
+/** `w`, or majority when `w` asks for less (a number below 2). */
+function atLeastMajority(w: ResolvedCallOptions['w']): ResolvedCallOptions['w'] {
+  return typeof w === 'number' && w < 2 ? 'majority' : w;
 }
 
 /** `outcome` carrying the locked document. */

@@ -20,7 +20,8 @@ export interface CallOptions {
   readonly timeout?: number;
   /**
    * Write concern of acquisitions, continuations and extensions, and of a release that applies
-   * an update of yours. `0` is refused: it cannot confirm an acquisition.
+   * an update of yours (which is sent at majority at least). `0` is refused: it cannot confirm an
+   * acquisition.
    * @default 'majority'
    */
   readonly w?: WriteConcernW;
@@ -70,6 +71,13 @@ export interface LockOptions extends CallOptions {
    * @default the native Promise
    */
   readonly Promise?: PromiseLibrary;
+  /**
+   * Fair mode: waiters (`wait`) take a ticket in the document's queue and acquire first come,
+   * first served; newcomers queue behind them. Tags that are concurrent never wait for each other.
+   * A call's own `fair` overrides it.
+   * @default false
+   */
+  readonly fair?: boolean;
   /**
    * The local clock, in ms since the epoch. Only the elapsed time between readings matters:
    * lease times come from the server's clock (see "Server-side time" in the README).
@@ -264,6 +272,12 @@ export function expectCollection(name: string, value: unknown): Collection<Docum
   return value as Collection<Document>;
 }
 
+/** Throws unless `value` is true or false. */
+export function expectBoolean(name: string, value: unknown): boolean {
+  if (typeof value !== 'boolean') throw new TypeError(`Expected \`${name}\` to be true or false, got ${describe(value)}`);
+  return value;
+}
+
 /** Throws unless `value` is a function (or undefined, when optional). */
 export function expectFunction<T>(name: string, value: unknown): T {
   if (typeof value !== 'function') throw new TypeError(`Expected \`${name}\` to be a function, got ${describe(value)}`);
@@ -296,6 +310,7 @@ export function resolveLockOptions(options: unknown): {
   call: ResolvedCallOptions;
   Promise: PromiseLibrary | undefined;
   clock: () => number;
+  fair: boolean;
 } {
   const o = expectObject('options', options);
   const field = o.field === undefined ? 'lock' : expectSafeName('options.field', o.field);
@@ -311,5 +326,6 @@ export function resolveLockOptions(options: unknown): {
     call: resolveCallOptions(o, { timeout: 10_000, w: 'majority', releaseW: 1, boom: undefined }, 'options'),
     Promise: PromiseLib,
     clock: o.clock === undefined ? monotonicNow : expectFunction<() => number>('options.clock', o.clock),
+    fair: o.fair === undefined ? false : expectBoolean('options.fair', o.fair),
   };
 }

@@ -8,6 +8,7 @@ import type { Document } from 'mongodb';
  *   fence: 7,                       // fencing counter: +1 per acquisition, never reset
  *   now: ISODate,                   // the server's clock at the last acquire/extend ($currentDate)
  *   recent: { write: [ISODate, ISODate] },  // exclusive tags: the last two acquisition stamps (never decreasing)
+ *   queue: [ { id: '7a…', tag: 'write', at: ISODate, exp: ISODate }, … ],  // fair mode: waiters' tickets
  *   tags: {
  *     write: [ { id: '9f…', at: ISODate, exp: ISODate } ],   // one array per tag
  *     read:  [ { id: '1c…', at: ISODate, exp: ISODate }, … ]
@@ -26,6 +27,14 @@ export interface StoredEntry {
   exp: Date;
 }
 
+/** A waiter's place in a fair queue: its tag, when it came (server time) and until when it is live. */
+export interface StoredTicket {
+  id: string;
+  tag: string;
+  at: Date;
+  exp: Date;
+}
+
 /** The stored lock property. */
 export interface StoredLock {
   fence?: number;
@@ -35,6 +44,8 @@ export interface StoredLock {
   recent?: Record<string, Date[] | undefined>;
   /** Resource documents only: the server's clock when the document was created. */
   born?: Date;
+  /** Fair mode: the tickets of waiters, first come first served. */
+  queue?: StoredTicket[];
   tags?: Record<string, StoredEntry[] | undefined>;
 }
 
@@ -43,11 +54,13 @@ export class LockPaths {
   readonly fence: string;
   readonly now: string;
   readonly born: string;
+  readonly queue: string;
 
   constructor(readonly field: string) {
     this.fence = `${field}.fence`;
     this.now = `${field}.now`;
     this.born = `${field}.born`;
+    this.queue = `${field}.queue`;
   }
 
   /** The last two acquisition stamps of an exclusive tag. */
@@ -163,4 +176,23 @@ export function pruneTags(paths: LockPaths, tags: Iterable<string>, stamp: Date)
   const pull: Document = {};
   for (const tag of tags) pull[paths.tag(tag)] = { exp: { $lte: stamp } };
   return pull;
+}
+
+/**
+ * Filter: no live ticket (unexpired at `stamp`) of any of `tags` came before `mine` (by `at`, then
+ * `id`); without `mine`, no live ticket of `tags` at all, so a newcomer queues behind every waiter.
+ */
+export function noEarlierTicket(paths: LockPaths, tags: readonly string[], stamp: Date, mine?: { id: string; at: Date }): Document {
+  const earlier = mine ? { $or: [{ at: { $lt: mine.at } }, { at: mine.at, id: { $lt: mine.id } }] } : {};
+  return { [paths.queue]: { $not: { $elemMatch: { tag: { $in: [...tags] }, exp: { $gt: stamp }, ...earlier } } } };
+}
+
+/** The live tickets of `tags` in `lock` that came before `mine` (all live ones without `mine`), at server time `now` (ms). */
+export function earlierTickets(lock: StoredLock, tags: readonly string[], now: number, mine?: { id: string; at: Date }): StoredTicket[] {
+  return (lock.queue ?? []).filter(
+    (ticket) =>
+      tags.includes(ticket.tag) &&
+      ticket.exp.getTime() > now &&
+      (!mine || ticket.at.getTime() < mine.at.getTime() || (ticket.at.getTime() === mine.at.getTime() && ticket.id < mine.id)),
+  );
 }

@@ -13,6 +13,8 @@ export interface WaitOptions {
    * attempt in flight writes afterwards is released.
    */
   readonly signal?: AbortSignal;
+  /** Wait first come, first served (see the lock's `fair` option). @default the lock's `fair` */
+  readonly fair?: boolean;
 }
 
 /** How long an acquisition may wait for a held lock, and what can cancel it (resolved). */
@@ -34,6 +36,7 @@ export function readWaitParams(params: Record<string, unknown>): WaitParams {
   if (signal !== undefined && !(signal instanceof AbortSignal)) {
     throw new TypeError(`Expected \`params.signal\` to be an AbortSignal, got ${describe(signal)}`);
   }
+  if (params.fair !== undefined && typeof params.fair !== 'boolean') throw new TypeError(`Expected \`params.fair\` to be true or false, got ${describe(params.fair)}`);
   return { wait, signal };
 }
 
@@ -72,6 +75,7 @@ export async function retryWithin<T>(
   attempt: () => Promise<T>,
   retryable: (error: unknown) => boolean,
   now: () => number,
+  sleep: (ms: number, signal: AbortSignal | undefined) => Promise<void> = delay,
 ): Promise<T> {
   // Elapsed time is summed from forward steps only: a clock set back does not stretch the wait.
   let last = now();
@@ -88,7 +92,7 @@ export async function retryWithin<T>(
     } catch (error) {
       const left = params.wait - elapse();
       if (!retryable(error) || left <= 0) throw error;
-      await delay(Math.min(left, retryDelay(count)), params.signal);
+      await sleep(Math.min(left, retryDelay(count)), params.signal);
     }
   }
 }
