@@ -17,6 +17,8 @@ export interface Contender {
   readonly writeConcern: string;
   /** Acquires at `w: 1`: a failover can roll an acquisition back and grant the lock twice (not a baseline). */
   readonly unsafe?: boolean;
+  /** Measured on the read-modify-write workload only (a pattern, not a lock to run every workload with). */
+  readonly readModifyWriteOnly?: boolean;
   /** Prepares `collection` (and `data`, documents `{ _id: resource, n }`) for these resources (untimed). */
   prepare(collection: Collection<Document>, resources: readonly string[], data: Collection<Document>): Promise<void>;
   /** One attempt: the release, or null when the lock is held (nothing to release). */
@@ -127,6 +129,27 @@ export async function contenders(db?: Db): Promise<Contender[]> {
       // Folded: the acquisition returns the document, the release writes it (majority): two commands.
       async readModifyWrite(resource) {
         await lock!.using({ _id: resource }, { wait: 600_000, document: { n: 1 } }, (held) => commit({ $set: { n: ((held.document?.n as number | undefined) ?? 0) + 1 } }));
+      },
+    });
+  }
+
+  {
+    // The folded section acquired at w: 1: one majority wait (the commit, which re-checks the lock).
+    let lock: ReturnType<typeof writeLock> | undefined;
+    list.push({
+      name: 'monglock writeLock folded, acquire w: 1',
+      kind: 'monglock',
+      writeConcern: 'acquire 1, commit majority',
+      readModifyWriteOnly: true,
+      note: 'the read-modify-write acquired at w: 1 and committed at majority: safe for the document, whose every change goes through the commit (see Write concerns)',
+      async prepare(collection, resources) {
+        await insertDocs(collection, resources);
+        lock = writeLock({ collection, locktimeout: LEASE });
+      },
+      tryLock: (resource) => lock!.acquire({ _id: resource }).then((held) => () => held.release(), refusedAs('LockAlreadyTaken')),
+      lock: (resource) => lock!.acquire({ _id: resource }, { wait: 600_000 }).then((held) => () => held.release()),
+      async readModifyWrite(resource) {
+        await lock!.using({ _id: resource }, { wait: 600_000, w: 1, document: { n: 1 } }, (held) => commit({ $set: { n: ((held.document?.n as number | undefined) ?? 0) + 1 } }));
       },
     });
   }

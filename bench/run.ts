@@ -54,13 +54,22 @@ async function runLevel(host: string, port: number, delayMs: number): Promise<Le
     };
 
     console.error(`L = ${delayMs} ms: warm-up`);
-    for (const contender of list) await measure(contender, 'warm-up', async () => void (await latency(contender, fresh, smoke ? 20 : 100)));
+    for (const contender of list) {
+      if (!contender.readModifyWriteOnly) await measure(contender, 'warm-up', async () => void (await latency(contender, fresh, smoke ? 20 : 100)));
+    }
 
     for (let round = 1; round <= settings.rounds; round++) {
       console.error(`L = ${delayMs} ms: round ${round}/${settings.rounds} (load average ${loadavg().map((l) => l.toFixed(2)).join(' ')})`);
       for (const contender of list) {
         const s = samples.get(contender)!;
         const shaped = contender.name.includes('shaped');
+        if (contender.readModifyWriteOnly) {
+          await measure(contender, 'read-modify-write', async () => {
+            const result = await readModifyWrite(contender, fresh, settings.rmwIterations);
+            s.rmw.push([result.p50, result.p99]);
+          });
+          continue;
+        }
         await measure(contender, 'latency', async () => {
           const result = await latency(contender, fresh, settings.latencyIterations);
           s.latency.push([result.p50, result.p99]);
@@ -92,7 +101,7 @@ async function runLevel(host: string, port: number, delayMs: number): Promise<Le
     for (const contender of list) {
       const s = samples.get(contender)!;
       let counted: ContenderResult['commands'] = null;
-      await measure(contender, 'commands', async () => {
+      if (!contender.readModifyWriteOnly) await measure(contender, 'commands', async () => {
         counted = await commands(contender, fresh, client, () => proxy.counts.majority);
       });
       results.push({

@@ -106,10 +106,13 @@ export class DocumentLock implements HandleOwner {
     // An assertive lock registered by this call: continued on retries, released if we give up.
     let registered: Acquired | undefined;
     let attempts = 0;
+    if (waiting.wait > 0 && !resumed) await place.start(userFilter);
     const step = async (): Promise<Acquired> => {
       const continuing = registered ?? resumed;
-      // While waiting, a refusal is explained (a second command) on the first try and every 8th.
-      const explain = attempts++ % EXPLAIN_EVERY === 0;
+      // While waiting, a refusal is explained (a second command) on the first try and every 8th,
+      // unless the document is held in this process: then a refusal can only be a conflict.
+      const explain = attempts++ % EXPLAIN_EVERY === 0 && !(waiting.wait > 0 && place.refusalIsConflict);
+      if (!continuing) await place.awaitTurn(signal);
       let outcome: Acquired | AssertivePending;
       try {
         outcome = await acquisition.attempt(
@@ -199,8 +202,11 @@ export class DocumentLock implements HandleOwner {
     const { params: p, call } = this.callOptions(params);
     const update = this.updateOf(p);
     if (update && !proof) throw new TypeError('Expected `params.lock` (or `params.timestamp`) with `params.update`: a forced release applies no update');
-    await this.engine.release(filter, tag, proof, claimed, call, update);
-    this.released(filter);
+    try {
+      await this.engine.release(filter, tag, proof, claimed, call, update);
+    } finally {
+      this.released(filter);
+    }
   }
 
   /**
@@ -222,10 +228,10 @@ export class DocumentLock implements HandleOwner {
     return this.run(() => this.releaseWith(target, lock.tag, { id: lock.id }, lock, params));
   }
 
-  /** Hands a document just released in this process to its first local waiter at once. */
+  /** A lock on the document `target` names was let go in this process: hands the document to its first local waiter at once. */
   private released(target: Document): void {
     const id: unknown = target._id;
-    if (id !== undefined && !(isPlainObject(id) && Object.keys(id).some((key) => key.startsWith('$')))) this.waiters.wake(id);
+    if (id !== undefined && !(isPlainObject(id) && Object.keys(id).some((key) => key.startsWith('$')))) this.waiters.released(id);
   }
 
   extend(target: Document, lock: LockData, params?: object): Promise<Extension> {
@@ -261,7 +267,10 @@ export class DocumentLock implements HandleOwner {
    */
   private async handleFor(won: Acquired, acquisition: Acquisition, call: ResolvedCallOptions): Promise<LockHandle> {
     const handle = new LockHandle(won.lock, this, won.target, { document: won.document });
-    if (handle.remaining() > 0) return handle;
+    if (handle.remaining() > 0) {
+      this.waiters.acquired(won.target._id);
+      return handle;
+    }
     const late = lockError('DbError', call.boom, {
       detail: `the reply came after the lease (${won.lock.expiresAt - won.lock.timestamp} ms) had ended: the network or the server is slower than this lease allows`,
     });

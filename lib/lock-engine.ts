@@ -266,7 +266,8 @@ export class LockEngine {
    * Ticket (fair mode): takes a place in the queue of the first document matching `filter`: a
    * ticket stamped by the server-checked clock, live for `leaseMs` unless renewed. Resolves the
    * ticket and the document's `{ _id }`. A ticket only ever delays acquisitions; it is never a
-   * lock, so it cannot admit a second holder.
+   * lock, so it cannot admit a second holder, and it is written at `releaseW` (default 1): one
+   * rolled back only loses its waiter its place.
    */
   async takeTicket(filter: Document, tag: string, leaseMs: number, call: ResolvedCallOptions): Promise<{ ticket: Ticket; target: Document }> {
     const { paths } = this.settings;
@@ -277,6 +278,9 @@ export class LockEngine {
         allOf(filter, [{ $expr: stampWithin(ticket.at, tolerance) }]),
         { $push: { [paths.queue]: ticket }, $currentDate: { [paths.now]: true } },
         call,
+        undefined,
+        undefined,
+        call.releaseW,
       );
       if (!reply.value) return undefined;
       this.observeWrite(reply.value, reply);
@@ -296,6 +300,8 @@ export class LockEngine {
       { $set: { [`${paths.queue}.$[mine].exp`]: new Date(at.getTime() + leaseMs) }, $currentDate: { [paths.now]: true } },
       call,
       [{ 'mine.id': ticket.id }],
+      undefined,
+      call.releaseW,
     );
     if (reply.value) this.observeWrite(reply.value, reply);
     return reply.value !== null;

@@ -50,13 +50,14 @@ export class Store {
     call: ResolvedCallOptions,
     arrayFilters?: Document[],
     document?: Document | true,
+    w: ResolvedCallOptions['w'] = call.w,
   ): Promise<Timed<Document | null>> {
     return this.timed('findOneAndUpdate', call, () =>
       this.collection.findOneAndUpdate(filter, update as UpdateFilter<Document>, {
         returnDocument: 'after',
         ...this.projection(document),
         maxTimeMS: call.timeout,
-        writeConcern: writeConcern(call),
+        writeConcern: { w, wtimeoutMS: call.timeout },
         ...(arrayFilters ? { arrayFilters } : {}),
       }),
     );

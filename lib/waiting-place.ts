@@ -3,7 +3,7 @@ import { isLockError } from './errors';
 import { refusedDocumentOf, type LockEngine, type Ticket } from './lock-engine';
 import type { LocalWaiters, Waiter } from './local-waiters';
 import type { ResolvedCallOptions } from './options';
-import { delay } from './waiting';
+import { delay, MAX_RETRY_DELAY } from './waiting';
 
 /** How long a fair waiter's ticket lives unless renewed, in ms: a crashed waiter leaves the queue by then. */
 export const TICKET_LEASE = 2_000;
@@ -24,6 +24,8 @@ export class WaitingPlace {
   private readonly since: number;
   /** The wait is over (an attempt in flight may still come back here). */
   private left = false;
+  /** Queued behind local waiters before its first attempt. */
+  private behindOthers = false;
 
   constructor(
     private readonly engine: LockEngine,
@@ -33,6 +35,42 @@ export class WaitingPlace {
     private readonly fair: boolean,
   ) {
     this.since = performance.now();
+  }
+
+  /**
+   * Before the first attempt of a waiting call: the document is known when the filter names its
+   * `_id`. When waiters of this process already wait there, this call waits behind them rather
+   * than racing them (in fair mode with a ticket taken at once); callers in other processes are
+   * not affected (only fair mode orders them).
+   */
+  async start(userFilter: Document): Promise<void> {
+    const id = plainId(userFilter);
+    if (id === undefined) return;
+    const behind = this.waiters.queued(id) > 0;
+    this.join(id);
+    if (!behind) return;
+    // Waiters of this process came first: wait behind them (a release here wakes the first of
+    // them); in fair mode, with a ticket in the document's queue.
+    if (this.fair) await this.refused(undefined, userFilter);
+    this.behindOthers = true;
+  }
+
+  /**
+   * True when the next refusal needs no read to be explained: the document is held, or waited
+   * for, by others in this process, so a refusal is a conflict (every 8th is still explained).
+   */
+  get refusalIsConflict(): boolean {
+    return this.documentId !== undefined && (this.waiters.heldHere(this.documentId) || this.waiters.queued(this.documentId) > 1);
+  }
+
+  /**
+   * Once, before the first attempt of a waiter that queued behind others at once: sleeps until
+   * its turn (a local release wakes it), as an attempt could only be refused.
+   */
+  async awaitTurn(signal: AbortSignal | undefined): Promise<void> {
+    if (!this.behindOthers) return;
+    this.behindOthers = false;
+    await this.sleep(MAX_RETRY_DELAY, signal);
   }
 
   /** The fair-mode condition of the next attempt (undefined when not fair). */
@@ -52,11 +90,8 @@ export class WaitingPlace {
   async refused(error: unknown, userFilter: Document): Promise<void> {
     if (this.left) return;
     const id = refusedDocumentOf(error);
-    if (id !== undefined && this.documentId === undefined) {
-      this.documentId = id;
-      this.waiter = this.waiters.join(id, () => (this.ticket ? [this.ticket.at.getTime(), this.ticket.id] : [this.since, '']));
-    }
-    if (!this.fair || this.ticket || !isLockError(error, this.engine.conflict)) return;
+    if (id !== undefined) this.join(id);
+    if (!this.fair || this.ticket || (error !== undefined && !isLockError(error, this.engine.conflict))) return;
     const filter = this.documentId === undefined ? userFilter : { _id: this.documentId };
     const taken = await this.engine.takeTicket(filter, this.tag, TICKET_LEASE, this.call);
     if (this.left) {
@@ -65,18 +100,23 @@ export class WaitingPlace {
       return;
     }
     this.ticket = taken.ticket;
-    if (this.documentId === undefined) {
-      this.documentId = taken.target._id;
-      this.waiter = this.waiters.join(this.documentId, () => [taken.ticket.at.getTime(), taken.ticket.id]);
-    }
+    this.join(taken.target._id);
     this.renewal = setInterval(() => {
       const ticket = this.ticket;
       if (ticket) void this.engine.renewTicket({ _id: this.documentId }, ticket, TICKET_LEASE, this.call).catch(() => undefined);
     }, TICKET_RENEWAL);
   }
 
+  /** Joins this process's waiters of document `id` (once). */
+  private join(id: unknown): void {
+    if (this.documentId !== undefined) return;
+    this.documentId = id;
+    // Fair: the oldest ticket first, waiters still without one last; else the longest waiting first.
+    this.waiter = this.waiters.join(id, () => (this.ticket ? [this.ticket.at.getTime(), this.ticket.id] : [this.fair ? Infinity : this.since, '']));
+  }
+
   /** Sleeps between attempts: `ms`, or until a local release wakes this waiter. */
-  readonly sleep = (ms: number, signal: AbortSignal | undefined): Promise<void> => (this.waiter ? this.waiter.sleep(ms, signal) : delay(ms, signal));
+  readonly sleep = (ms: number, signal: AbortSignal | undefined, left = ms): Promise<void> => (this.waiter ? this.waiter.sleep(ms, signal, left) : delay(ms, signal));
 
   /** The wait is over: leaves the local waiters and, unless `won` (the winning update took it out), the queue. */
   async leave(won: boolean): Promise<void> {
@@ -87,4 +127,12 @@ export class WaitingPlace {
     this.ticket = undefined;
     if (ticket && !won) await this.engine.dropTicket({ _id: this.documentId }, ticket, this.call).catch(() => undefined);
   }
+}
+
+/** The `_id` a filter names by equality (a string, number or ObjectId), if any. */
+function plainId(filter: Document): unknown {
+  const id: unknown = filter._id;
+  if (id === undefined || id === null) return undefined;
+  if (typeof id === 'object' && Object.getPrototypeOf(id) === Object.prototype) return undefined; // an operator object
+  return id;
 }

@@ -75,7 +75,7 @@ export async function retryWithin<T>(
   attempt: () => Promise<T>,
   retryable: (error: unknown) => boolean,
   now: () => number,
-  sleep: (ms: number, signal: AbortSignal | undefined) => Promise<void> = delay,
+  sleep: (ms: number, signal: AbortSignal | undefined, left: number) => Promise<void> = delay,
 ): Promise<T> {
   // Elapsed time is summed from forward steps only: a clock set back does not stretch the wait.
   let last = now();
@@ -92,7 +92,7 @@ export async function retryWithin<T>(
     } catch (error) {
       const left = params.wait - elapse();
       if (!retryable(error) || left <= 0) throw error;
-      await sleep(Math.min(left, retryDelay(count)), params.signal);
+      await sleep(Math.min(left, retryDelay(count)), params.signal, left);
     }
   }
 }

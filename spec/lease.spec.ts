@@ -238,7 +238,7 @@ describe('lease safety', () => {
     it('rejects with the last conflict once `wait` runs out; retries cost one command, one in 8 is explained', async () => {
       const collection = await freshCollection([{ _id: 1 }]);
       const lock = writeLock({ collection });
-      await lock.acquire({ _id: 1 });
+      await writeLock({ collection }).acquire({ _id: 1 }); // held elsewhere (not by this lock's process-local holders)
       const started = Date.now();
       const waited = await commandsSentBy(() => lock.acquire({ _id: 1 }, { wait: 600 }));
       expect((waited.error as LockError).subtype).to.equal('LockAlreadyTaken');
@@ -247,6 +247,21 @@ describe('lease safety', () => {
       const explained = waited.commands.filter((name) => name === 'aggregate').length;
       expect(attempts).to.be.at.least(6);
       expect(explained).to.equal(Math.ceil(attempts / 8));
+    });
+
+    it('a holder in this process wakes its waiter at once; while it holds, the waiter does not poll', async () => {
+      const collection = await freshCollection([{ _id: 1 }]);
+      const lock = writeLock({ collection });
+      const holder = await lock.acquire({ _id: 1 });
+      const waited = commandsSentBy(() => lock.acquire({ _id: 1 }, { wait: 5_000 }));
+      await sleep(600);
+      const releasedAt = Date.now();
+      await holder.release();
+      const { result, commands } = await waited;
+      const handOff = Date.now() - releasedAt;
+      expect(handOff, 'woken by the release, not by polling').to.be.below(100);
+      expect(commands.filter((name) => name === 'findAndModify').length, 'one refusal, then the winning attempt').to.be.at.most(3);
+      await (result as { release(): Promise<void> }).release();
     });
 
     it('an AbortSignal cancels promptly, and an aborted one sends nothing', async () => {

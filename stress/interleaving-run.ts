@@ -6,7 +6,7 @@
 import { request as httpRequest } from 'node:http';
 import Hapi from '@hapi/hapi';
 import type { Collection, Db, Document, MongoClient } from 'mongodb';
-import { multiLock, resourceLocks, writeLock, type LockHandle } from '../lib';
+import { commit, multiLock, resourceLocks, writeLock, type LockHandle } from '../lib';
 import { lockOf, monglockPlugin } from '../lib/hapi';
 import { delayedCollection, type DelayPlan } from './delayed-collection';
 import type { FinalState, HistoryEvent } from './history-checker';
@@ -94,8 +94,16 @@ async function runOperation(operation: Operation, op: number, clients: readonly 
   const params = { wait: operation.wait, signal: controller.signal };
   try {
     switch (operation.kind) {
-      case 'writeLock':
-        return await locks.write.using({ _id: operation.doc }, { ...params, locktimeout: operation.lease }, hold(events, operation.doc, 'exclusive', operation.holdMs));
+      case 'writeLock': {
+        const body = hold(events, operation.doc, 'exclusive', operation.holdMs);
+        const options = { ...params, locktimeout: operation.lease, ...(operation.mode === 'fair' ? { fair: true } : {}) };
+        if (operation.mode !== 'folded') return await locks.write.using({ _id: operation.doc }, options, body);
+        // Folded: the section ends with a write of the document applied by the release itself.
+        return await locks.write.using({ _id: operation.doc }, { ...options, document: { n: 1 } }, async (handle, signal) => {
+          await body(handle, signal);
+          return commit({ $inc: { n: 1 } });
+        });
+      }
       case 'multiLock':
         return await locks.multi.using({ _id: 'm0' }, { ...params, tag: operation.tag }, hold(events, 'm0', operation.tag === 'read' ? 'shared' : 'exclusive', operation.holdMs));
       case 'resource':

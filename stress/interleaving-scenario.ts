@@ -34,7 +34,7 @@ interface Timed {
 
 /** One operation of a history. */
 export type Operation =
-  | (Timed & { readonly kind: 'writeLock'; readonly doc: 'w0' | 'w1'; readonly lease: number })
+  | (Timed & { readonly kind: 'writeLock'; readonly doc: 'w0' | 'w1'; readonly lease: number; readonly mode: 'plain' | 'fair' | 'folded' })
   | (Timed & { readonly kind: 'multiLock'; readonly tag: 'read' | 'write' })
   | (Timed & { readonly kind: 'resource'; readonly type: 'exclusive' | 'shared'; readonly ttl: number | undefined })
   | { readonly kind: 'purge'; readonly client: number; readonly startAt: number }
@@ -87,7 +87,12 @@ function timed(clients: number): fc.Arbitrary<Timed> {
 /** Arbitrary of one operation for a history with `clients` clients. */
 export function operation(clients: number): fc.Arbitrary<Operation> {
   return fc.oneof(
-    { weight: 4, arbitrary: fc.tuple(timed(clients), fc.constantFrom('w0', 'w1' as const), fc.constantFrom(300, 600, 1_500)).map(([t, doc, lease]) => ({ ...t, kind: 'writeLock' as const, doc, lease })) },
+    {
+      weight: 4,
+      arbitrary: fc
+        .tuple(timed(clients), fc.constantFrom('w0', 'w1' as const), fc.constantFrom(300, 600, 1_500), fc.constantFrom('plain', 'plain', 'fair', 'folded' as const))
+        .map(([t, doc, lease, mode]) => ({ ...t, kind: 'writeLock' as const, doc, lease, mode })),
+    },
     { weight: 3, arbitrary: fc.tuple(timed(clients), fc.constantFrom('read', 'read', 'write' as const)).map(([t, tag]) => ({ ...t, kind: 'multiLock' as const, tag })) },
     { weight: 3, arbitrary: fc.tuple(timed(clients), fc.constantFrom('exclusive', 'shared' as const), fc.constantFrom(600, 1_500, undefined)).map(([t, type, ttl]) => ({ ...t, kind: 'resource' as const, type, ttl })) },
     { weight: 1, arbitrary: fc.record({ kind: fc.constant('purge' as const), client: fc.nat({ max: clients - 1 }), startAt: fc.nat({ max: 1_500 }) }) },

@@ -1,6 +1,7 @@
 /**
  * `npm run stress`: mutual exclusion under load. Several OS processes (each with its own driver
- * client and several workers) contend on a few targets of each lock kind; an independent checker
+ * client and several workers) contend on a few targets of each lock kind (writeLock, a cooperative
+ * multiLock tag, resource locks, fair writeLock, folded writeLock sections); an independent checker
  * reads every process's append-only log and the counters and verifies: never two holders at once,
  * fencing tokens strictly increasing per target, no lost update. Full mode runs until at least
  * 100,000 critical sections; `--small` runs a few seconds (part of `npm test`). Exits non-zero on
@@ -63,9 +64,10 @@ async function main(): Promise<number> {
   const dir = mkdtempSync(join(tmpdir(), 'monglock-stress-'));
   try {
     const db = client.db(dbName);
-    const targets = ['w', 'm', 'r'].flatMap((kind) => Array.from({ length: settings.targets }, (_, i) => `${kind}${i}`));
-    await db.collection('counters').insertMany(targets.map((target) => ({ _id: target as never, value: 0, lastFence: 0 })));
-    await db.collection('documents').insertMany(targets.filter((t) => !t.startsWith('r')).map((target) => ({ _id: target as never })));
+    const targets = ['w', 'm', 'r', 'q', 'f'].flatMap((kind) => Array.from({ length: settings.targets }, (_, i) => `${kind}${i}`));
+    await db.collection('counters').insertMany(targets.filter((t) => !t.startsWith('f')).map((target) => ({ _id: target as never, value: 0, lastFence: 0 })));
+    // Folded sections keep their counter in the locked document itself.
+    await db.collection('documents').insertMany(targets.filter((t) => !t.startsWith('r')).map((target) => ({ _id: target as never, ...(target.startsWith('f') ? { value: 0 } : {}) })));
     console.error(`stress on ${backend.description}: ${settings.processes} processes x ${settings.workers} workers, ${targets.length} targets`);
 
     const records: SectionRecord[] = [];
@@ -87,7 +89,8 @@ async function main(): Promise<number> {
       }
     }
     let lostUpdates = 0;
-    for (const counter of await db.collection('counters').find().toArray()) {
+    const folded = await db.collection('documents').find({ _id: { $in: targets.filter((t) => t.startsWith('f')) } as never }).toArray();
+    for (const counter of [...(await db.collection('counters').find().toArray()), ...folded]) {
       const done = (byTarget.get(String(counter._id)) ?? []).filter((r) => r.written).length;
       lostUpdates += Math.abs(done - (counter.value as number));
     }
@@ -100,6 +103,8 @@ async function main(): Promise<number> {
         writeLock: records.filter((r) => r.target.startsWith('w')).length,
         'multiLock cooperative tag': records.filter((r) => r.target.startsWith('m')).length,
         resourceLocks: records.filter((r) => r.target.startsWith('r')).length,
+        'writeLock fair': records.filter((r) => r.target.startsWith('q')).length,
+        'writeLock folded': records.filter((r) => r.target.startsWith('f')).length,
       },
       overlaps,
       fenceRegressions,

@@ -1,14 +1,16 @@
 /**
  * One OS process of the mutual-exclusion stress: its own driver client, several workers, each
- * repeatedly locking a random target (a writeLock document, a cooperative multiLock tag, or a
- * resource lock) and doing a read-modify-write of that target's counter inside the critical
- * section, guarded by the fencing token. Every entry and exit goes to an append-only log
+ * repeatedly locking a random target (a writeLock document, a cooperative multiLock tag, a
+ * resource lock, a fair writeLock document, or a folded writeLock section) and doing a
+ * read-modify-write of that target's counter inside the critical section, guarded by the fencing
+ * token (the folded kind keeps its counter in the locked document, read by the acquisition and
+ * written by the release itself). Every entry and exit goes to an append-only log
  * (one JSON line per critical section) that the parent checks independently.
  * Usage: worker.ts <json settings>
  */
 import { appendFileSync } from 'node:fs';
 import { MongoClient } from 'mongodb';
-import { multiLock, resourceLocks, writeLock, type LockHandle } from 'monglock';
+import { commit, multiLock, resourceLocks, writeLock, type LockHandle } from 'monglock';
 
 export interface WorkerSettings {
   readonly uri: string;
@@ -41,6 +43,7 @@ async function main(): Promise<void> {
   const exclusive = writeLock({ collection: documents, locktimeout: 10_000 });
   const tagged = multiLock({ collection: documents, locktimeouts: { edit: 10_000 }, lockRelationships: { edit: { cooperative: ['edit'] } } });
   const resources = resourceLocks({ collection: db.collection('locks') });
+  const fair = writeLock({ collection: documents, locktimeout: 10_000, fair: true });
   const deadline = now() + settings.durationMs;
   let buffered: string[] = [];
   const flush = (): void => {
@@ -64,11 +67,35 @@ async function main(): Promise<void> {
   const fenced = (target: string) => async (handle: LockHandle, value: number) =>
     (await counters.updateOne({ _id: target as never, lastFence: { $lt: handle.fence } }, { $set: { value, lastFence: handle.fence } })).modifiedCount === 1;
 
+  // Folded: the counter is in the locked document; the acquisition reads it, the release writes it.
+  const folded = async (target: string): Promise<void> => {
+    let enter = 0;
+    let exit = 0;
+    let fence = 0;
+    const written = await exclusive
+      .using({ _id: target }, { wait: 30_000, document: { value: 1 } }, (handle) => {
+        enter = now();
+        fence = handle.fence;
+        // The section ends when its commit is sent: the commit and the release are one atomic write.
+        exit = now();
+        return commit({ $set: { value: ((handle.document?.value as number | undefined) ?? 0) + 1 } }, true);
+      })
+      .catch(() => false);
+    buffered.push(`${JSON.stringify({ target, fence, enter, exit, written, pid: process.pid } satisfies SectionRecord)}\n`);
+    if (buffered.length >= 200) flush();
+  };
+
   await Promise.all(
     Array.from({ length: settings.workers }, async (_, worker) => {
       for (let round = 0; now() < deadline; round++) {
         const n = Math.floor(Math.random() * settings.targets);
-        switch ((worker + round) % 3) {
+        switch ((worker + round) % 5) {
+          case 3:
+            await section(`q${n}`, () => fair.acquire({ _id: `q${n}` }, { wait: 30_000 }), fenced(`q${n}`));
+            break;
+          case 4:
+            await folded(`f${n}`);
+            break;
           case 0:
             await section(`w${n}`, () => exclusive.acquire({ _id: `w${n}` }, { wait: 30_000 }), fenced(`w${n}`));
             break;
