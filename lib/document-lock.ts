@@ -106,7 +106,6 @@ export class DocumentLock implements HandleOwner {
     // An assertive lock registered by this call: continued on retries, released if we give up.
     let registered: Acquired | undefined;
     let attempts = 0;
-    if (waiting.wait > 0 && !resumed) await place.start(userFilter);
     const step = async (): Promise<Acquired> => {
       const continuing = registered ?? resumed;
       // While waiting, a refusal is explained (a second command) on the first try and every 8th,
@@ -147,6 +146,7 @@ export class DocumentLock implements HandleOwner {
       (isLockError(error, 'LockNotFound') && resumed === undefined);
     let won: Acquired | undefined;
     try {
+      if (waiting.wait > 0 && !resumed) await place.start(userFilter);
       won = await retryWithin(
         { wait: waiting.wait, signal },
         () => acquisition.race(step(), signal, (outcome) => (outcome.lock.id === resumed?.lock.id ? undefined : outcome)),

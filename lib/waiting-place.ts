@@ -101,6 +101,9 @@ export class WaitingPlace {
     }
     this.ticket = taken.ticket;
     this.join(taken.target._id);
+    // A release may have gone to another waiter while this ticket, older in the server's queue,
+    // was on its way: unless a holder here will wake it, try again at once.
+    if (!this.waiters.heldHere(this.documentId)) this.waiter?.wake();
     this.renewal = setInterval(() => {
       const ticket = this.ticket;
       if (ticket) void this.engine.renewTicket({ _id: this.documentId }, ticket, TICKET_LEASE, this.call).catch(() => undefined);

@@ -231,7 +231,7 @@ describe('lease safety', () => {
         await waiter.release();
       }
       latencies.sort((a, b) => a - b);
-      console.log(`      release -> next waiter acquired (polling): median ${latencies[5]} ms, max ${latencies[9]} ms`);
+      console.log(`      release -> next waiter acquired (same process: woken by the release): median ${latencies[5]} ms, max ${latencies[9]} ms`);
       expect(latencies[9]).to.be.below(MAX_RETRY_DELAY + 200);
     });
 
