@@ -47,7 +47,7 @@ export class DocumentLock implements HandleOwner {
   private readonly PromiseLib: PromiseLibrary | undefined;
   private readonly warnUncancellable = uncancellableWaitWarning();
   private readonly clock: ServerClock;
-  private readonly waiters = new LocalWaiters();
+  private readonly waiters: LocalWaiters;
   private readonly fair: boolean;
 
   constructor(options: unknown, kind: DocumentLockKind) {
@@ -56,6 +56,7 @@ export class DocumentLock implements HandleOwner {
     this.fair = resolved.fair;
     this.PromiseLib = resolved.Promise;
     this.clock = new ServerClock(resolved.clock);
+    this.waiters = new LocalWaiters(() => this.clock.lower());
     this.engine = new LockEngine({
       store: new Store(resolved.collection, resolved.field, resolved.clock),
       paths: new LockPaths(resolved.field),
@@ -108,16 +109,17 @@ export class DocumentLock implements HandleOwner {
     let attempts = 0;
     const step = async (): Promise<Acquired> => {
       const continuing = registered ?? resumed;
-      // While waiting, a refusal is explained (a second command) on the first try and every 8th,
-      // unless the document is held in this process: then a refusal can only be a conflict.
-      const explain = attempts++ % EXPLAIN_EVERY === 0 && !(waiting.wait > 0 && place.refusalIsConflict);
+      // While waiting, a refusal is explained (a second command) on the first try and every 8th;
+      // the first needs none when a lock that blocks us is held in this process (a conflict).
+      const attempt = attempts++;
+      const explain = (attempt % EXPLAIN_EVERY === 0 && !(attempt === 0 && waiting.wait > 0 && place.refusalIsConflict)) || place.takeWakeUp();
       if (!continuing) await place.awaitTurn(signal);
       let outcome: Acquired | AssertivePending;
       try {
         outcome = await acquisition.attempt(
           () =>
             continuing
-              ? this.engine.resume(continuing.target, continuing.lock, call)
+              ? this.engine.resume(continuing.target, continuing.lock, call, document)
               : this.engine.acquire(place.filter(userFilter), ruleTag, lease, call, { explain, document, fair: place.fairness }),
           (won) => (won.lock.id === resumed?.lock.id ? undefined : won),
         );
@@ -146,7 +148,7 @@ export class DocumentLock implements HandleOwner {
       (isLockError(error, 'LockNotFound') && resumed === undefined);
     let won: Acquired | undefined;
     try {
-      if (waiting.wait > 0 && !resumed) await place.start(userFilter);
+      if (waiting.wait > 0 && !resumed) await acquisition.race(place.start(userFilter, waiting.wait), signal, () => undefined);
       won = await retryWithin(
         { wait: waiting.wait, signal },
         () => acquisition.race(step(), signal, (outcome) => (outcome.lock.id === resumed?.lock.id ? undefined : outcome)),
@@ -166,7 +168,7 @@ export class DocumentLock implements HandleOwner {
       throw error;
     } finally {
       dispose();
-      await place.leave(won !== undefined);
+      place.leave(won !== undefined);
     }
   }
 
@@ -205,7 +207,7 @@ export class DocumentLock implements HandleOwner {
     try {
       await this.engine.release(filter, tag, proof, claimed, call, update);
     } finally {
-      this.released(filter);
+      this.released(filter, tag, proof && 'id' in proof ? proof.id : undefined);
     }
   }
 
@@ -228,10 +230,11 @@ export class DocumentLock implements HandleOwner {
     return this.run(() => this.releaseWith(target, lock.tag, { id: lock.id }, lock, params));
   }
 
-  /** A lock on the document `target` names was let go in this process: hands the document to its first local waiter at once. */
-  private released(target: Document): void {
+  /** A lock of `tag` on the document `target` names was let go in this process: hands the document to the first local waiter it blocked. */
+  private released(target: Document, tag: string, lockId: string | undefined): void {
     const id: unknown = target._id;
-    if (id !== undefined && !(isPlainObject(id) && Object.keys(id).some((key) => key.startsWith('$')))) this.waiters.released(id);
+    if (id !== undefined && !(isPlainObject(id) && Object.keys(id).some((key) => key.startsWith('$')))) this.waiters.released(id, tag, lockId);
+    else if (lockId !== undefined) this.waiters.releasedLock(lockId, tag);
   }
 
   extend(target: Document, lock: LockData, params?: object): Promise<Extension> {
@@ -268,7 +271,7 @@ export class DocumentLock implements HandleOwner {
   private async handleFor(won: Acquired, acquisition: Acquisition, call: ResolvedCallOptions): Promise<LockHandle> {
     const handle = new LockHandle(won.lock, this, won.target, { document: won.document });
     if (handle.remaining() > 0) {
-      this.waiters.acquired(won.target._id);
+      this.waiters.acquired(won.target._id, won.lock.id, won.lock.tag, won.lock.expiresAt);
       return handle;
     }
     const late = lockError('DbError', call.boom, {

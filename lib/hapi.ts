@@ -160,7 +160,8 @@ function resolveRoute(where: string, config: unknown): Resolved {
   if (typeof settings.filter !== 'function') throw new TypeError(`Expected \`plugins.monglock.filter\` of ${where} to be a function (request) => filter`);
   if (settings.wait !== undefined) expectMs(`plugins.monglock.wait of ${where}`, settings.wait, 0);
   if (settings.locktimeout !== undefined) expectMs(`plugins.monglock.locktimeout of ${where}`, settings.locktimeout);
-  if (settings.document !== undefined) expectDocumentOption(`plugins.monglock.document of ${where}`, settings.document, 'lock');
+  const field = describeLock(settings.lock)?.field ?? 'lock';
+  if (settings.document !== undefined) expectDocumentOption(`plugins.monglock.document of ${where}`, settings.document, field);
   if (settings.mode !== undefined && settings.mode !== 'hold' && settings.mode !== 'checkout') {
     throw new TypeError(`Expected \`plugins.monglock.mode\` of ${where} to be 'hold' or 'checkout'`);
   }

@@ -5,12 +5,26 @@
  */
 export class LocalWaiters {
   private readonly byDocument = new Map<string, Set<Waiter>>();
-  /** Locks held in this process, by document: their release will wake a waiter. */
-  private readonly held = new Map<string, number>();
+  /** Locks held in this process, by document, then by lock id: their tag and lease end (server ms). */
+  private readonly held = new Map<string, Map<string, { readonly tag: string; readonly expiresAt: number }>>();
 
-  /** True while a lock on document `id` is held in this process (a refusal there is a conflict). */
-  heldHere(id: unknown): boolean {
-    return this.held.has(keyOf(id));
+  /** @param serverNow a lower bound of the server's clock, to let a lease that ran out stop counting. */
+  constructor(private readonly serverNow: () => number) {}
+
+  /**
+   * True while a lock on document `id` of one of `tags` is held in this process and its lease has
+   * not ended: its release will wake a waiter, and a refusal there is a conflict.
+   */
+  heldHere(id: unknown, tags: ReadonlySet<string>): boolean {
+    const locks = this.held.get(keyOf(id));
+    if (!locks) return false;
+    const now = this.serverNow();
+    for (const [lockId, lock] of locks) {
+      if (lock.expiresAt <= now) locks.delete(lockId); // ran out without a release here
+      else if (tags.has(lock.tag)) return true;
+    }
+    if (locks.size === 0) this.held.delete(keyOf(id));
+    return false;
   }
 
   /** How many acquisitions of this process wait for document `id`. */
@@ -18,56 +32,89 @@ export class LocalWaiters {
     return this.byDocument.get(keyOf(id))?.size ?? 0;
   }
 
-  /** A lock on document `id` was won in this process. */
-  acquired(id: unknown): void {
+  /** Lock `lockId` of `tag` on document `id` was won in this process, until `expiresAt` (server ms). */
+  acquired(id: unknown, lockId: string, tag: string, expiresAt: number): void {
     const key = keyOf(id);
-    this.held.set(key, (this.held.get(key) ?? 0) + 1);
-  }
-
-  /** A lock on document `id` held in this process was let go (released, or found lost): wakes the waiter that ranks first. */
-  released(id: unknown): void {
-    const key = keyOf(id);
-    const count = (this.held.get(key) ?? 0) - 1;
-    if (count > 0) this.held.set(key, count);
-    else this.held.delete(key);
-    this.wake(id);
+    let locks = this.held.get(key);
+    if (!locks) this.held.set(key, (locks = new Map()));
+    locks.set(lockId, { tag, expiresAt });
   }
 
   /**
-   * Joins the waiters of document `id`. `rank` orders them (lowest woken first): the time since
-   * they came, or in fair mode their ticket. Returns the waiter: `sleep(ms, signal)` resolves
-   * after `ms` or when woken; `leave()` when done.
+   * Lock `lockId` of `tag` was let go in this process by a call that did not name its document
+   * (a filter without `_id`): finds its document among those held here, and wakes as below.
    */
-  join(id: unknown, rank: () => readonly [number, string]): Waiter {
+  releasedLock(lockId: string, tag: string): void {
+    for (const [key, locks] of this.held) {
+      if (!locks.has(lockId)) continue;
+      locks.delete(lockId);
+      if (locks.size === 0) this.held.delete(key);
+      this.wakeKey(key, tag);
+      return;
+    }
+  }
+
+  /**
+   * A lock of `tag` on document `id` was let go in this process (released, or found lost; all of
+   * them without `lockId`): wakes the first waiter it may have blocked.
+   */
+  released(id: unknown, tag: string, lockId?: string): void {
+    const key = keyOf(id);
+    const locks = this.held.get(key);
+    if (locks) {
+      if (lockId === undefined) locks.clear();
+      else locks.delete(lockId);
+      if (locks.size === 0) this.held.delete(key);
+    }
+    this.wake(id, tag);
+  }
+
+  /**
+   * Joins the waiters of document `id`. `blockedBy` are the tags whose locks it waits for;
+   * `rank` orders the waiters (lowest woken first): the time since they came, or in fair mode
+   * their ticket. Returns the waiter: `sleep(ms, signal, left)` resolves after `ms` or when woken;
+   * `leave()` when done.
+   */
+  join(id: unknown, blockedBy: ReadonlySet<string>, rank: () => readonly [number, string]): Waiter {
     const key = keyOf(id);
     let waiters = this.byDocument.get(key);
     if (!waiters) this.byDocument.set(key, (waiters = new Set()));
     const waiter = new Waiter(
       rank,
-      () => {
+      blockedBy,
+      (passOn) => {
         waiters.delete(waiter);
         if (waiters.size === 0 && this.byDocument.get(key) === waiters) this.byDocument.delete(key);
+        // A wake-up it was given but did not turn into a lock goes to the next waiter.
+        if (passOn) this.wakeKey(key, undefined);
       },
-      () => this.held.has(key),
+      () => this.heldHere(id, blockedBy),
     );
     waiters.add(waiter);
     return waiter;
   }
 
-  /** A lock on document `id` was released: wakes the waiter that ranks first. */
-  wake(id: unknown): void {
-    const waiters = this.byDocument.get(keyOf(id));
+  /** A lock of `tag` on document `id` was released: wakes the first-ranked waiter that a `tag` lock blocks. */
+  private wake(id: unknown, tag: string): void {
+    this.wakeKey(keyOf(id), tag);
+  }
+
+  /** Wakes the first-ranked waiter of the document `key` that a `tag` lock blocks (any waiter without `tag`). */
+  private wakeKey(key: string, tag: string | undefined): void {
+    const waiters = this.byDocument.get(key);
     if (!waiters || waiters.size === 0) return;
     let first: Waiter | undefined;
-    for (const waiter of waiters) if (!first || waiter.before(first)) first = waiter;
+    for (const waiter of waiters) {
+      if ((tag === undefined || waiter.blockedBy.has(tag)) && (!first || waiter.before(first))) first = waiter;
+    }
     first?.wake();
   }
 }
 
 /**
- * How long a waiter sleeps, at most, while its document is held in this process: that holder's
- * release wakes it, so polling would only add refused attempts (the lease, should the holder never
- * release, is checked this often).
+ * How long a waiter sleeps, at most, while a lock that blocks it is held in this process: that
+ * holder's release wakes it, so polling would only add refused attempts (a holder that never
+ * releases is noticed this often, and its lease end stops it counting).
  */
 export const HELD_HERE_SLEEP = 1_000;
 
@@ -75,17 +122,35 @@ export const HELD_HERE_SLEEP = 1_000;
 export class Waiter {
   private wakeUp: (() => void) | undefined;
   private woken = false;
+  /** Woken by a release since its last attempt: that attempt should say why, if it is refused. */
+  private fresh = false;
+  /** Holds a wake-up it has not turned into a lock yet. */
+  private holdsWakeUp = false;
 
   constructor(
     private readonly rank: () => readonly [number, string],
-    readonly leave: () => void,
+    /** The tags whose locks it waits for. */
+    readonly blockedBy: ReadonlySet<string>,
+    private readonly left: (passOn: boolean) => void,
     private readonly heldHere: () => boolean,
   ) {}
 
+  /** Leaves the waiters; `won` or not, a wake-up it still holds goes to the next one if it did not win. */
+  leave(won: boolean): void {
+    this.left(!won && this.holdsWakeUp);
+  }
+
+  /** True once after a release woke it: the attempt that follows should explain a refusal. */
+  takeWakeUp(): boolean {
+    const fresh = this.fresh;
+    this.fresh = false;
+    return fresh;
+  }
+
   /**
-   * Resolves after `ms` (longer while the document is held in this process, whose release wakes
-   * it, but never past `left`, what is left of the wait), or as soon as a local release wakes it;
-   * rejects when `signal` aborts.
+   * Resolves after `ms` (longer while a lock that blocks it is held in this process, whose release
+   * wakes it, but never past `left`, what is left of the wait), or as soon as a local release
+   * wakes it; rejects when `signal` aborts.
    */
   sleep(ms: number, signal?: AbortSignal, left = ms): Promise<void> {
     if (this.woken) {
@@ -118,6 +183,8 @@ export class Waiter {
 
   /** Wakes it now; a wake-up that comes while it is not asleep ends its next sleep at once. */
   wake(): void {
+    this.fresh = true;
+    this.holdsWakeUp = true;
     if (this.wakeUp) this.wakeUp();
     else this.woken = true;
   }
@@ -130,7 +197,9 @@ export class Waiter {
   }
 }
 
-/** A map key for a document `_id` (a string, a number, an ObjectId...). */
+/** An exact map key for a document `_id`: a string, number, Date, ObjectId or compound value. */
 function keyOf(id: unknown): string {
+  if (id instanceof Date) return `date:${id.getTime()}`;
+  if (typeof id === 'object' && id !== null) return `object:${JSON.stringify(id)}`; // ObjectId: its hex (toJSON)
   return `${typeof id}:${String(id)}`;
 }

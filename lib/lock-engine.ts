@@ -20,6 +20,7 @@ import {
   pruneTags,
   earlierTickets,
   noEarlierTicket,
+  noEntryLiveOnServer,
   recordStamp,
   stampNotBeforeRecent,
   stampWithin,
@@ -317,20 +318,21 @@ export class LockEngine {
    * `target` and unexpired (`$$NOW`), and prunes expired entries; then reports whether the tags it
    * is assertive over are gone. Writes nothing else, so it can never admit another holder.
    */
-  async resume(target: Document, lock: LockData, call: ResolvedCallOptions): Promise<Acquired | AssertivePending> {
+  async resume(target: Document, lock: LockData, call: ResolvedCallOptions, document?: Document | true): Promise<Acquired | AssertivePending> {
     const { paths } = this.settings;
     const rule = this.rule(lock.tag);
     return this.withStamp(target, rule.lease, call, async (stamp, tolerance) => {
       const at = new Date(stamp);
       const guarded = allOf(target, [{ $expr: { $and: [entryLiveOnServer(paths, lock.tag, { id: lock.id }), stampWithin(at, tolerance)] } }]);
-      const reply = await this.settings.store.findOneAndUpdate(guarded, { $pull: pruneTags(paths, this.tags, at), $currentDate: { [paths.now]: true } }, call);
+      const reply = await this.settings.store.findOneAndUpdate(guarded, { $pull: pruneTags(paths, this.tags, at), $currentDate: { [paths.now]: true } }, call, undefined, document);
       const doc = reply.value;
       if (!doc) return undefined;
       const now = this.observeWrite(doc, reply);
       const stored = paths.read(doc);
       const own = stored.tags?.[lock.tag]?.find((entry) => entry.id === lock.id);
       const data: LockData = { ...lock, expiresAt: own?.exp.getTime() ?? lock.expiresAt };
-      return this.assertiveOutcome(data, { _id: doc._id }, stored, now);
+      const outcome = this.assertiveOutcome(data, { _id: doc._id }, stored, now);
+      return document === undefined ? outcome : withDocument(outcome, documentOf(doc, paths.field, document));
     }, (seen, stamp, tolerance) => this.explainLost(seen, lock, { id: lock.id }, call, stamp, tolerance, rule.lease));
   }
 
@@ -362,13 +364,57 @@ export class LockEngine {
       return;
     }
     const match = proofMatch(proof);
-    const conditions = [hasEntry(paths, tag, match), ...this.uniquely(tag, proof), ...(update ? [{ $expr: entryLiveOnServer(paths, tag, proof) }] : [])];
-    const write = mergeUpdates(update ?? {}, { $pull: { [paths.tag(tag)]: match } });
-    const matched = await this.db(call, () => store.updateOne(allOf(target, conditions), write, call, update ? atLeastMajority(call.w) : call.releaseW));
+    const conditions = [hasEntry(paths, tag, match), ...this.uniquely(tag, proof), ...(update ? this.commitConditions(tag, proof) : [])];
+    const committed = update && 'id' in proof ? { $push: { [paths.committed]: { $each: [proof.id], $slice: -16 } } } : undefined;
+    const write = mergeUpdates(mergeUpdates(update ?? {}, { $pull: { [paths.tag(tag)]: match } }), committed);
+    let matched: boolean;
+    try {
+      matched = await this.db(call, () => store.updateOne(allOf(target, conditions), write, call, update ? dataWriteConcern(call.w) : call.releaseW));
+    } catch (error) {
+      if (update && 'id' in proof && isLockError(error, 'DbError')) return this.commitOutcome(target, tag, proof.id, error, call);
+      throw error;
+    }
     if (matched) return;
     const seen = await this.db(call, () => store.inspect(target, call));
+    if (update && seen.value) {
+      const stored = paths.read(seen.value);
+      const asserted = this.rule(tag).assertive.filter((other) => liveEntries(stored, other, seen.serverNow?.getTime() ?? 0).length > 0);
+      const own = (stored.tags?.[tag] ?? []).some((entry) => matchesProof(entry, proof));
+      if (own && asserted.length > 0) {
+        throw lockError('AssertiveLock', call.boom, { detail: `the update was not applied: tag ${asserted.join(', ')}, which this lock asserts over, is still held (continue the acquisition first)` });
+      }
+    }
     const lost = this.explainLost(seen, claimed ?? { id: '', tag, timestamp: 0, fence: 0, expiresAt: 0 }, proof, call, 0, 0, 0, update !== undefined);
     throw lost.error ?? lockError('LockNotFound', call.boom, { detail: 'the lock is not held' });
+  }
+
+  /**
+   * What a commit must also check: the lock is unexpired by `$$NOW`, and every tag it asserts over
+   * is gone (an assertive registration still waiting for readers may not write under them).
+   */
+  private commitConditions(tag: string, proof: Proof): Document[] {
+    const { paths } = this.settings;
+    const asserted = this.rule(tag).assertive.map((other) => noEntryLiveOnServer(paths, other));
+    return [{ $expr: asserted.length > 0 ? { $and: [entryLiveOnServer(paths, tag, proof), ...asserted] } : entryLiveOnServer(paths, tag, proof) }];
+  }
+
+  /**
+   * A commit whose reply was lost (`failure`): reads whether it landed. Its id in `committed`: it
+   * did (the update and the release were one write), so the call succeeds. Its entry still there:
+   * it did not, which `failure` reports (the lock is still held). Neither: it cannot be told.
+   */
+  private async commitOutcome(target: Document, tag: string, id: string, failure: Error, call: ResolvedCallOptions): Promise<void> {
+    let seen: Inspection;
+    try {
+      seen = await this.db(call, () => this.settings.store.inspect(target, call));
+    } catch {
+      throw lockError('DbError', call.boom, { cause: failure.cause ?? failure, detail: `${failure.message}; whether the update was applied is unknown (MongoDB could not be read)`, data: { applied: 'unknown' } });
+    }
+    const stored = this.settings.paths.read(seen.value);
+    if ((stored.committed ?? []).includes(id)) return;
+    const held = (stored.tags?.[tag] ?? []).some((entry) => entry.id === id);
+    const detail = held ? `${failure.message}; the update was not applied, and the lock is still held` : `${failure.message}; whether the update was applied is unknown`;
+    throw lockError('DbError', call.boom, { cause: failure.cause ?? failure, detail, data: { applied: held ? false : 'unknown' } });
   }
 
   /**
@@ -390,14 +436,14 @@ export class LockEngine {
     return this.withStamp(target, lease, call, async (stamp, tolerance) => {
       const at = new Date(stamp);
       const live = { $and: [entryLiveOnServer(paths, lock.tag, proof), stampWithin(at, tolerance)] };
-      const guarded = allOf(target, [{ $expr: live }, ...this.uniquely(lock.tag, proof)]);
+      const guarded = allOf(target, [{ $expr: live }, ...this.uniquely(lock.tag, proof), ...(update ? this.commitConditions(lock.tag, proof) : [])]);
       const exp = new Date(expiryOf(stamp, lease));
       const write = mergeUpdates(
         mergeUpdates(update ?? {}, { $set: { [`${paths.tag(lock.tag)}.$[mine].exp`]: exp }, $currentDate: { [paths.now]: true }, ...this.pruneOthers(lock.tag, at) }),
         extraUpdate?.(at, exp),
       );
       const arrayFilters = [prefixed('mine', proofMatch(proof))];
-      const reply = await this.settings.store.findOneAndUpdate(guarded, write, call, arrayFilters);
+      const reply = await this.settings.store.findOneAndUpdate(guarded, write, call, arrayFilters, undefined, update ? dataWriteConcern(call.w) : call.w);
       if (!reply.value) return undefined;
       const appliedAt = this.observeWrite(reply.value, reply);
       return { lock: { ...lock, expiresAt: exp.getTime() }, target: { _id: reply.value._id }, appliedAt };
@@ -521,9 +567,9 @@ function describeFailure(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
 }
 
-/** `w`, or majority when `w` asks for less (a number below 2). */
-function atLeastMajority(w: ResolvedCallOptions['w']): ResolvedCallOptions['w'] {
-  return typeof w === 'number' && w < 2 ? 'majority' : w;
+/** The write concern of a write that carries the caller's data: `w`, or majority when `w` is 1. */
+function dataWriteConcern(w: ResolvedCallOptions['w']): ResolvedCallOptions['w'] {
+  return w === 1 ? 'majority' : w;
 }
 
 /** `outcome` carrying the locked document. */
@@ -532,11 +578,11 @@ function withDocument(outcome: Acquired | AssertivePending, document: Document):
   return { ...outcome, document };
 }
 
-/** The document as the caller asked for it: without the lock's `field`, unless its projection names that field. */
+/** The document as the caller asked for it: without the lock's `field` unless its projection names it, without `_id` if it excluded it. */
 function documentOf(doc: Document, field: string, asked: Document | true): Document {
-  if (asked !== true && asked[field]) return doc;
   const rest: Document = { ...doc };
-  delete rest[field];
+  if (asked === true || !asked[field]) delete rest[field];
+  if (asked !== true && '_id' in asked && !asked._id) delete rest._id;
   return rest;
 }
 

@@ -4,6 +4,8 @@ export interface LockDescription {
   readonly kind: 'writeLock' | 'multiLock';
   /** Its declared tags (`write` for a writeLock). */
   readonly tags: ReadonlySet<string>;
+  /** The property of each document that holds its lock. */
+  readonly field: string;
 }
 
 const descriptions = new WeakMap<object, LockDescription>();

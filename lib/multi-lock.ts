@@ -103,5 +103,5 @@ export function multiLock(options: MultiLockOptions): MultiLock {
         const { lock, target } = lockOf(filter, params);
         return core.extendWith(target, lock, { id: lock.id }, params);
       }),
-  }, { kind: 'multiLock', tags: core.engine.tags });
+  }, { kind: 'multiLock', tags: core.engine.tags, field: core.engine.field });
 }

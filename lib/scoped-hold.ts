@@ -70,10 +70,16 @@ export async function holdWhile<T, H extends LockHandle>(handle: H, settings: Ho
     await finish().catch(() => undefined);
     throw error;
   }
-  // A commit's update is applied with the release, only while the lock is held: any failure
-  // means it was not applied, which the caller must hear of.
+  // A commit's update is applied with the release, only while the lock is held. If it was not
+  // applied (refused by MongoDB or by validation), or it cannot be told, the lock is released
+  // without it, and the caller hears why.
   if (result instanceof Commit) {
-    await finish(result.update);
+    try {
+      await finish(result.update);
+    } catch (error) {
+      if (!isLockError(error, 'LockNotFound') && !isLockError(error, 'LockWasReacquired')) await handle.release(settings.callParams).catch(() => undefined);
+      throw error;
+    }
     return result.value;
   }
   await finish().catch((error: unknown) => {

@@ -86,12 +86,20 @@ export class Store {
     return { ...reply, value: doc, serverNow: serverNow instanceof Date ? serverNow : undefined };
   }
 
-  /** The projection option: the lock only, the whole document, or the caller's projection with the lock. */
+  /**
+   * The projection option: the lock only, the whole document, or the caller's projection with the
+   * lock; always with `_id`, which addresses the locked document afterwards (a caller who excluded
+   * it gets its document without it).
+   */
   private projection(document: Document | true | undefined): { projection?: Document } {
     if (document === true) return {};
     if (document === undefined) return { projection: { [this.field]: 1 } };
-    const excluding = Object.values(document).length > 0 && Object.values(document).every((mode) => !mode);
-    return { projection: excluding ? document : { ...document, [this.field]: 1 } };
+    const asked = { ...document };
+    if ('_id' in asked && !asked._id) delete asked._id;
+    const modes = Object.values(asked);
+    if (modes.length === 0) return {};
+    const excluding = modes.every((mode) => !mode);
+    return { projection: excluding ? asked : { ...asked, [this.field]: 1 } };
   }
 
   /** Runs `operation` within the call's deadline and notes when it left and when its reply arrived. */

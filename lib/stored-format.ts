@@ -46,6 +46,8 @@ export interface StoredLock {
   born?: Date;
   /** Fair mode: the tickets of waiters, first come first served. */
   queue?: StoredTicket[];
+  /** The ids of the last 16 locks released by a commit (release with an update): how a lost reply is told apart. */
+  committed?: string[];
   tags?: Record<string, StoredEntry[] | undefined>;
 }
 
@@ -55,12 +57,14 @@ export class LockPaths {
   readonly now: string;
   readonly born: string;
   readonly queue: string;
+  readonly committed: string;
 
   constructor(readonly field: string) {
     this.fence = `${field}.fence`;
     this.now = `${field}.now`;
     this.born = `${field}.born`;
     this.queue = `${field}.queue`;
+    this.committed = `${field}.committed`;
   }
 
   /** The last two acquisition stamps of an exclusive tag. */
@@ -154,6 +158,11 @@ export function timestampUnique(paths: LockPaths, tag: string, timestamp: number
     },
   };
   return { $lt: [{ $size: sameMs }, 2] };
+}
+
+/** `$expr` operand: no entry of `tag` is unexpired by the server's clock (`$$NOW`). */
+export function noEntryLiveOnServer(paths: LockPaths, tag: string): Document {
+  return { $not: [{ $anyElementTrue: [{ $map: { input: { $ifNull: [`$${paths.tag(tag)}`, []] }, as: 'entry', in: { $gt: ['$$entry.exp', '$$NOW'] } } }] }] };
 }
 
 /** `$expr` operand: the stamp lies within `[$$NOW - toleranceMs, $$NOW]` by the server's clock. */

@@ -1,5 +1,5 @@
 import type { Document } from 'mongodb';
-import { isLockError } from './errors';
+import { isLockError, lockError } from './errors';
 import { refusedDocumentOf, type LockEngine, type Ticket } from './lock-engine';
 import type { LocalWaiters, Waiter } from './local-waiters';
 import type { ResolvedCallOptions } from './options';
@@ -27,6 +27,9 @@ export class WaitingPlace {
   /** Queued behind local waiters before its first attempt. */
   private behindOthers = false;
 
+  /** The tags whose locks this acquisition waits for: those it is cooperative with or asserts over. */
+  private readonly blockedBy: ReadonlySet<string>;
+
   constructor(
     private readonly engine: LockEngine,
     private readonly waiters: LocalWaiters,
@@ -35,6 +38,8 @@ export class WaitingPlace {
     private readonly fair: boolean,
   ) {
     this.since = performance.now();
+    const rule = engine.rule(tag);
+    this.blockedBy = new Set([...rule.cooperative, ...rule.assertive]);
   }
 
   /**
@@ -43,7 +48,7 @@ export class WaitingPlace {
    * than racing them (in fair mode with a ticket taken at once); callers in other processes are
    * not affected (only fair mode orders them).
    */
-  async start(userFilter: Document): Promise<void> {
+  async start(userFilter: Document, wait: number): Promise<void> {
     const id = plainId(userFilter);
     if (id === undefined) return;
     const behind = this.waiters.queued(id) > 0;
@@ -51,16 +56,26 @@ export class WaitingPlace {
     if (!behind) return;
     // Waiters of this process came first: wait behind them (a release here wakes the first of
     // them); in fair mode, with a ticket in the document's queue.
-    if (this.fair) await this.refused(undefined, userFilter);
     this.behindOthers = true;
+    if (!this.fair) return;
+    // The ticket write is bounded by the wait: past it, the call gives up (and drops the ticket).
+    let timer: NodeJS.Timeout | undefined;
+    const deadline = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(lockError(this.engine.conflict, this.call.boom, { detail: `still held after waiting ${wait} ms (queued behind earlier waiters)` })), wait);
+    });
+    try {
+      await Promise.race([this.refused(undefined, userFilter), deadline]);
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   /**
-   * True when the next refusal needs no read to be explained: the document is held, or waited
-   * for, by others in this process, so a refusal is a conflict (every 8th is still explained).
+   * True when a refusal needs no read to be explained: a lock that blocks this acquisition is
+   * held in this process, so the document exists and a refusal is a conflict.
    */
   get refusalIsConflict(): boolean {
-    return this.documentId !== undefined && (this.waiters.heldHere(this.documentId) || this.waiters.queued(this.documentId) > 1);
+    return this.documentId !== undefined && this.waiters.heldHere(this.documentId, this.blockedBy);
   }
 
   /**
@@ -78,9 +93,9 @@ export class WaitingPlace {
     return this.fair ? { ticket: this.ticket } : undefined;
   }
 
-  /** The filter of the next attempt: the document holding our ticket, once we have one. */
+  /** The filter of the next attempt: always the caller's (a ticket is only taken when it names the document's `_id`). */
   filter(userFilter: Document): Document {
-    return this.ticket && this.documentId !== undefined ? { _id: this.documentId } : userFilter;
+    return userFilter;
   }
 
   /**
@@ -91,9 +106,10 @@ export class WaitingPlace {
     if (this.left) return;
     const id = refusedDocumentOf(error);
     if (id !== undefined) this.join(id);
-    if (!this.fair || this.ticket || (error !== undefined && !isLockError(error, this.engine.conflict))) return;
-    const filter = this.documentId === undefined ? userFilter : { _id: this.documentId };
-    const taken = await this.engine.takeTicket(filter, this.tag, TICKET_LEASE, this.call);
+    // A queue belongs to one document: a filter that does not name its `_id` could match another
+    // one next time, so it waits without a ticket (as without fair mode).
+    if (!this.fair || this.ticket || plainId(userFilter) === undefined || (error !== undefined && !isLockError(error, this.engine.conflict))) return;
+    const taken = await this.engine.takeTicket(userFilter, this.tag, TICKET_LEASE, this.call);
     if (this.left) {
       // The call gave up while the ticket was being taken: take it out again.
       await this.engine.dropTicket(taken.target, taken.ticket, this.call).catch(() => undefined);
@@ -103,7 +119,7 @@ export class WaitingPlace {
     this.join(taken.target._id);
     // A release may have gone to another waiter while this ticket, older in the server's queue,
     // was on its way: unless a holder here will wake it, try again at once.
-    if (!this.waiters.heldHere(this.documentId)) this.waiter?.wake();
+    if (!this.waiters.heldHere(this.documentId, this.blockedBy)) this.waiter?.wake();
     this.renewal = setInterval(() => {
       const ticket = this.ticket;
       if (ticket) void this.engine.renewTicket({ _id: this.documentId }, ticket, TICKET_LEASE, this.call).catch(() => undefined);
@@ -115,20 +131,28 @@ export class WaitingPlace {
     if (this.documentId !== undefined) return;
     this.documentId = id;
     // Fair: the oldest ticket first, waiters still without one last; else the longest waiting first.
-    this.waiter = this.waiters.join(id, () => (this.ticket ? [this.ticket.at.getTime(), this.ticket.id] : [this.fair ? Infinity : this.since, '']));
+    this.waiter = this.waiters.join(id, this.blockedBy, () => (this.ticket ? [this.ticket.at.getTime(), this.ticket.id] : [this.fair ? Infinity : this.since, '']));
+  }
+
+  /** True once after a local release woke this waiter: its next refusal is explained (the situation changed). */
+  takeWakeUp(): boolean {
+    return this.waiter?.takeWakeUp() ?? false;
   }
 
   /** Sleeps between attempts: `ms`, or until a local release wakes this waiter. */
   readonly sleep = (ms: number, signal: AbortSignal | undefined, left = ms): Promise<void> => (this.waiter ? this.waiter.sleep(ms, signal, left) : delay(ms, signal));
 
-  /** The wait is over: leaves the local waiters and, unless `won` (the winning update took it out), the queue. */
-  async leave(won: boolean): Promise<void> {
+  /**
+   * The wait is over: leaves the local waiters and, unless `won` (the winning update took it
+   * out), the queue, in the background (a caller that gave up does not wait for it).
+   */
+  leave(won: boolean): void {
     this.left = true;
     clearInterval(this.renewal);
-    this.waiter?.leave();
+    this.waiter?.leave(won);
     const ticket = this.ticket;
     this.ticket = undefined;
-    if (ticket && !won) await this.engine.dropTicket({ _id: this.documentId }, ticket, this.call).catch(() => undefined);
+    if (ticket && !won) void this.engine.dropTicket({ _id: this.documentId }, ticket, this.call).catch(() => undefined);
   }
 }
 

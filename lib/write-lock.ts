@@ -109,5 +109,5 @@ export function writeLock(options: WriteLockOptions): WriteLock {
         const claimed: LockData = { id: '', tag: WRITE_TAG, timestamp, fence: 0, expiresAt: 0 };
         return core.extendWith(target, claimed, { timestamp }, params);
       }),
-  }, { kind: 'writeLock', tags: core.engine.tags });
+  }, { kind: 'writeLock', tags: core.engine.tags, field: core.engine.field });
 }

@@ -11,7 +11,7 @@ import { expect } from 'chai';
 import { multiLock, type LockHandle } from '../lib';
 import { freshCollection, rejectionOf } from './support/fixture';
 
-describe('review 3: a folded write from an assertive registration', () => {
+describe('review 3 (fixed): a folded write from an assertive registration', () => {
   it('release({ update }) of a registration still waiting for the tag it asserts over is refused', async function () {
     this.timeout(15_000);
     const collection = await freshCollection([{ _id: 1, balance: 100 }]);

@@ -10,7 +10,7 @@ import { expect } from 'chai';
 import { multiLock } from '../lib';
 import { freshCollection, sleep } from './support/fixture';
 
-describe('review 3: document with an assertive tag that had to wait', () => {
+describe('review 3 (fixed): document with an assertive tag that had to wait', () => {
   it('the handle that resolves carries the document as it is once the lock is effective', async function () {
     this.timeout(15_000);
     const collection = await freshCollection([{ _id: 1, balance: 100 }]);

@@ -12,8 +12,8 @@ import { expect } from 'chai';
 import { commit, resourceLocks, writeLock } from '../lib';
 import { freshCollection, rejectionOf } from './support/fixture';
 
-describe('review 3: a commit that cannot be applied', () => {
-  it('using(): an update the server refuses ($inc on a string) leaves the lock held until its lease ends', async function () {
+describe('review 3 (fixed): a commit that cannot be applied', () => {
+  it('using(): an update the server refuses ($inc on a string) rejects and releases the lock', async function () {
     this.timeout(15_000);
     const collection = await freshCollection([{ _id: 1, balance: 'one hundred' }]);
     const accounts = writeLock({ collection, locktimeout: 10_000 });
@@ -29,7 +29,7 @@ describe('review 3: a commit that cannot be applied', () => {
     expect(next, 'the lock after using() settled').to.equal('free');
   });
 
-  it('using(): a unique-index violation in the commit leaves the lock held until its lease ends', async function () {
+  it('using(): a unique-index violation in the commit rejects and releases the lock', async function () {
     this.timeout(15_000);
     const collection = await freshCollection([
       { _id: 1, email: 'a@example.com' },
@@ -49,7 +49,7 @@ describe('review 3: a commit that cannot be applied', () => {
     expect(next, 'the lock after using() settled').to.equal('free');
   });
 
-  it('using(): a commit that monglock refuses (it touches the lock field) leaves the lock held', async function () {
+  it('using(): a commit that monglock refuses (it touches the lock field) rejects and releases the lock', async function () {
     this.timeout(15_000);
     const collection = await freshCollection([{ _id: 1 }]);
     const accounts = writeLock({ collection, locktimeout: 10_000 });
@@ -65,7 +65,7 @@ describe('review 3: a commit that cannot be applied', () => {
     expect(next, 'the lock after using() settled').to.equal('free');
   });
 
-  it('resource locks: using() whose body returns commit() leaves a lock without ttl held for ever', async function () {
+  it('resource locks: using() whose body returns commit() is refused and releases its lock without ttl', async function () {
     this.timeout(15_000);
     const collection = await freshCollection();
     const locks = resourceLocks({ collection });

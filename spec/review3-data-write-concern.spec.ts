@@ -11,7 +11,7 @@ import type { CommandStartedEvent, Document } from 'mongodb';
 import { writeLock } from '../lib';
 import { freshCollection, newClient } from './support/fixture';
 
-describe('review 3: the write concern of data-carrying lock writes', () => {
+describe('review 3 (fixed): the write concern of data-carrying lock writes', () => {
   it('extend({ update }) of a lock configured with w: 1 is sent at majority, like a commit', async function () {
     this.timeout(15_000);
     const collection = await freshCollection([{ _id: 1, step: 0 }]);

@@ -20,7 +20,7 @@ async function stateAfter(lock: ReturnType<typeof writeLock>, id: number): Promi
   );
 }
 
-describe('review 3: a document projection without _id', () => {
+describe('review 3 (fixed): a document projection without _id', () => {
   it('handle.release() releases a lock acquired with document: { _id: 0, balance: 1 }', async function () {
     this.timeout(15_000);
     const collection = await freshCollection([{ _id: 1, balance: 100 }]);

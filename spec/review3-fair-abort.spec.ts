@@ -47,7 +47,7 @@ function settleTime(promise: Promise<unknown>, since: number): Promise<string> {
   );
 }
 
-describe('review 3: a fair waiter\'s ticket writes and its abort or wait', () => {
+describe('review 3 (fixed): a fair waiter\'s ticket writes and its abort or wait', () => {
   it('an aborted fair waiter rejects at once, not after its ticket\'s removal came back', async function () {
     this.timeout(20_000);
     const collection = await freshCollection([{ _id: 1 }]);

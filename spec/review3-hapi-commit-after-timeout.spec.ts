@@ -13,7 +13,7 @@ import { commit, writeLock } from '../lib';
 import { monglockPlugin } from '../lib/hapi';
 import { freshCollection, sleep } from './support/fixture';
 
-describe('review 3: a hapi commit after the response went out', () => {
+describe('review 3 (fixed): a hapi commit after the response went out', () => {
   it('a handler that commits after a server timeout (503) writes nothing', async function () {
     this.timeout(15_000);
     const collection = await freshCollection([{ _id: 'a', balance: 100 }]);

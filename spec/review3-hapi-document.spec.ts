@@ -17,7 +17,7 @@ import { writeLock } from '../lib';
 import { monglockPlugin } from '../lib/hapi';
 import { freshCollection, sleep } from './support/fixture';
 
-describe('review 3: the hapi route option document', () => {
+describe('review 3 (fixed): the hapi route option document', () => {
   it('excluding the lock\'s own field (not named lock) fails server.initialize(), not every request', async function () {
     this.timeout(15_000);
     const collection = await freshCollection([{ _id: 'a', balance: 1 }]);

@@ -22,7 +22,7 @@ import { freshCollection, sleep } from './support/fixture';
 
 const realNow = (): number => performance.timeOrigin + performance.now();
 
-describe('review 3: waiting behind local waiters', () => {
+describe('review 3 (fixed): waiting behind local waiters', () => {
   it('two local waiters of a document that is deleted: RessourceNotFound, not a conflict after the whole wait', async function () {
     this.timeout(15_000);
     const collection = await freshCollection([{ _id: 'job' }]);

@@ -13,7 +13,7 @@ import { freshCollection, sleep } from './support/fixture';
 
 const realNow = (): number => performance.timeOrigin + performance.now();
 
-describe('review 3: a local release wakes a waiter that cannot use it', () => {
+describe('review 3 (fixed): a local release wakes a waiter that cannot use it', () => {
   it('the waiter the release freed acquires promptly', async function () {
     this.timeout(20_000);
     const collection = await freshCollection([{ _id: 'doc' }]);

@@ -11,7 +11,7 @@ import { freshCollection, sleep } from './support/fixture';
 
 const realNow = (): number => performance.timeOrigin + performance.now();
 
-describe('review 3: local waiters of documents with compound _ids', () => {
+describe('review 3 (fixed): local waiters of documents with compound _ids', () => {
   it('a lock held here on { tenant: "a" } does not slow the waiters of { tenant: "b" } to 1 s polls', async function () {
     this.timeout(20_000);
     const a = { tenant: 'a', day: 1 };
