@@ -12,7 +12,7 @@ async function main(): Promise<void> {
     const accounts = writeLock({ collection, locktimeout: 5000 });
 
     // Two commands: the acquisition returns the document, the release writes it, only if the
-    // lock is still held (else it rejects and nothing is written).
+    // lock is still held (else it rejects, nothing is written, and the lock is released).
     const balance = await accounts.using({ _id: 'acc-1' }, { wait: 2000, document: { balance: 1 } }, (lock) => {
       const next = (lock.document?.balance as number) - 30;
       if (next < 0) throw new Error('insufficient funds'); // released, nothing written
