@@ -27,9 +27,11 @@ export class LocalWaiters {
     return false;
   }
 
-  /** How many acquisitions of this process wait for document `id`. */
-  queued(id: unknown): number {
-    return this.byDocument.get(keyOf(id))?.size ?? 0;
+  /** How many acquisitions of this process wait for document `id` with a lock of one of `tags`. */
+  queued(id: unknown, tags: ReadonlySet<string>): number {
+    let count = 0;
+    for (const waiter of this.byDocument.get(keyOf(id)) ?? []) if (tags.has(waiter.tag)) count++;
+    return count;
   }
 
   /** Lock `lockId` of `tag` on document `id` was won in this process, until `expiresAt` (server ms). */
@@ -70,17 +72,18 @@ export class LocalWaiters {
   }
 
   /**
-   * Joins the waiters of document `id`. `blockedBy` are the tags whose locks it waits for;
+   * Joins the waiters of document `id` for a lock of `tag`. `blockedBy` are the tags whose locks it waits for;
    * `rank` orders the waiters (lowest woken first): the time since they came, or in fair mode
    * their ticket. Returns the waiter: `sleep(ms, signal, left)` resolves after `ms` or when woken;
    * `leave()` when done.
    */
-  join(id: unknown, blockedBy: ReadonlySet<string>, rank: () => readonly [number, string]): Waiter {
+  join(id: unknown, tag: string, blockedBy: ReadonlySet<string>, rank: () => readonly [number, string]): Waiter {
     const key = keyOf(id);
     let waiters = this.byDocument.get(key);
     if (!waiters) this.byDocument.set(key, (waiters = new Set()));
     const waiter = new Waiter(
       rank,
+      tag,
       blockedBy,
       (passOn) => {
         waiters.delete(waiter);
@@ -129,6 +132,8 @@ export class Waiter {
 
   constructor(
     private readonly rank: () => readonly [number, string],
+    /** The tag it waits to lock. */
+    readonly tag: string,
     /** The tags whose locks it waits for. */
     readonly blockedBy: ReadonlySet<string>,
     private readonly left: (passOn: boolean) => void,

@@ -51,7 +51,8 @@ export class WaitingPlace {
   async start(userFilter: Document, wait: number): Promise<void> {
     const id = plainId(userFilter);
     if (id === undefined) return;
-    const behind = this.waiters.queued(id) > 0;
+    // Only waiters whose lock would block this one: a tag concurrent with theirs does not queue.
+    const behind = this.waiters.queued(id, this.blockedBy) > 0;
     this.join(id);
     if (!behind) return;
     // Waiters of this process came first: wait behind them (a release here wakes the first of
@@ -117,9 +118,10 @@ export class WaitingPlace {
     }
     this.ticket = taken.ticket;
     this.join(taken.target._id);
-    // A release may have gone to another waiter while this ticket, older in the server's queue,
-    // was on its way: unless a holder here will wake it, try again at once.
-    if (!this.waiters.heldHere(this.documentId, this.blockedBy)) this.waiter?.wake();
+    // After a refusal, a release may have gone to another waiter while this ticket, older in the
+    // server's queue, was on its way: unless a holder here will wake it, try again at once. (A
+    // call that queued behind local waiters from the start waits for its turn instead.)
+    if (error !== undefined && !this.waiters.heldHere(this.documentId, this.blockedBy)) this.waiter?.wake();
     this.renewal = setInterval(() => {
       const ticket = this.ticket;
       if (ticket) void this.engine.renewTicket({ _id: this.documentId }, ticket, TICKET_LEASE, this.call).catch(() => undefined);
@@ -131,7 +133,7 @@ export class WaitingPlace {
     if (this.documentId !== undefined) return;
     this.documentId = id;
     // Fair: the oldest ticket first, waiters still without one last; else the longest waiting first.
-    this.waiter = this.waiters.join(id, this.blockedBy, () => (this.ticket ? [this.ticket.at.getTime(), this.ticket.id] : [this.fair ? Infinity : this.since, '']));
+    this.waiter = this.waiters.join(id, this.tag, this.blockedBy, () => (this.ticket ? [this.ticket.at.getTime(), this.ticket.id] : [this.fair ? Infinity : this.since, '']));
   }
 
   /** True once after a local release woke this waiter: its next refusal is explained (the situation changed). */
