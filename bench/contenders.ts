@@ -213,7 +213,7 @@ async function peers(_db?: Db): Promise<Contender[]> {
       note: 'no waiting of its own: the shared backoff',
       async prepare(collection, _resources, dataCollection) {
         data = dataCollection;
-        manager = new LockManager(collection);
+        manager = new LockManager(collection as never); // typed against its own driver copy
         await manager.lock('warm-up-index').then((held) => held?.free());
       },
       tryLock,

@@ -1,7 +1,7 @@
 /**
- * Mocha root hooks: resolves the MongoDB backend once (MONGODB_URI, else a real mongod from
- * mongodb-memory-server, else the offline fallback), prints which one, gives each test fresh
- * collections and drops them afterwards.
+ * Mocha root hooks: resolves the MongoDB backend once (MONGLOCK_BACKEND, else MONGODB_URI, else a
+ * real mongod from mongodb-memory-server, else the offline fallback), prints which one answers and
+ * which driver talks to it, gives each test fresh collections and drops them afterwards.
  */
 import { randomBytes } from 'node:crypto';
 import { MongoClient, type Collection, type CommandStartedEvent, type Db, type Document } from 'mongodb';
@@ -19,7 +19,7 @@ export const mochaHooks = {
   async beforeAll(this: Mocha.Context): Promise<void> {
     this.timeout(240_000);
     backend = await startMongoBackend((line) => console.log(`  [backend] ${line}`));
-    console.log(`  [backend] tests run on ${backend.description}`);
+    console.log(`  [backend] tests run on ${backend.description} with the Node.js driver ${driverVersion()}`);
     client = new MongoClient(backend.uri, { monitorCommands: true });
     client.on('commandStarted', (event) => started.push(event));
     await client.connect();
@@ -37,6 +37,17 @@ export const mochaHooks = {
     await backend?.stop();
   },
 };
+
+/** The version of the driver `mongodb` resolves to (driver 7 under MONGLOCK_DRIVER=7: support/driver-select.cjs); throws if that switch did not take. */
+export function driverVersion(): string {
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  const { version } = require('mongodb/package.json') as { version: string };
+  const wanted = process.env.MONGLOCK_DRIVER;
+  if (wanted && !version.startsWith(`${wanted}.`)) {
+    throw new Error(`MONGLOCK_DRIVER=${wanted} but mongodb resolves to ${version}: run with NODE_OPTIONS="--require ./support/driver-select.cjs"`);
+  }
+  return version;
+}
 
 /** The backend in use. */
 export function mongoBackend(): MongoBackend {

@@ -1,16 +1,35 @@
 import de.bwaldvogel.mongo.MongoServer;
+import de.bwaldvogel.mongo.MongoVersion;
 import de.bwaldvogel.mongo.backend.memory.MemoryBackend;
 import java.net.InetSocketAddress;
+import java.util.List;
 
 /**
  * Starts mongo-java-server (in-memory backend) on 127.0.0.1 and the given port (0 = any free
  * port), prints "READY <port>", and stops when its standard input closes (the parent died or
  * asked it to stop) or on SIGTERM. Test infrastructure only.
+ *
+ * It reports MongoDB 5.0 with 5.0's wire version (13). mongo-java-server's own MONGO_5_0
+ * reports wire version 8 (4.2), which driver 7 refuses ("requires at least 9"); 13 is what a
+ * real mongod 5.0 reports, so both driver 6 and driver 7 talk to it as they would to 5.0.
  */
 public class Launcher {
+    /** MongoDB 5.0, as a real mongod 5.0 reports itself. */
+    static final MongoVersion MONGO_5_0_WIRE_13 = new MongoVersion() {
+        @Override
+        public List<Integer> getVersionArray() {
+            return List.of(5, 0, 0);
+        }
+
+        @Override
+        public int getWireVersion() {
+            return 13;
+        }
+    };
+
     public static void main(String[] args) throws Exception {
         int port = args.length > 0 ? Integer.parseInt(args[0]) : 0;
-        MongoServer server = new MongoServer(new MemoryBackend());
+        MongoServer server = new MongoServer(new MemoryBackend().version(MONGO_5_0_WIRE_13));
         server.bind("127.0.0.1", port);
         InetSocketAddress address = server.getLocalAddress();
         Runtime.getRuntime().addShutdownHook(new Thread(server::shutdownNow));
