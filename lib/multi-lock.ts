@@ -3,12 +3,12 @@ import { DocumentLock } from './document-lock';
 import { describedAs } from './lock-kind';
 import type { UsingBody } from './scoped-hold';
 import type { LockData, LockHandle } from './lock-handle';
-import { expectFilter, expectObject, expectSafeName, isPlainObject, type CallOptions, type DocumentParams, type LockOptions, type UpdateParams } from './options';
+import { expectFilter, expectObject, expectSafeName, isPlainObject, type CallOptions, type DocumentParams, type LockFilter, type LockOptions, type UpdateParams } from './options';
 import { resolveTagRules, type LockRelationships } from './relationships';
 import type { WaitOptions } from './waiting';
 
 /** Options of {@link multiLock}. */
-export interface MultiLockOptions extends LockOptions {
+export interface MultiLockOptions<TSchema extends Document = Document> extends LockOptions<TSchema> {
   /** Lease in ms per tag. */
   readonly locktimeouts?: Readonly<Record<string, number>>;
   /** Lease in ms for tags without one in `locktimeouts`. @default undefined (every tag needs one) */
@@ -33,24 +33,24 @@ export interface MultiLockReleaseParams extends CallOptions, UpdateParams {
   readonly locktimeout?: number;
 }
 
-/** Tagged locks with concurrent, cooperative and assertive relationships. */
-export interface MultiLock {
+/** Tagged locks with concurrent, cooperative and assertive relationships; filters are typed against the collection's schema. */
+export interface MultiLock<TSchema extends Document = Document> {
   /**
    * With `tag`, takes a new lock; with `lock`, continues an assertive acquisition. Rejects with
    * `RessourceNotFound` (404), `CooperativeLock` (409, nothing written), `AssertiveLock` (409,
    * the lock is registered: call again with `{ lock: err.lock }` — `err.data` with boom),
    * `LockNotFound` (409, the continued lock expired or is gone) or `DbError` (500).
    */
-  acquire(filter: Document, params: MultiLockAcquireParams): Promise<LockHandle>;
+  acquire(filter: LockFilter<TSchema>, params: MultiLockAcquireParams): Promise<LockHandle>;
   /** Removes exactly `params.lock`. Rejects with `LockNotFound` (409) or `RessourceNotFound` (404). */
-  release(filter: Document, params: MultiLockReleaseParams): Promise<void>;
+  release(filter: LockFilter<TSchema>, params: MultiLockReleaseParams): Promise<void>;
   /** Pushes `params.lock`'s lease forward from the server's now; rejects with `LockNotFound` if it was lost. */
-  extend(filter: Document, params: MultiLockReleaseParams): Promise<LockHandle>;
+  extend(filter: LockFilter<TSchema>, params: MultiLockReleaseParams): Promise<LockHandle>;
   /**
    * Acquires `params.tag` (waiting per `params.wait`, assertive continuations included), runs
    * `body` while extending the lease, aborts `signal` if the lease is lost, always releases.
    */
-  using<T>(filter: Document, params: MultiLockAcquireParams, body: UsingBody<T>): Promise<T>;
+  using<T>(filter: LockFilter<TSchema>, params: MultiLockAcquireParams, body: UsingBody<T>): Promise<T>;
 }
 
 /**
@@ -64,7 +64,7 @@ export interface MultiLock {
  * });
  * const handle = await rw.acquire({ _id: 1 }, { tag: 'read' });
  */
-export function multiLock(options: MultiLockOptions): MultiLock {
+export function multiLock<TSchema extends Document = Document>(options: MultiLockOptions<TSchema>): MultiLock<TSchema> {
   const o = expectObject('options', options);
   const core = new DocumentLock(options, {
     rules: resolveTagRules(o.locktimeouts, o.locktimeout, o.lockRelationships),
@@ -86,7 +86,7 @@ export function multiLock(options: MultiLockOptions): MultiLock {
     return { lock: core.lockData('params.lock', p.lock), target };
   };
 
-  return describedAs<MultiLock>({
+  return describedAs<MultiLock<TSchema>>({
     acquire: (filter, params) => {
       // A continuation's lock is the caller's already: a cancelled continuation leaves it to them.
       if (isPlainObject(params) && params.lock !== undefined) return core.run((cancellation) => core.acquire(filter, undefined, params, params.lock, cancellation));

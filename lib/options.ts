@@ -1,4 +1,4 @@
-import type { Collection, Document } from 'mongodb';
+import type { Collection, Document, Filter } from 'mongodb';
 import type { BoomLike } from './errors';
 
 /** Largest lease, timeout or wait in ms: what a Node timer can hold (about 24.8 days). */
@@ -56,10 +56,16 @@ export interface UpdateParams {
   readonly update?: Document;
 }
 
-/** Options shared by {@link writeLock} and {@link multiLock}. */
-export interface LockOptions extends CallOptions {
-  /** The collection whose documents are locked. */
-  readonly collection: Collection<Document>;
+/**
+ * The filter of a lock call: the driver's `Filter<TSchema>` for a typed collection, any document
+ * for an untyped one (whose `_id` the driver would otherwise type as an ObjectId).
+ */
+export type LockFilter<TSchema extends Document> = Document extends TSchema ? Document : Filter<TSchema>;
+
+/** Options shared by {@link writeLock} and {@link multiLock}; `TSchema` is the type of the locked documents. */
+export interface LockOptions<TSchema extends Document = Document> extends CallOptions {
+  /** The collection whose documents are locked (typed or not: `db.collection<Order>('orders')`). */
+  readonly collection: Collection<TSchema>;
   /**
    * Name of the property that holds the lock in each document.
    * @default 'lock'

@@ -1,3 +1,4 @@
+import type { Document } from 'mongodb';
 import type { LockOptions, CallOptions } from './options';
 import { ResourceLockClient } from './resource-lock-client';
 import type { ResourceLockHandle } from './resource-lock-handle';
@@ -11,7 +12,7 @@ export type { LockDetails, StatusFilter } from './resource-params';
 export type { LockStatus } from './resource-status';
 
 /** Options of {@link resourceLocks}. */
-export interface ResourceLocksOptions extends Omit<LockOptions, 'field'> {
+export interface ResourceLocksOptions<TSchema extends Document = Document> extends Omit<LockOptions<TSchema>, 'field'> {
   /**
    * How long after its last lease ends an abandoned resource document may be deleted by the TTL
    * index (garbage collection only; expiry never waits for it), in ms.
@@ -60,6 +61,6 @@ export interface ResourceLocks {
  * const lock = await locks.xlock('invoice-run', 'job-42', { owner: 'billing', ttl: 30_000 });
  * await locks.unlock('job-42');
  */
-export function resourceLocks(options: ResourceLocksOptions): ResourceLocks {
-  return new ResourceLockClient(options).api();
+export function resourceLocks<TSchema extends Document = Document>(options: ResourceLocksOptions<TSchema>): ResourceLocks {
+  return new ResourceLockClient(options as unknown as ResourceLocksOptions).api();
 }

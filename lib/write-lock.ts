@@ -3,7 +3,7 @@ import { DocumentLock } from './document-lock';
 import { describedAs } from './lock-kind';
 import type { UsingBody } from './scoped-hold';
 import type { LockData, LockHandle } from './lock-handle';
-import { expectFilter, expectMs, expectObject, expectTimestamp, type CallOptions, type DocumentParams, type LockOptions, type UpdateParams } from './options';
+import { expectFilter, expectMs, expectObject, expectTimestamp, type CallOptions, type DocumentParams, type LockFilter, type LockOptions, type UpdateParams } from './options';
 import { resolveTagRules } from './relationships';
 import type { WaitOptions } from './waiting';
 
@@ -11,7 +11,7 @@ import type { WaitOptions } from './waiting';
 export const WRITE_TAG = 'write';
 
 /** Options of {@link writeLock}. */
-export interface WriteLockOptions extends LockOptions {
+export interface WriteLockOptions<TSchema extends Document = Document> extends LockOptions<TSchema> {
   /**
    * Lease in ms: after it, the lock is free for the next acquirer.
    * @default 10000
@@ -39,27 +39,27 @@ export interface WriteLockExtendParams extends WriteLockReleaseParams {
   readonly locktimeout?: number;
 }
 
-/** One exclusive lock per document. */
-export interface WriteLock {
+/** One exclusive lock per document; filters are typed against the collection's schema. */
+export interface WriteLock<TSchema extends Document = Document> {
   /**
    * Locks the first document matching `filter`. Rejects with `RessourceNotFound` (404) when none
    * matches, `LockAlreadyTaken` (409) while an unexpired lock is held, `DbError` (500) when
    * MongoDB fails or `timeout` passes.
    */
-  acquire(filter: Document, params?: WriteLockAcquireParams): Promise<LockHandle>;
+  acquire(filter: LockFilter<TSchema>, params?: WriteLockAcquireParams): Promise<LockHandle>;
   /**
    * Releases the lock proven by `params.lock` or `params.timestamp`; rejects with
    * `LockWasReacquired` (409) if it expired and someone else acquired it. Without a proof this
    * is monglock v2's forced release: whoever holds the lock loses it.
    */
-  release(filter: Document, params?: WriteLockReleaseParams): Promise<void>;
+  release(filter: LockFilter<TSchema>, params?: WriteLockReleaseParams): Promise<void>;
   /** Pushes the lease forward from the server's now; rejects with `LockWasReacquired`/`LockNotFound` if the lock was lost. */
-  extend(filter: Document, params: WriteLockExtendParams): Promise<LockHandle>;
+  extend(filter: LockFilter<TSchema>, params: WriteLockExtendParams): Promise<LockHandle>;
   /**
    * Acquires, runs `body` while extending the lease automatically, aborts `signal` if the lease
    * is lost, releases in any case, and resolves the body's result.
    */
-  using<T>(filter: Document, params: WriteLockAcquireParams | undefined, body: UsingBody<T>): Promise<T>;
+  using<T>(filter: LockFilter<TSchema>, params: WriteLockAcquireParams | undefined, body: UsingBody<T>): Promise<T>;
 }
 
 /**
@@ -70,7 +70,7 @@ export interface WriteLock {
  * const handle = await lock.acquire({ _id: orderId });
  * try { ... } finally { await lock.release({ _id: orderId }, { lock: handle }); }
  */
-export function writeLock(options: WriteLockOptions): WriteLock {
+export function writeLock<TSchema extends Document = Document>(options: WriteLockOptions<TSchema>): WriteLock<TSchema> {
   const o = expectObject('options', options);
   const lease = o.locktimeout === undefined ? 10_000 : expectMs('options.locktimeout', o.locktimeout);
   const core = new DocumentLock(options, {
@@ -92,7 +92,7 @@ export function writeLock(options: WriteLockOptions): WriteLock {
     return { timestamp: expectTimestamp('params.timestamp', given), target };
   };
 
-  return describedAs<WriteLock>({
+  return describedAs<WriteLock<TSchema>>({
     acquire: (filter, params) => core.runAcquisition((cancellation) => core.acquire(filter, WRITE_TAG, params, undefined, cancellation)),
     using: (filter, params, body) => core.run((cancellation) => core.using(filter, WRITE_TAG, params, body, cancellation)),
     release: (filter, params) =>

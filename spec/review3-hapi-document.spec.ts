@@ -50,7 +50,7 @@ describe('review 3 (fixed): the hapi route option document', () => {
       path: '/accounts/{id}',
       options: {
         plugins: { monglock: { lock: writeLock({ collection, locktimeout: 10_000 }), filter: (request: Hapi.Request) => ({ _id: request.params.id }), document: { _id: 0, balance: 1 } } },
-        handler: (request) => ((request.plugins as { monglock: { document: { balance: number } } }).monglock.document.balance),
+        handler: (request) => ((request.plugins.monglock as unknown as { document: { balance: number } }).document.balance),
       },
     });
     await server.initialize();
