@@ -5,7 +5,7 @@ import { routeName, trackRequests } from './hapi-lifecycle';
 import type { LockHandle } from './lock-handle';
 import { describeLock } from './lock-kind';
 import type { MultiLock } from './multi-lock';
-import { describe, expectDocumentOption, expectMs, isPlainObject } from './options';
+import { describe, expectBoom, expectDocumentOption, expectMs, isPlainObject } from './options';
 import { WRITE_TAG, type WriteLock } from './write-lock';
 
 /** Route-level configuration, in a route's `options.plugins.monglock`. */
@@ -64,12 +64,39 @@ export interface RequestLock {
   readonly document: Document | undefined;
 }
 
+declare module '@hapi/hapi' {
+  interface PluginSpecificConfiguration {
+    /** Lock a document for this route: see {@link RouteLockOptions}. */
+    monglock?: RouteLockOptions;
+  }
+  interface PluginsStates {
+    /**
+     * The lock of a route with `plugins.monglock` (absent on other routes: `lockOf(request)`
+     * throws there instead of returning undefined).
+     */
+    monglock: RequestLock;
+  }
+}
+
 interface Resolved {
   readonly lock: WriteLock | MultiLock;
   readonly settings: RouteLockOptions;
 }
 
 const NAME = 'monglock';
+// The package's own manifest: `../package.json` from lib/ (sources) and from dist/ (the build) alike.
+// eslint-disable-next-line @typescript-eslint/no-require-imports
+const PACKAGE = require('../package.json') as { version: string };
+const PLUGIN_KEYS: ReadonlyArray<keyof MonglockPluginOptions> = ['boom'];
+
+/** The boom module to answer with: the plugin options' (validated at register), else `@hapi/boom`. */
+function pluginBoom(options: unknown): BoomLike {
+  if (options !== undefined && !isPlainObject(options)) throw new TypeError(`Expected the monglock plugin's options to be an object, got ${describe(options)}`);
+  const unknown = Object.keys(options ?? {}).find((key) => !(PLUGIN_KEYS as string[]).includes(key));
+  if (unknown !== undefined) throw new TypeError(`Unknown monglock plugin option \`${unknown}\`: expected ${PLUGIN_KEYS.join(', ')}`);
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  return expectBoom('the monglock plugin option `boom`', options?.boom) ?? (require('@hapi/boom') as BoomLike);
+}
 const ROUTE_KEYS: ReadonlyArray<keyof RouteLockOptions> = ['lock', 'filter', 'tag', 'wait', 'locktimeout', 'mode', 'document'];
 
 /**
@@ -86,10 +113,12 @@ const ROUTE_KEYS: ReadonlyArray<keyof RouteLockOptions> = ['lock', 'filter', 'ta
  */
 export const monglockPlugin: Plugin<MonglockPluginOptions> = {
   name: NAME,
-  version: '3.0.0',
-  register(server: Server, options: MonglockPluginOptions = {}) {
-    // eslint-disable-next-line @typescript-eslint/no-require-imports
-    const boom: BoomLike = options.boom ?? (require('@hapi/boom') as BoomLike);
+  version: PACKAGE.version,
+  // Registered twice (by two plugins that each need it), hapi keeps the first and skips the rest.
+  once: true,
+  requirements: { hapi: '>=20.0.0' },
+  register(server: Server, options?: MonglockPluginOptions) {
+    const boom = pluginBoom(options);
     const routes = new WeakMap<object, Resolved>();
     const tracking = trackRequests(boom, (tags, data) => server.log(tags, data as object));
 
@@ -133,8 +162,7 @@ export const monglockPlugin: Plugin<MonglockPluginOptions> = {
         throw error;
       }
       const signal = tracking.acquired(request, lock);
-      const plugins = request.plugins as Record<string, unknown>;
-      plugins[NAME] = { lock, guard: (extra?: Document) => lock.guard(extra), signal, document: lock.document } satisfies RequestLock;
+      request.plugins.monglock = { lock, guard: (extra?: Document) => lock.guard(extra), signal, document: lock.document } satisfies RequestLock;
       return h.continue;
     });
 
@@ -144,7 +172,7 @@ export const monglockPlugin: Plugin<MonglockPluginOptions> = {
 
 /** The lock the plugin acquired for this request (throws if the route has none). */
 export function lockOf(request: Request): RequestLock {
-  const state = (request.plugins as Record<string, unknown>)[NAME] as RequestLock | undefined;
+  const state = (request.plugins as { monglock?: RequestLock }).monglock;
   if (!state) throw new Error(`Route ${routeName(request.route)} has no monglock configuration`);
   return state;
 }

@@ -25,7 +25,8 @@ async function serverWith(monglock: Record<string, unknown>): Promise<{ server: 
     method: 'POST',
     path: '/orders/{id}',
     options: {
-      plugins: { monglock: { filter: (request: Hapi.Request) => (ran.push('filter'), { _id: request.params.id }), ...monglock } },
+      // Deliberately unchecked: these routes are misconfigured on purpose.
+      plugins: { monglock: { filter: (request: Hapi.Request) => (ran.push('filter'), { _id: request.params.id }), ...monglock } as never },
       handler: () => (ran.push('handler'), 'ok'),
     },
   });
@@ -125,5 +126,29 @@ describe('hapi plugin: route configuration is checked at server.initialize()', (
     await server.initialize();
     expect((await server.inject({ method: 'POST', url: '/orders/b' })).statusCode).to.equal(200);
     expect((await server.inject({ method: 'POST', url: '/tag/b' })).result).to.equal('read');
+  });
+});
+
+describe('hapi plugin registration', () => {
+  it('refuses invalid plugin options at register, not with a 500 per request', async () => {
+    for (const [options, message] of [
+      [{ boom: {} }, /monglock plugin option `boom`.*boom module/],
+      [{ boom: 'boom' }, /boom module/],
+      [{ bom: {} }, /Unknown monglock plugin option `bom`: expected boom/],
+      ['boom', /options to be an object/],
+    ] as const) {
+      const server = Hapi.server({ debug: false });
+      const error = await rejectionOf(server.register({ plugin: monglockPlugin, options: options as never }));
+      expect(error.message).to.match(message);
+    }
+  });
+
+  it('takes its version from package.json, and registers once', async () => {
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    expect(monglockPlugin.version).to.equal((require('../package.json') as { version: string }).version);
+    const server = Hapi.server({ debug: false });
+    await server.register({ plugin: monglockPlugin });
+    await server.register({ plugin: monglockPlugin }); // a second plugin that depends on it may register it again
+    expect(server.registrations.monglock?.version).to.equal(monglockPlugin.version);
   });
 });
