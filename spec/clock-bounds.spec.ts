@@ -59,7 +59,7 @@ describe('clock bounds: how much of a lease a holder can rely on', () => {
         }
         fractions.sort((a, b) => a - b);
         const median = fractions[Math.floor(fractions.length / 2)]!;
-        console.log(`      backend ${mongoBackend().kind}, latency ${latency} ms each way: remaining()/lease at acquisition median ${(median * 100).toFixed(1)} %, worst ${(fractions[0]! * 100).toFixed(1)} %; the server still grants ${Math.max(...slack).toFixed(0)} ms more at most`);
+        console.log(`      backend ${mongoBackend().server}, latency ${latency} ms each way: remaining()/lease at acquisition median ${(median * 100).toFixed(1)} %, worst ${(fractions[0]! * 100).toFixed(1)} %; the server still grants ${Math.max(...slack).toFixed(0)} ms more at most`);
       } finally {
         await client.close(true).catch(() => undefined);
         await proxy.stop();

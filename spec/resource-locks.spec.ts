@@ -282,7 +282,7 @@ describe('resource locks', () => {
     });
     expect(result).to.be.a('number');
     expect(await locks.status({ resource: 'r' })).to.deep.equal([]);
-    console.log(`      backend: ${mongoBackend().kind}`);
+    console.log(`      backend: ${mongoBackend().server}`);
   });
 
   it('rejects bad arguments before anything is written', async () => {

@@ -3,8 +3,15 @@ import { existsSync, mkdirSync, readdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { MongoClient } from 'mongodb';
 
-/** Which MongoDB a run uses; resolved once, in this order: `MONGODB_URI`, mongodb-memory-server, mongo-java-server. */
+/**
+ * How a run got its MongoDB: `uri` (MONGODB_URI), `mongod` (mongodb-memory-server) or `java`
+ * (mongo-java-server, the offline fallback). Chosen by `MONGLOCK_BACKEND` (`uri`, `mongod`,
+ * `java`), else in this order: MONGODB_URI, mongodb-memory-server, mongo-java-server.
+ */
 export type BackendKind = 'uri' | 'mongod' | 'java';
+
+/** What answers at the backend's address, detected from its replies (never assumed from how it was started). */
+export type ServerKind = 'mongod' | 'mongos' | 'ferretdb' | 'mongo-java-server' | 'documentdb' | 'cosmosdb';
 
 /** What the backend can do; tests that need more are skipped with the reason printed. */
 export interface BackendCapabilities {
@@ -23,8 +30,9 @@ export interface BackendCapabilities {
 /** A running MongoDB backend. */
 export interface MongoBackend {
   readonly kind: BackendKind;
+  readonly server: ServerKind;
   readonly uri: string;
-  /** For example "real mongod 7.0.24 (mongodb-memory-server, single-node replica set)". */
+  /** For example "mongod 7.0.24, single-node replica set rs0 (mongodb-memory-server)" or "FerretDB 2.7.0 (MONGODB_URI)". */
   readonly description: string;
   readonly version: string;
   readonly capabilities: BackendCapabilities;
@@ -32,6 +40,9 @@ export interface MongoBackend {
   readonly lacks: (capability: keyof BackendCapabilities) => string | undefined;
   stop(): Promise<void>;
 }
+
+/** The mongo-java-server release support/java/pom.xml resolves. */
+export const JAVA_SERVER_VERSION = '1.47.0';
 
 const ROOT = resolve(__dirname, '..');
 const JAVA_CACHE = join(ROOT, '.cache', 'mongo-java-server', 'lib');
@@ -44,18 +55,58 @@ const JAVA_LAUNCHER = join(ROOT, 'support', 'java', 'Launcher.java');
  * can be had.
  */
 export async function startMongoBackend(log: (line: string) => void = () => undefined): Promise<MongoBackend> {
+  const chosen = chosenBackend();
   const fromEnv = process.env.MONGODB_URI;
-  if (fromEnv) return describeBackend('uri', fromEnv, async () => undefined, 'MONGODB_URI');
+  if (chosen === 'uri' || (chosen === undefined && fromEnv)) {
+    if (!fromEnv) throw new Error('MONGLOCK_BACKEND=uri needs MONGODB_URI (mongodb://host:port/...)');
+    return describeBackend('uri', fromEnv, async () => undefined, 'MONGODB_URI');
+  }
+  if (chosen === 'java') return startJavaServer(log);
+  try {
+    return await startMemoryServer();
+  } catch (error) {
+    if (chosen === 'mongod' || !isDownloadFailure(error)) throw error;
+    log(`no mongod: mongodb-memory-server could not download it (${shortReason(error)}); using the offline fallback mongo-java-server ${JAVA_SERVER_VERSION} (MONGLOCK_BACKEND=java skips the download)`);
+  }
+  return startJavaServer(log);
+}
 
+/** `MONGLOCK_BACKEND`, validated; undefined when unset (or `auto`). */
+function chosenBackend(): BackendKind | undefined {
+  const value = process.env.MONGLOCK_BACKEND;
+  if (value === undefined || value === '' || value === 'auto') return undefined;
+  if (value === 'uri' || value === 'mongod' || value === 'java') return value;
+  throw new Error(`MONGLOCK_BACKEND must be uri, mongod, java or auto, got ${JSON.stringify(value)}`);
+}
+
+/** True when the details of backend decisions are wanted (`MONGLOCK_VERBOSE=1`). */
+function verbose(): boolean {
+  return process.env.MONGLOCK_VERBOSE === '1' || process.env.MONGLOCK_VERBOSE === 'true';
+}
+
+/**
+ * A real mongod from mongodb-memory-server (a single-node replica set). Its own warnings (a
+ * download failure prints several retries and two stack traces) are kept back unless
+ * MONGLOCK_VERBOSE=1, and shown when the failure is not a download failure.
+ */
+async function startMemoryServer(): Promise<MongoBackend> {
+  const held: unknown[][] = [];
+  const { warn, error } = console;
+  if (!verbose()) {
+    console.warn = (...args: unknown[]) => void held.push(args);
+    console.error = (...args: unknown[]) => void held.push(args);
+  }
   try {
     const { MongoMemoryReplSet } = await import('mongodb-memory-server');
     const replSet = await MongoMemoryReplSet.create({ replSet: { count: 1, storageEngine: 'wiredTiger' } });
-    return describeBackend('mongod', replSet.getUri(), () => replSet.stop().then(() => undefined), 'mongodb-memory-server, single-node replica set');
-  } catch (error) {
-    if (!isDownloadFailure(error)) throw error;
-    log(`mongodb-memory-server could not download mongod (${shortReason(error)}); using the offline fallback mongo-java-server`);
+    return await describeBackend('mongod', replSet.getUri(), () => replSet.stop().then(() => undefined), 'mongodb-memory-server');
+  } catch (failure) {
+    if (!isDownloadFailure(failure)) for (const args of held) warn(...args);
+    throw failure;
+  } finally {
+    console.warn = warn;
+    console.error = error;
   }
-  return startJavaServer(log);
 }
 
 function isDownloadFailure(error: unknown): boolean {
@@ -63,8 +114,10 @@ function isDownloadFailure(error: unknown): boolean {
   return /DownloadError|Download failed|ENOTFOUND|EAI_AGAIN|ECONNREFUSED|ECONNRESET|ETIMEDOUT|getaddrinfo|certificate/i.test(text);
 }
 
+/** The first two lines of an error's message, on one line (mongodb-memory-server puts the cause on the second). */
 function shortReason(error: unknown): string {
-  return String((error as Error)?.message ?? error).split('\n').find((line) => line.trim()) ?? 'unknown';
+  const lines = String((error as Error)?.message ?? error).split('\n').map((line) => line.trim()).filter(Boolean);
+  return lines.slice(0, 2).join(' ') || 'unknown';
 }
 
 async function startJavaServer(log: (line: string) => void): Promise<MongoBackend> {
@@ -87,7 +140,7 @@ async function startJavaServer(log: (line: string) => void): Promise<MongoBacken
       setTimeout(() => child.kill('SIGKILL'), 3_000).unref();
     });
   try {
-    return await describeBackend('java', uri, stop, 'in-memory, offline fallback');
+    return await describeBackend('java', uri, stop, 'in-memory, the offline fallback');
   } catch (error) {
     await stop();
     throw error;
@@ -97,7 +150,7 @@ async function startJavaServer(log: (line: string) => void): Promise<MongoBacken
 function ensureJavaServerJars(log: (line: string) => void): void {
   const present = existsSync(JAVA_CACHE) && readdirSync(JAVA_CACHE).some((name) => name.startsWith('mongo-java-server-core'));
   if (present) return;
-  log('resolving mongo-java-server 1.47.0 with Maven (first run only)');
+  log(`resolving mongo-java-server ${JAVA_SERVER_VERSION} with Maven (first run only)`);
   mkdirSync(JAVA_CACHE, { recursive: true });
   const mvn = spawnSync('mvn', ['-q', '-B', '-f', JAVA_POM, 'dependency:copy-dependencies', `-DoutputDirectory=${JAVA_CACHE}`], {
     encoding: 'utf8',
@@ -133,36 +186,42 @@ function waitForReady(child: ChildProcess): Promise<number> {
   });
 }
 
+/** What answers at `uri`, detected from its replies (and from the host names of hosted services). */
 async function describeBackend(kind: BackendKind, uri: string, stop: () => Promise<void>, origin: string): Promise<MongoBackend> {
   const client = new MongoClient(uri, { serverSelectionTimeoutMS: 10_000 });
   try {
     const admin = client.db('admin');
-    const status = await admin.command({ serverStatus: 1 }).catch(() => ({}) as Record<string, unknown>);
     const hello = await admin.command({ isMaster: 1 });
-    const java = status.process === 'java';
-    const version = java ? `1.47.0 (reports ${String(status.version ?? '?')})` : String((await admin.command({ buildInfo: 1 })).version);
+    const build = await admin.command({ buildInfo: 1 }).catch(() => ({}) as Record<string, unknown>);
+    const status = await admin.command({ serverStatus: 1 }).catch(() => ({}) as Record<string, unknown>);
+    const server = serverKind(uri, hello, build, status);
+    const reported = String(build.version ?? status.version ?? '?');
+    const version = server === 'mongo-java-server' ? JAVA_SERVER_VERSION : server === 'ferretdb' ? String(build.ferretdbVersion ?? reported) : reported;
     const replicaSet = typeof hello.setName === 'string';
-    const resolvedKind: BackendKind = java ? 'java' : kind;
+    const java = server === 'mongo-java-server';
+    const mongodLike = server === 'mongod' || server === 'mongos';
     const capabilities: BackendCapabilities = {
       pipelineUpdates: !java,
       ttl: !java,
-      transactions: !java && replicaSet,
-      changeStreams: !java && replicaSet,
+      transactions: mongodLike && (replicaSet || server === 'mongos'),
+      changeStreams: mongodLike && (replicaSet || server === 'mongos'),
       replicaSet,
     };
-    const name = java ? 'mongo-java-server' : 'real mongod';
     const reasons: Record<keyof BackendCapabilities, string> = {
       pipelineUpdates: 'mongo-java-server has no update pipelines',
       ttl: 'mongo-java-server never expires TTL indexes',
-      transactions: java ? 'mongo-java-server has no sessions or transactions' : 'needs a replica set',
-      changeStreams: java ? 'mongo-java-server change streams miss findAndModify writes' : 'needs a replica set',
-      replicaSet: java ? 'mongo-java-server is not a replica set' : 'this server is not a replica set',
+      transactions: mongodLike ? 'needs a replica set' : `${SERVER_NAMES[server]} is not a mongod replica set: no transactions are assumed`,
+      changeStreams: mongodLike ? 'needs a replica set' : java ? 'mongo-java-server change streams miss findAndModify writes' : `${SERVER_NAMES[server]} is not a mongod replica set: no change streams are assumed`,
+      replicaSet: `this ${SERVER_NAMES[server]} is not a replica set`,
     };
+    const topology = server === 'mongos' ? 'sharded cluster (mongos)' : replicaSet ? `replica set ${String(hello.setName)}` : 'standalone';
+    const detail = java ? `reports ${reported}, ${origin}` : mongodLike ? `${topology}, ${origin}` : origin;
     return {
-      kind: resolvedKind,
+      kind,
+      server,
       uri,
       version,
-      description: `${name} ${version} (${origin})`,
+      description: `${SERVER_NAMES[server]} ${version} (${detail})`,
       capabilities,
       lacks: (capability) => (capabilities[capability] ? undefined : reasons[capability]),
       stop,
@@ -170,4 +229,23 @@ async function describeBackend(kind: BackendKind, uri: string, stop: () => Promi
   } finally {
     await client.close();
   }
+}
+
+const SERVER_NAMES: Record<ServerKind, string> = {
+  mongod: 'mongod',
+  mongos: 'mongos',
+  ferretdb: 'FerretDB',
+  'mongo-java-server': 'mongo-java-server',
+  documentdb: 'Amazon DocumentDB',
+  cosmosdb: 'Azure Cosmos DB',
+};
+
+/** Names the server from what it says of itself: FerretDB's `buildInfo.ferretdbVersion`, mongo-java-server's `process: 'java'`, mongos' `msg: 'isdbgrid'`, hosted services' host names. */
+export function serverKind(uri: string, hello: Record<string, unknown>, build: Record<string, unknown>, status: Record<string, unknown>): ServerKind {
+  if (build.ferretdbVersion !== undefined || (build.ferretdb !== undefined && build.ferretdb !== null)) return 'ferretdb';
+  if (status.process === 'java') return 'mongo-java-server';
+  if (/\.docdb(-elastic)?\.amazonaws\.com/i.test(uri)) return 'documentdb';
+  if (/\.cosmos\.azure\.com|\.mongo\.cosmos\.azure\.com|\.documents\.azure\.com/i.test(uri)) return 'cosmosdb';
+  if (hello.msg === 'isdbgrid') return 'mongos';
+  return 'mongod';
 }
