@@ -1,3 +1,4 @@
+import { RESERVED_TAG_NAMES } from './stored-format';
 import { describe, expectMs, expectObject, expectSafeName } from './options';
 
 /** How locks of one tag treat locks of other tags. Tags not named are concurrent (ignored). */
@@ -57,6 +58,13 @@ export function resolveTagRules(
     lists.set(tag, { cooperative, assertive });
   }
   if (declared.size === 0) throw new TypeError('Expected `options.locktimeouts` or `options.lockRelationships` to declare at least one tag');
+  const reserved = [...declared].find((tag) => RESERVED_TAG_NAMES.has(tag));
+  if (reserved !== undefined) {
+    throw new TypeError(
+      `Tag \`${reserved}\` is reserved: the stored lock uses the keys ${[...RESERVED_TAG_NAMES].join(', ')} ` +
+        '(and monglock v2 stored each tag at `lock.<tag>`, so such a tag collides with it): rename the tag',
+    );
+  }
 
   const rules = new Map<string, TagRule>();
   for (const tag of declared) {

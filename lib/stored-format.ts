@@ -51,6 +51,13 @@ export interface StoredLock {
   tags?: Record<string, StoredEntry[] | undefined>;
 }
 
+/**
+ * Names a tag may not have: the keys of the stored lock property (monglock 3's, and v2 writeLock's
+ * `active`/`timestamp`). monglock v2 stored a tag's entries at `lock.<tag>`, so a v2 document with
+ * a tag of one of these names collides with this layout (an acquisition fails with DbError).
+ */
+export const RESERVED_TAG_NAMES: ReadonlySet<string> = new Set(['fence', 'now', 'recent', 'born', 'queue', 'committed', 'tags', 'active', 'timestamp']);
+
 /** Dot paths into the stored lock property. */
 export class LockPaths {
   readonly fence: string;

@@ -1,0 +1,58 @@
+import type { Collection, Document } from 'mongodb';
+import { expectCollection, expectObject, expectSafeName, expectW, type WriteConcernW } from './options';
+
+/** Options of {@link clearV2Locks}. */
+export interface ClearV2LocksOptions {
+  /** The lock property's name; monglock v2's was always `lock`. @default 'lock' */
+  readonly field?: string;
+  /** The v2 multiLock tags whose arrays (`lock.<tag>`) are removed. @default [] (writeLock fields only) */
+  readonly tags?: readonly string[];
+  /** Which documents to clear. @default {} (all) */
+  readonly filter?: Document;
+  /** Write concern of the clearing updates. @default 'majority' */
+  readonly w?: WriteConcernW;
+}
+
+/** What {@link clearV2Locks} changed. */
+export interface ClearedV2Locks {
+  /** Documents whose v2 writeLock fields (`lock.active`, `lock.timestamp`) were removed. */
+  readonly writeLocks: number;
+  /** Per tag, documents whose v2 array `lock.<tag>` was removed. */
+  readonly tags: Readonly<Record<string, number>>;
+}
+
+/**
+ * Removes the lock fields monglock v2 stored (`lock.active`, `lock.timestamp`, and the
+ * `lock.<tag>` arrays of the given tags) from the documents matching `filter`, leaving
+ * monglock 3's fields and your data alone. Run it once, after every v2 client has stopped (see
+ * "Upgrading from v2" in the README): v2 and 3 do not see each other's locks.
+ * @throws {TypeError} on invalid arguments, before anything is written.
+ * @example
+ * await clearV2Locks(db.collection('orders'), { tags: ['read', 'write'] });
+ */
+export async function clearV2Locks<TSchema extends Document = Document>(collection: Collection<TSchema>, options: ClearV2LocksOptions = {}): Promise<ClearedV2Locks> {
+  const target = expectCollection('collection', collection);
+  const o = expectObject('options', options);
+  const field = o.field === undefined ? 'lock' : expectSafeName('options.field', o.field);
+  const filter = o.filter === undefined ? {} : expectObject('options.filter', o.filter);
+  const writeConcern = { w: o.w === undefined ? 'majority' : expectW('options.w', o.w) };
+  if (o.tags !== undefined && !Array.isArray(o.tags)) throw new TypeError('Expected `options.tags` to be an array of v2 tag names');
+  const tags = ((o.tags ?? []) as unknown[]).map((tag, index) => expectSafeName(`options.tags[${index}]`, tag));
+
+  const active = `${field}.active`;
+  const timestamp = `${field}.timestamp`;
+  const writeLocks = await target.updateMany(
+    { $and: [filter, { $or: [{ [active]: { $exists: true } }, { [timestamp]: { $exists: true } }] }] },
+    { $unset: { [active]: '', [timestamp]: '' } },
+    { writeConcern },
+  );
+  const cleared: Record<string, number> = {};
+  for (const tag of tags) {
+    const path = `${field}.${tag}`;
+    // Only v2's arrays of { timestamp, id } (or the empty array a v2 release leaves): never monglock 3's own fields.
+    const v2Array = { [path]: { $type: 'array' }, $or: [{ [path]: { $size: 0 } }, { [`${path}.timestamp`]: { $exists: true } }] };
+    const result = await target.updateMany({ $and: [filter, v2Array] }, { $unset: { [path]: '' } }, { writeConcern });
+    cleared[tag] = result.modifiedCount;
+  }
+  return { writeLocks: writeLocks.modifiedCount, tags: cleared };
+}
