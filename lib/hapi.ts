@@ -1,4 +1,4 @@
-import type { Plugin, Request, RequestRoute, ResponseToolkit, Server } from '@hapi/hapi';
+import type { NamedPlugin, Request, RequestRoute, ResponseToolkit, Server } from '@hapi/hapi';
 import type { Document } from 'mongodb';
 import { isLockError, type BoomLike } from './errors';
 import { routeName, trackRequests } from './hapi-lifecycle';
@@ -111,7 +111,7 @@ const ROUTE_KEYS: ReadonlyArray<keyof RouteLockOptions> = ['lock', 'filter', 'ta
  *   plugins: { monglock: { lock: orders, filter: (request) => ({ _id: request.params.id }), wait: 2000 } },
  *   handler: (request) => pay(request.plugins.monglock.lock) } });
  */
-export const monglockPlugin: Plugin<MonglockPluginOptions> = {
+export const monglockPlugin: NamedPlugin<MonglockPluginOptions> = {
   name: NAME,
   version: PACKAGE.version,
   // Registered twice (by two plugins that each need it), hapi keeps the first and skips the rest.

@@ -149,6 +149,6 @@ describe('hapi plugin registration', () => {
     const server = Hapi.server({ debug: false });
     await server.register({ plugin: monglockPlugin });
     await server.register({ plugin: monglockPlugin }); // a second plugin that depends on it may register it again
-    expect(server.registrations.monglock?.version).to.equal(monglockPlugin.version);
+    expect((server.registrations as Record<string, { version: string } | undefined>).monglock?.version).to.equal(monglockPlugin.version);
   });
 });
