@@ -85,7 +85,7 @@ describe('fair mode (fair: true): first come, first served', () => {
     const lock = writeLock({ collection, locktimeout: 60_000, fair: true });
     const holder = await lock.acquire({ _id: 'fifo' });
     const start = Date.now() + 2_500; // time for the processes to start
-    const gap = 50;
+    const gap = 150; // far apart enough that a busy machine cannot reorder when they come
     const processes = [0, 1, 2, 3].map((p) => {
       const indexes = Array.from({ length: 8 }, (_, i) => i * 4 + p);
       const settings = { uri: mongoBackend().uri, db: collection.dbName, collection: collection.collectionName, indexes, startAt: indexes.map((index) => start + index * gap), holdMs: 5 };
