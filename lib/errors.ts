@@ -9,7 +9,8 @@ export type LockErrorSubtype =
   | 'CooperativeLock'
   | 'AssertiveLock'
   | 'LockNotFound'
-  | 'DbError';
+  | 'DbError'
+  | 'MaxHoldExceeded';
 
 const TYPES: Readonly<Record<LockErrorSubtype, { type: LockErrorType; statusCode: number }>> = {
   RessourceNotFound: { type: 'notFound', statusCode: 404 },
@@ -19,6 +20,7 @@ const TYPES: Readonly<Record<LockErrorSubtype, { type: LockErrorType; statusCode
   AssertiveLock: { type: 'conflict', statusCode: 409 },
   LockNotFound: { type: 'conflict', statusCode: 409 },
   DbError: { type: 'badImplementation', statusCode: 500 },
+  MaxHoldExceeded: { type: 'badImplementation', statusCode: 500 },
 };
 
 /**

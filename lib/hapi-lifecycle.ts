@@ -1,7 +1,7 @@
 import type { Request, RequestRoute, ResponseToolkit } from '@hapi/hapi';
 import { Commit } from './commit';
-import { lockError, type BoomLike } from './errors';
-import { LeaseKeeper } from './lease-keeper';
+import type { BoomLike } from './errors';
+import { keptLease, LeaseKeeper } from './lease-keeper';
 import { LockHandle } from './lock-handle';
 
 /** A route method as hapi calls it: a pre method, a pre's failAction (with the error as third argument) or the handler. */
@@ -45,9 +45,10 @@ export interface RequestTracking {
   begin(request: Request, checkout: boolean): AbortSignal | undefined;
   /**
    * The lock is held: its lease is kept alive until it is released (or handed over by a
-   * checkout); resolves the signal that aborts if the lease is lost meanwhile.
+   * checkout), for `maxHoldMs` at most; resolves the signal that aborts if the lease is lost
+   * meanwhile (or maxHold passes: the lock is then released).
    */
-  acquired(request: Request, lock: LockHandle): AbortSignal;
+  acquired(request: Request, lock: LockHandle, maxHoldMs: number): AbortSignal;
   /** The response has gone out, or the client is gone (the server's `response` event). */
   responded(request: Request): void;
   /** Wraps a locked route's handler (once per route: hapi reads `route.settings.handler` on each request). */
@@ -186,14 +187,13 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       requests.set(request, state);
       return state.waiting.signal;
     },
-    acquired(request, lock) {
+    acquired(request, lock, maxHoldMs) {
       const state = requests.get(request);
       const controller = state?.controller ?? new AbortController();
       if (!state) return controller.signal;
       state.lock = lock;
       const leaseMs = lock.expiresAt - lock.timestamp;
-      const expired = (): Error => lockError('LockNotFound', boom, { detail: 'the lease ended before it could be extended' });
-      const keeper = new LeaseKeeper({ remaining: () => lock.remaining(), extend: () => lock.extend(leaseMs), expired }, leaseMs, controller);
+      const keeper = new LeaseKeeper(keptLease(lock, leaseMs, boom), leaseMs, controller, maxHoldMs);
       state.keeper = keeper;
       state.unwatch = LockHandle.watchExpiry(lock, () => keeper.replan()); // the route extends the lock itself
       settle(state); // the client may have gone while we waited for the lock

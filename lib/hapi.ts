@@ -5,7 +5,8 @@ import { routeName, trackRequests } from './hapi-lifecycle';
 import type { LockHandle } from './lock-handle';
 import { describeLock } from './lock-kind';
 import type { MultiLock } from './multi-lock';
-import { describe, expectBoom, expectDocumentOption, expectMs, isPlainObject } from './options';
+import { DEFAULT_MAX_HOLD } from './lease-keeper';
+import { describe, expectBoom, expectDocumentOption, expectMaxHold, expectMs, isPlainObject } from './options';
 import { WRITE_TAG, type WriteLock } from './write-lock';
 
 /** Route-level configuration, in a route's `options.plugins.monglock`. */
@@ -40,6 +41,12 @@ export interface RouteLockOptions {
    * @default undefined (the lock only)
    */
   readonly document?: true | Record<string, 0 | 1 | boolean>;
+  /**
+   * Ceiling on keeping the lease alive, in ms (or `Infinity`): then renewal stops, the route's
+   * signal (`lockOf(request).signal`) aborts with `MaxHoldExceeded` and the lock is released.
+   * @default 600000 (10 minutes)
+   */
+  readonly maxHold?: number;
 }
 
 /** Plugin options. */
@@ -97,7 +104,7 @@ function pluginBoom(options: unknown): BoomLike {
   // eslint-disable-next-line @typescript-eslint/no-require-imports
   return expectBoom('the monglock plugin option `boom`', options?.boom) ?? (require('@hapi/boom') as BoomLike);
 }
-const ROUTE_KEYS: ReadonlyArray<keyof RouteLockOptions> = ['lock', 'filter', 'tag', 'wait', 'locktimeout', 'mode', 'document'];
+const ROUTE_KEYS: ReadonlyArray<keyof RouteLockOptions> = ['lock', 'filter', 'tag', 'wait', 'locktimeout', 'mode', 'document', 'maxHold'];
 
 /**
  * The hapi plugin: locks the document a route works on before its pre methods and handler, gives
@@ -161,7 +168,7 @@ export const monglockPlugin: NamedPlugin<MonglockPluginOptions> = {
         if (isLockError(error, 'AssertiveLock') && error.lock) await (error.lock as LockHandle).release().catch(() => undefined);
         throw error;
       }
-      const signal = tracking.acquired(request, lock);
+      const signal = tracking.acquired(request, lock, settings.maxHold ?? DEFAULT_MAX_HOLD);
       request.plugins.monglock = { lock, guard: (extra?: Document) => lock.guard(extra), signal, document: lock.document } satisfies RequestLock;
       return h.continue;
     });
@@ -188,6 +195,7 @@ function resolveRoute(where: string, config: unknown): Resolved {
   if (typeof settings.filter !== 'function') throw new TypeError(`Expected \`plugins.monglock.filter\` of ${where} to be a function (request) => filter`);
   if (settings.wait !== undefined) expectMs(`plugins.monglock.wait of ${where}`, settings.wait, 0);
   if (settings.locktimeout !== undefined) expectMs(`plugins.monglock.locktimeout of ${where}`, settings.locktimeout);
+  expectMaxHold(`plugins.monglock.maxHold of ${where}`, settings.maxHold, DEFAULT_MAX_HOLD);
   const field = describeLock(settings.lock)?.field ?? 'lock';
   if (settings.document !== undefined) expectDocumentOption(`plugins.monglock.document of ${where}`, settings.document, field);
   if (settings.mode !== undefined && settings.mode !== 'hold' && settings.mode !== 'checkout') {

@@ -1,12 +1,29 @@
+import { publish, type LeaseLossCause } from './diagnostics';
+import { isLockError, lockError, type BoomLike } from './errors';
+import type { LockHandle } from './lock-handle';
+
 /** What a lease keeper needs of a held lock. */
 export interface KeptLease {
   /** ms of the lease this client can rely on (by the upper bound of the server's clock). */
   remaining(): number;
   /** Pushes the lease forward; rejects when the lock is lost or MongoDB fails. */
   extend(): PromiseLike<unknown>;
-  /** The error that tells the body its lease ended before an extension could land. */
-  expired(): Error;
+  /** Releases the lock (`maxHold` passed). */
+  release(): PromiseLike<unknown>;
+  /** The error that tells the body why the lock ended without its release. */
+  ended(cause: LeaseLossCause, error: unknown): Error;
+  /** Names the lock in events. */
+  readonly identity: { readonly namespace: string; readonly tag: string; readonly lockId: string };
 }
+
+/**
+ * Default `maxHold` of `using()` and the hapi plugin: 10 minutes. Automatic renewal is what lets
+ * a body outlive its lease; a body that hangs (an awaited promise that never settles) would renew
+ * forever and keep everyone else out. Ten minutes is far longer than a request or an ordinary
+ * critical section, and short enough that a hung holder frees the resource within minutes. Pass
+ * `maxHold: Infinity` for a body that must hold longer.
+ */
+export const DEFAULT_MAX_HOLD = 10 * 60_000;
 
 /**
  * How long before the lease may end (by the upper bound of the server's clock) the keeper
@@ -17,19 +34,30 @@ export function safetyMargin(leaseMs: number): number {
   return Math.min(250, Math.ceil(leaseMs / 20));
 }
 
+/** True when an extension's failure means the lock is gone (MongoDB refused it), not that MongoDB could not be reached. */
+function refusal(error: unknown): boolean {
+  return isLockError(error) && error.subtype !== 'DbError';
+}
+
 /**
- * Keeps a lease alive while a `using()` body runs: extends it each time half of `leaseMs` is
- * left, and aborts `controller` with the reason as soon as an extension fails or less than the
- * {@link safetyMargin} is left first. Time left is judged by the upper bound of the server's
- * clock, so the signal never aborts after the server could have given the lock to another
- * client; and it is judged again whenever the lease's end changes (`replan()`: the body extended
- * its own handle, a group was renewed). `stop()` clears every timer and waits for an extension
- * in flight.
+ * Keeps a lease alive while a `using()` body or a hapi route runs: extends it each time half of
+ * `leaseMs` is left, and aborts `controller` with the reason once the lock is lost:
+ * - MongoDB refused an extension (`refused`: released, expired and retaken, document gone);
+ * - less than the {@link safetyMargin} is left by the upper bound of the server's clock, after
+ *   extensions failed with DbError (`store-outage`: they are retried until then, because a store
+ *   that cannot be reached has not taken the lock away) or before one could land (`expired`);
+ * - `maxHoldMs` passed since it started (`max-hold`): it stops renewing and releases the lock.
+ * Time left is judged again whenever the lease's end changes (`replan()`). Failures and losses
+ * are published on `monglock:extension-failed` and `monglock:lease-lost`. `stop()` clears every
+ * timer and waits for an extension in flight.
  */
 export class LeaseKeeper {
   private extendTimer: NodeJS.Timeout | undefined;
   private expiryTimer: NodeJS.Timeout | undefined;
+  private readonly maxHoldTimer: NodeJS.Timeout | undefined;
   private inFlight: Promise<void> | undefined;
+  /** The last extension's DbError, while MongoDB cannot be reached. */
+  private outage: unknown;
   private stopped = false;
   private readonly margin: number;
 
@@ -37,8 +65,10 @@ export class LeaseKeeper {
     private readonly lease: KeptLease,
     private readonly leaseMs: number,
     private readonly controller: AbortController,
+    maxHoldMs = DEFAULT_MAX_HOLD,
   ) {
     this.margin = safetyMargin(leaseMs);
+    if (Number.isFinite(maxHoldMs)) this.maxHoldTimer = setTimeout(() => this.giveUp(maxHoldMs), maxHoldMs);
     this.replan();
   }
 
@@ -46,6 +76,7 @@ export class LeaseKeeper {
   async stop(): Promise<void> {
     this.stopped = true;
     this.clearTimers();
+    clearTimeout(this.maxHoldTimer);
     await this.inFlight;
   }
 
@@ -54,9 +85,9 @@ export class LeaseKeeper {
     this.clearTimers();
     if (this.stopped || this.controller.signal.aborted) return;
     const left = this.lease.remaining();
-    if (left <= this.margin) return this.lose(this.lease.expired());
+    if (left <= this.margin) return this.lapse();
     this.extendTimer = setTimeout(() => this.extend(), Math.max(0, left - this.leaseMs / 2));
-    this.expiryTimer = setTimeout(() => this.lose(this.lease.expired()), left - this.margin);
+    this.expiryTimer = setTimeout(() => this.lapse(), left - this.margin);
   }
 
   private extend(): void {
@@ -64,22 +95,83 @@ export class LeaseKeeper {
     this.inFlight = Promise.resolve(this.lease.extend()).then(
       () => {
         this.inFlight = undefined;
+        this.outage = undefined;
         this.replan();
       },
       (error: unknown) => {
         this.inFlight = undefined;
-        this.lose(error);
+        const storeOutage = !refusal(error);
+        const remainingMs = this.lease.remaining();
+        publish.extensionFailed(() => ({ ...this.lease.identity, storeOutage, remainingMs, error }));
+        if (!storeOutage) return this.lose('refused', error);
+        // MongoDB could not be reached: the lock is not lost while the lease lasts. Try again
+        // (the expiry timer still stands), a few times before the margin.
+        this.outage = error;
+        if (this.stopped || this.controller.signal.aborted) return;
+        clearTimeout(this.extendTimer);
+        this.extendTimer = setTimeout(() => this.extend(), Math.min(1_000, Math.max(20, (remainingMs - this.margin) / 4)));
       },
     );
   }
 
-  private lose(reason: unknown): void {
+  /** Too little of the lease is left to rely on. */
+  private lapse(): void {
+    if (this.outage !== undefined) this.lose('store-outage', this.outage);
+    else this.lose('expired', undefined);
+  }
+
+  /** `maxHold` passed: stop renewing, tell the body, release. */
+  private giveUp(maxHoldMs: number): void {
+    if (this.stopped || this.controller.signal.aborted) return;
+    this.stopped = true;
     this.clearTimers();
-    if (!this.stopped && !this.controller.signal.aborted) this.controller.abort(reason);
+    const reason = this.lease.ended('max-hold', maxHoldMs);
+    publish.leaseLost(() => ({ ...this.lease.identity, cause: 'max-hold', error: reason }));
+    this.controller.abort(reason);
+    void Promise.resolve(this.inFlight)
+      .then(() => this.lease.release())
+      .then(undefined, () => undefined);
+  }
+
+  private lose(cause: LeaseLossCause, error: unknown): void {
+    this.clearTimers();
+    clearTimeout(this.maxHoldTimer);
+    if (this.stopped || this.controller.signal.aborted) return;
+    const reason = cause === 'refused' ? error : this.lease.ended(cause, error);
+    publish.leaseLost(() => ({ ...this.lease.identity, cause, error: reason }));
+    this.controller.abort(reason);
   }
 
   private clearTimers(): void {
     clearTimeout(this.extendTimer);
     clearTimeout(this.expiryTimer);
+  }
+}
+
+/** How a keeper keeps `handle`: extended to `leaseMs` with `params`, released with them at `maxHold`. */
+export function keptLease(handle: LockHandle, leaseMs: number, boom: BoomLike | undefined, params: object = {}): KeptLease {
+  return {
+    remaining: () => handle.remaining(),
+    extend: () => handle.extend(leaseMs, params),
+    release: () => handle.release(params),
+    ended: (cause, error) => leaseEnded(cause, error, boom),
+    identity: { namespace: handle.namespace, tag: handle.tag, lockId: handle.id },
+  };
+}
+
+/** The abort reason of a lease that ended without its holder's release. */
+export function leaseEnded(cause: LeaseLossCause, error: unknown, boom: BoomLike | undefined): Error {
+  switch (cause) {
+    case 'max-hold':
+      return lockError('MaxHoldExceeded', boom, { detail: `held for maxHold (${String(error)} ms): renewal stopped and the lock was released` });
+    case 'store-outage':
+      return lockError('DbError', boom, {
+        cause: error,
+        detail: 'store outage: MongoDB could not be reached to extend the lease until it ran out by the server clock, so another client may take the lock now',
+      });
+    case 'refused':
+      return error instanceof Error ? error : lockError('LockNotFound', boom, { detail: 'an extension was refused' });
+    case 'expired':
+      return lockError('LockNotFound', boom, { detail: 'the lease ended before it could be extended' });
   }
 }

@@ -3,7 +3,7 @@ import { DocumentLock } from './document-lock';
 import { describedAs } from './lock-kind';
 import type { UsingBody } from './scoped-hold';
 import type { LockData, LockHandle } from './lock-handle';
-import { expectFilter, expectObject, expectSafeName, isPlainObject, type CallOptions, type DocumentParams, type LockFilter, type LockOptions, type UpdateParams } from './options';
+import { expectFilter, expectObject, expectSafeName, isPlainObject, type CallOptions, type DocumentParams, type HoldParams, type LockFilter, type LockOptions, type UpdateParams } from './options';
 import { resolveTagRules, type LockRelationships } from './relationships';
 import type { WaitOptions } from './waiting';
 
@@ -50,7 +50,7 @@ export interface MultiLock<TSchema extends Document = Document> {
    * Acquires `params.tag` (waiting per `params.wait`, assertive continuations included), runs
    * `body` while extending the lease, aborts `signal` if the lease is lost, always releases.
    */
-  using<T>(filter: LockFilter<TSchema>, params: MultiLockAcquireParams, body: UsingBody<T>): Promise<T>;
+  using<T>(filter: LockFilter<TSchema>, params: MultiLockAcquireParams & HoldParams, body: UsingBody<T>): Promise<T>;
 }
 
 /**
@@ -68,6 +68,7 @@ export function multiLock<TSchema extends Document = Document>(options: MultiLoc
   const o = expectObject('options', options);
   const core = new DocumentLock(options, {
     rules: resolveTagRules(o.locktimeouts, o.locktimeout, o.lockRelationships),
+    name: 'multiLock',
     conflict: 'CooperativeLock',
     reportsReacquired: false,
   });

@@ -62,6 +62,17 @@ export interface UpdateParams {
  */
 export type LockFilter<TSchema extends Document> = Document extends TSchema ? Document : Filter<TSchema>;
 
+/** Per-call option of `using()`: the ceiling on automatic renewal. */
+export interface HoldParams {
+  /**
+   * ms after which the lease is no longer extended: the body's signal aborts with
+   * `MaxHoldExceeded` and the lock is released (what the body returns then is not applied).
+   * `Infinity` for no ceiling. A body that hangs would otherwise renew forever.
+   * @default 600000 (10 minutes)
+   */
+  readonly maxHold?: number;
+}
+
 /** Options shared by {@link writeLock} and {@link multiLock}; `TSchema` is the type of the locked documents. */
 export interface LockOptions<TSchema extends Document = Document> extends CallOptions {
   /** The collection whose documents are locked (typed or not: `db.collection<Order>('orders')`). */
@@ -125,6 +136,13 @@ export function isPlainObject(value: unknown): value is Record<string, unknown> 
 export function expectObject(name: string, value: unknown): Record<string, unknown> {
   if (!isPlainObject(value)) throw new TypeError(`Expected \`${name}\` to be an object, got ${describe(value)}`);
   return value;
+}
+
+/** `maxHold` of `using()` and hapi routes: ms (at least 1), or `Infinity` for no ceiling; the default when undefined. */
+export function expectMaxHold(name: string, value: unknown, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (value === Infinity) return Infinity;
+  return expectMs(name, value);
 }
 
 /** Throws unless `value` is an integer in [min, MAX_MS]. */

@@ -1,5 +1,5 @@
 import type { Document } from 'mongodb';
-import type { LockOptions, CallOptions } from './options';
+import type { LockOptions, CallOptions, HoldParams } from './options';
 import { ResourceLockClient } from './resource-lock-client';
 import type { ResourceLockHandle } from './resource-lock-handle';
 import type { LockDetails, StatusFilter } from './resource-params';
@@ -46,7 +46,7 @@ export interface ResourceLocks {
   using<T>(
     resource: string,
     lockId: string,
-    params: ResourceLockParams & { shared?: boolean; maxConcurrent?: number },
+    params: ResourceLockParams & HoldParams & { shared?: boolean; maxConcurrent?: number },
     body: UsingBody<T, ResourceLockHandle>,
   ): Promise<T>;
 }

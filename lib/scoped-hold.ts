@@ -1,8 +1,8 @@
 import type { Document } from 'mongodb';
 import { Commit } from './commit';
 import type { BoomLike } from './errors';
-import { isLockError, lockError } from './errors';
-import { LeaseKeeper } from './lease-keeper';
+import { isLockError } from './errors';
+import { keptLease, LeaseKeeper } from './lease-keeper';
 import { NEVER } from './lock-engine';
 import { LockHandle } from './lock-handle';
 import { linkSignals } from './waiting';
@@ -22,6 +22,8 @@ export interface HoldSettings {
   /** The caller's signals (its `signal`, a promise cancellation) whose abort is forwarded to the body's. */
   readonly outerSignals: ReadonlyArray<AbortSignal | undefined>;
   readonly boom: BoomLike | undefined;
+  /** ms after which renewal stops, the body's signal aborts (`MaxHoldExceeded`) and the lock is released. */
+  readonly maxHoldMs: number;
 }
 
 /**
@@ -39,16 +41,10 @@ export async function holdWhile<T, H extends LockHandle>(handle: H, settings: Ho
   const forward = (): void => controller.abort(outer.signal?.reason);
   if (outer.signal?.aborted) forward();
   else outer.signal?.addEventListener('abort', forward, { once: true });
+  const started = Date.now();
+  // A keeper started later (a renew gave a lock without expiry one) keeps the same maxHold.
   const keep = (leaseMs: number): LeaseKeeper =>
-    new LeaseKeeper(
-      {
-        remaining: () => handle.remaining(),
-        extend: () => handle.extend(leaseMs, settings.callParams),
-        expired: () => lockError('LockNotFound', settings.boom, { detail: 'the lease ended before it could be extended' }),
-      },
-      leaseMs,
-      controller,
-    );
+    new LeaseKeeper(keptLease(handle, leaseMs, settings.boom, settings.callParams), leaseMs, controller, settings.maxHoldMs - (Date.now() - started));
   let keeper = Number.isFinite(settings.leaseMs) ? keep(settings.leaseMs) : undefined;
   // The lease may change under the body (it extends its handle; a group is renewed): replan, and
   // a lock without expiry that was given one (a renew) is kept from then on, to that lease.
@@ -69,6 +65,11 @@ export async function holdWhile<T, H extends LockHandle>(handle: H, settings: Ho
   } catch (error) {
     await finish().catch(() => undefined);
     throw error;
+  }
+  // maxHold passed while the body ran: the lock was released then, and nothing the body returns is applied.
+  if (isLockError(controller.signal.reason, 'MaxHoldExceeded')) {
+    await finish().catch(() => undefined);
+    throw controller.signal.reason;
   }
   // A commit's update is applied with the release, only while the lock is held. If it was not
   // applied (refused by MongoDB or by validation), or it cannot be told, the lock is released

@@ -3,7 +3,7 @@ import { DocumentLock } from './document-lock';
 import { describedAs } from './lock-kind';
 import type { UsingBody } from './scoped-hold';
 import type { LockData, LockHandle } from './lock-handle';
-import { expectFilter, expectMs, expectObject, expectTimestamp, type CallOptions, type DocumentParams, type LockFilter, type LockOptions, type UpdateParams } from './options';
+import { expectFilter, expectMs, expectObject, expectTimestamp, type CallOptions, type DocumentParams, type HoldParams, type LockFilter, type LockOptions, type UpdateParams } from './options';
 import { resolveTagRules } from './relationships';
 import type { WaitOptions } from './waiting';
 
@@ -59,7 +59,7 @@ export interface WriteLock<TSchema extends Document = Document> {
    * Acquires, runs `body` while extending the lease automatically, aborts `signal` if the lease
    * is lost, releases in any case, and resolves the body's result.
    */
-  using<T>(filter: LockFilter<TSchema>, params: WriteLockAcquireParams | undefined, body: UsingBody<T>): Promise<T>;
+  using<T>(filter: LockFilter<TSchema>, params: (WriteLockAcquireParams & HoldParams) | undefined, body: UsingBody<T>): Promise<T>;
 }
 
 /**
@@ -75,6 +75,7 @@ export function writeLock<TSchema extends Document = Document>(options: WriteLoc
   const lease = o.locktimeout === undefined ? 10_000 : expectMs('options.locktimeout', o.locktimeout);
   const core = new DocumentLock(options, {
     rules: resolveTagRules({ [WRITE_TAG]: lease }, undefined, { [WRITE_TAG]: { cooperative: [WRITE_TAG] } }),
+    name: 'writeLock',
     conflict: 'LockAlreadyTaken',
     reportsReacquired: true,
   });
