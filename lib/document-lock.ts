@@ -1,5 +1,6 @@
 import type { Document } from 'mongodb';
 import { Acquisition } from './acquisition';
+import { isTraced, traced, type LockCallContext } from './diagnostics';
 import { isLockError, lockError } from './errors';
 import { AssertivePending, LockEngine, lockWrittenBy, type Acquired, type Proof } from './lock-engine';
 import { extensionOf, LockHandle, readLockData, releaseUnclaimed, type Extension, type HandleOwner, type LockData } from './lock-handle';
@@ -9,6 +10,7 @@ import {
   expectFunction,
   expectUpdate,
   isPlainObject,
+  expectMaxHold,
   expectMs,
   expectObject,
   resolveCallOptions,
@@ -19,6 +21,7 @@ import {
 import type { TagRule } from './relationships';
 import { inPromiseLibrary, uncancellableWaitWarning, type Cancellation } from './promise-library';
 import { holdWhile, type UsingBody } from './scoped-hold';
+import { DEFAULT_MAX_HOLD } from './lease-keeper';
 import { ServerClock } from './server-clock';
 import { Store } from './store';
 import { LockPaths } from './stored-format';
@@ -31,6 +34,7 @@ const EXPLAIN_EVERY = 8;
 
 /** How the two factories differ. */
 export interface DocumentLockKind {
+  readonly name: 'writeLock' | 'multiLock';
   readonly rules: ReadonlyMap<string, TagRule>;
   readonly conflict: 'LockAlreadyTaken' | 'CooperativeLock';
   readonly reportsReacquired: boolean;
@@ -49,9 +53,13 @@ export class DocumentLock implements HandleOwner {
   private readonly clock: ServerClock;
   private readonly waiters: LocalWaiters;
   private readonly fair: boolean;
+  readonly namespace: string;
+  private readonly kindName: string;
 
   constructor(options: unknown, kind: DocumentLockKind) {
     const resolved = resolveLockOptions(options);
+    this.namespace = `${resolved.collection.dbName}.${resolved.collection.collectionName}`;
+    this.kindName = kind.name;
     this.defaults = resolved.call;
     this.fair = resolved.fair;
     this.PromiseLib = resolved.Promise;
@@ -90,11 +98,29 @@ export class DocumentLock implements HandleOwner {
    * cancellation aborts. When it gives up, every lock it wrote is released (an assertive
    * registration too), also one written by an attempt that was in flight at that moment.
    */
-  async acquire(filter: unknown, tag: string | undefined, params: unknown, lock?: unknown, cancellation?: Cancellation): Promise<LockHandle> {
+  acquire(filter: unknown, tag: string | undefined, params: unknown, lock?: unknown, cancellation?: Cancellation): Promise<LockHandle> {
+    if (!isTraced('acquire')) return this.acquireTraced(filter, tag, params, lock, cancellation, undefined);
+    return traced(
+      'acquire',
+      () => ({ operation: 'acquire', kind: this.kindName, namespace: this.namespace, tag }),
+      () => this.clock.local(),
+      (context) => this.acquireTraced(filter, tag, params, lock, cancellation, context),
+    );
+  }
+
+  private async acquireTraced(
+    filter: unknown,
+    tag: string | undefined,
+    params: unknown,
+    lock: unknown,
+    cancellation: Cancellation | undefined,
+    context: LockCallContext | undefined,
+  ): Promise<LockHandle> {
     const userFilter = expectFilter('filter', filter);
     const { params: p, call } = this.callOptions(params);
     const resumed = lock === undefined ? undefined : this.resumable(userFilter, lock);
     const ruleTag = resumed?.lock.tag ?? tag ?? '';
+    if (context) context.tag = ruleTag;
     const lease = this.leaseOf(ruleTag, p);
     const document = expectDocumentOption('params.document', p.document, this.engine.field);
     const waiting = readWaitParams(p);
@@ -156,7 +182,9 @@ export class DocumentLock implements HandleOwner {
         () => this.clock.local(),
         place.sleep,
       );
-      return await this.handleFor(won, acquisition, call);
+      const handle = await this.handleFor(won, acquisition, call);
+      if (context) Object.assign(context, { lockId: handle.id, fence: handle.fence, expiresAt: handle.expiresAt });
+      return handle;
     } catch (error) {
       // Without waiting, an assertive registration is the caller's to continue (monglock v2).
       const handedOver = isLockError(error, 'AssertiveLock') && error.lock !== undefined && waiting.wait === 0 && !signal?.aborted;
@@ -167,6 +195,7 @@ export class DocumentLock implements HandleOwner {
       }
       throw error;
     } finally {
+      if (context) context.attempts = attempts;
       dispose();
       place.leave(won !== undefined);
     }
@@ -180,6 +209,7 @@ export class DocumentLock implements HandleOwner {
    */
   async using<T>(filter: unknown, tag: string | undefined, params: unknown, body: unknown, cancellation?: Cancellation): Promise<T> {
     const work = expectFunction<UsingBody<T>>('body', body);
+    const maxHoldMs = expectMaxHold('params.maxHold', params === undefined ? undefined : expectObject('params', params).maxHold, DEFAULT_MAX_HOLD);
     const handle = await this.acquire(filter, tag, params, undefined, cancellation);
     const { params: p, call } = this.callOptions(params);
     return holdWhile(
@@ -189,6 +219,7 @@ export class DocumentLock implements HandleOwner {
         callParams: { timeout: call.timeout, w: call.w, releaseW: call.releaseW, boom: call.boom },
         outerSignals: [readWaitParams(p).signal, cancellation?.signal],
         boom: call.boom,
+        maxHoldMs,
       },
       work,
     );
@@ -199,7 +230,17 @@ export class DocumentLock implements HandleOwner {
    * document `target` addresses; with `params.update`, applies it in the same write, only if the
    * lock is still held.
    */
-  async releaseWith(target: unknown, tag: string, proof: Proof | undefined, claimed: LockData | undefined, params: unknown): Promise<void> {
+  releaseWith(target: unknown, tag: string, proof: Proof | undefined, claimed: LockData | undefined, params: unknown): Promise<void> {
+    if (!isTraced('release')) return this.releaseNow(target, tag, proof, claimed, params);
+    return traced(
+      'release',
+      () => ({ operation: 'release', kind: this.kindName, namespace: this.namespace, tag, lockId: claimed?.id || undefined, fence: claimed?.fence || undefined }),
+      () => this.clock.local(),
+      () => this.releaseNow(target, tag, proof, claimed, params),
+    );
+  }
+
+  private async releaseNow(target: unknown, tag: string, proof: Proof | undefined, claimed: LockData | undefined, params: unknown): Promise<void> {
     const filter = expectFilter('filter', target);
     const { params: p, call } = this.callOptions(params);
     const update = this.updateOf(p);
@@ -219,7 +260,7 @@ export class DocumentLock implements HandleOwner {
   async extendWith(target: unknown, lock: LockData, proof: Proof, params: unknown): Promise<LockHandle> {
     const filter = expectFilter('filter', target);
     const { params: p, call } = this.callOptions(params);
-    const extended = await this.engine.extend(filter, lock, proof, this.leaseOf(lock.tag, p), call, undefined, this.updateOf(p));
+    const extended = await this.extendTraced(lock, () => this.engine.extend(filter, lock, proof, this.leaseOf(lock.tag, p), call, undefined, this.updateOf(p)));
     for (const given of [p.lock, p.timestamp]) {
       if (given instanceof LockHandle && given.id === lock.id) LockHandle.updateExpiry(given, extensionOf(extended));
     }
@@ -240,8 +281,22 @@ export class DocumentLock implements HandleOwner {
   extend(target: Document, lock: LockData, params?: object): Promise<Extension> {
     return this.run(async () => {
       const { params: p, call } = this.callOptions(params);
-      return extensionOf(await this.engine.extend(target, lock, { id: lock.id }, this.leaseOf(lock.tag, p), call, undefined, this.updateOf(p)));
+      return extensionOf(await this.extendTraced(lock, () => this.engine.extend(target, lock, { id: lock.id }, this.leaseOf(lock.tag, p), call, undefined, this.updateOf(p))));
     });
+  }
+
+  /** An extension of `lock`, traced on `monglock:extend`. */
+  private extendTraced(lock: LockData, extend: () => Promise<Acquired>): Promise<Acquired> {
+    return traced(
+      'extend',
+      () => ({ operation: 'extend', kind: this.kindName, namespace: this.namespace, tag: lock.tag, lockId: lock.id || undefined, fence: lock.fence || undefined }),
+      () => this.clock.local(),
+      async (context) => {
+        const extended = await extend();
+        if (context) context.expiresAt = extended.lock.expiresAt;
+        return extended;
+      },
+    );
   }
 
   guard(target: Document, lock: LockData, extra?: Document): Document {

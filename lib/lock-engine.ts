@@ -146,6 +146,12 @@ export class LockEngine {
     this.tags = new Set(settings.rules.keys());
   }
 
+  /** The locked collection, `db.collection`. */
+  get namespace(): string {
+    const { dbName, collectionName } = this.settings.store.collection;
+    return `${dbName}.${collectionName}`;
+  }
+
   /** The property of each document that holds its lock. */
   get field(): string {
     return this.settings.paths.field;

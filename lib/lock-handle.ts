@@ -29,6 +29,8 @@ export interface HandleOwner {
   guard(target: Document, lock: LockData, extra?: Document): Document;
   /** ms of the lease left by the upper bound of the server's clock. */
   remaining(lock: LockData): number;
+  /** The locked collection, `db.collection`. */
+  readonly namespace: string;
 }
 
 /**
@@ -76,6 +78,11 @@ export class LockHandle implements LockData {
 
 
   /** When the lease ends, ms since the epoch by the server's clock. */
+  /** The locked collection, `db.collection` (for logs and events; not part of the JSON). */
+  get namespace(): string {
+    return this.#owner.namespace;
+  }
+
   get expiresAt(): number {
     return this.#expiresAt;
   }

@@ -1,9 +1,11 @@
 import type { Document } from 'mongodb';
 import { Acquisition } from './acquisition';
+import { traced } from './diagnostics';
 import { isLockError, lockError, withDbErrors } from './errors';
 import { fenceOf, LockEngine, lockWrittenBy, NEVER, type AcquireExtras, type Acquired } from './lock-engine';
 import { extensionOf, LockHandle, releaseUnclaimed, type Extension, type HandleOwner, type LockData } from './lock-handle';
 import {
+  expectMaxHold,
   expectFunction,
   expectMs,
   expectObject,
@@ -22,6 +24,7 @@ import { purgeExpired, repeatPurge, type PurgeOutcome } from './resource-purge';
 import { RESOURCE_DOCUMENTS, RESOURCE_TAGS, statusesOf, statusMatches, statusQuery, type LockStatus } from './resource-status';
 import { ResourceStore } from './resource-store';
 import { holdWhile, type UsingBody } from './scoped-hold';
+import { DEFAULT_MAX_HOLD } from './lease-keeper';
 import { ServerClock } from './server-clock';
 import { LockPaths, type StoredEntry, type StoredLock } from './stored-format';
 import { linkSignals, readWaitParams, retryWithin } from './waiting';
@@ -39,6 +42,7 @@ const CREATE_ROUNDS = 3;
  */
 export class ResourceLockClient implements HandleOwner {
   private readonly store: ResourceStore;
+  readonly namespace: string;
   private readonly engine: LockEngine;
   private readonly clock: ServerClock;
   private readonly paths = new LockPaths(FIELD);
@@ -60,6 +64,7 @@ export class ResourceLockClient implements HandleOwner {
     this.PromiseLib = resolved.Promise;
     this.clock = new ServerClock(resolved.clock);
     this.store = new ResourceStore(resolved.collection, FIELD, resolved.clock);
+    this.namespace = `${resolved.collection.dbName}.${resolved.collection.collectionName}`;
     this.engine = new LockEngine({
       store: this.store,
       paths: this.paths,
@@ -106,7 +111,20 @@ export class ResourceLockClient implements HandleOwner {
    * taken by the engine's checked update, never by an unchecked stamp), then acquires. Waiting
    * and abandonment as for document locks: a lock written after the caller gave up is released.
    */
-  private async lock(
+  private lock(type: ResourceLockType, resource: unknown, lockId: unknown, params: unknown, maxConcurrent: unknown, cancellation?: Cancellation): Promise<ResourceLockHandle> {
+    return traced(
+      'acquire',
+      () => ({ operation: 'acquire', kind: 'resourceLocks', namespace: this.namespace, tag: type }),
+      () => this.clock.local(),
+      async (context) => {
+        const handle = await this.lockNow(type, resource, lockId, params, maxConcurrent, cancellation);
+        if (context) Object.assign(context, { lockId: handle.id, fence: handle.fence, expiresAt: handle.expiresAt });
+        return handle;
+      },
+    );
+  }
+
+  private async lockNow(
     type: ResourceLockType,
     resource: unknown,
     lockId: unknown,
@@ -267,6 +285,7 @@ export class ResourceLockClient implements HandleOwner {
   private async using<T>(resource: unknown, lockId: unknown, params: unknown, body: unknown, cancellation?: Cancellation): Promise<T> {
     const work = expectFunction<UsingBody<T, ResourceLockHandle>>('body', body);
     const p = expectObject('params', params);
+    const maxHoldMs = expectMaxHold('params.maxHold', p.maxHold, DEFAULT_MAX_HOLD);
     const handle = p.shared === true
       ? await this.lock('shared', resource, lockId, params, p.maxConcurrent ?? -1, cancellation)
       : await this.lock('exclusive', resource, lockId, params, -1, cancellation);
@@ -280,6 +299,7 @@ export class ResourceLockClient implements HandleOwner {
           callParams: { timeout: call.timeout, w: call.w, releaseW: call.releaseW, boom: call.boom },
           outerSignals: [readWaitParams(p).signal, cancellation?.signal],
           boom: call.boom,
+          maxHoldMs,
         },
         work,
       );
@@ -295,7 +315,12 @@ export class ResourceLockClient implements HandleOwner {
       const p = params === undefined ? {} : expectObject('params', params);
       if (p.update !== undefined) throw new TypeError('Expected no `params.update`: a resource document holds no data of yours to update');
       const call = resolveCallOptions(p, this.defaults);
-      await this.engine.release(target, lock.tag, { id: lock.id }, lock, call);
+      await traced(
+        'release',
+        () => ({ operation: 'release', kind: 'resourceLocks', namespace: this.namespace, tag: lock.tag, lockId: lock.id }),
+        () => this.clock.local(),
+        () => this.engine.release(target, lock.tag, { id: lock.id }, lock, call),
+      );
     });
   }
 
@@ -305,7 +330,13 @@ export class ResourceLockClient implements HandleOwner {
       if (p.update !== undefined) throw new TypeError('Expected no `params.update`: a resource document holds no data of yours to update');
       const call = resolveCallOptions(p, this.defaults);
       const lease = p.locktimeout === undefined ? Infinity : expectMs('params.locktimeout', p.locktimeout);
-      return extensionOf(await this.engine.extend(target, lock, { id: lock.id }, lease, call, this.renewal(lock.tag)));
+      const extended = await traced(
+        'extend',
+        () => ({ operation: 'extend', kind: 'resourceLocks', namespace: this.namespace, tag: lock.tag, lockId: lock.id }),
+        () => this.clock.local(),
+        () => this.engine.extend(target, lock, { id: lock.id }, lease, call, this.renewal(lock.tag)),
+      );
+      return extensionOf(extended);
     });
   }
 

@@ -1,3 +1,4 @@
+import { publish } from './diagnostics';
 import type { Document } from 'mongodb';
 import { isLockError, lockError } from './errors';
 import { refusedDocumentOf, type LockEngine, type Ticket } from './lock-engine';
@@ -24,6 +25,7 @@ export class WaitingPlace {
   private readonly since: number;
   /** The wait is over (an attempt in flight may still come back here). */
   private left = false;
+  private announced = false;
   /** Queued behind local waiters before its first attempt. */
   private behindOthers = false;
 
@@ -107,6 +109,7 @@ export class WaitingPlace {
     if (this.left) return;
     const id = refusedDocumentOf(error);
     if (id !== undefined) this.join(id);
+    this.announce(userFilter);
     // A queue belongs to one document: a filter that does not name its `_id` could match another
     // one next time, so it waits without a ticket (as without fair mode).
     if (!this.fair || this.ticket || plainId(userFilter) === undefined || (error !== undefined && !isLockError(error, this.engine.conflict))) return;
@@ -126,6 +129,16 @@ export class WaitingPlace {
       const ticket = this.ticket;
       if (ticket) void this.engine.renewTicket({ _id: this.documentId }, ticket, TICKET_LEASE, this.call).catch(() => undefined);
     }, TICKET_RENEWAL);
+  }
+
+  /** Publishes on `monglock:wait`, once, how this call will be woken. */
+  private announce(userFilter: Document): void {
+    if (this.announced) return;
+    this.announced = true;
+    publish.wait(() => {
+      const local = this.documentId !== undefined && this.waiters.heldHere(this.documentId, this.blockedBy);
+      return { namespace: this.engine.namespace, tag: this.tag, wakeUp: local ? 'local' : 'polling', fair: this.fair && plainId(userFilter) !== undefined };
+    });
   }
 
   /** Joins this process's waiters of document `id` (once). */

@@ -1,0 +1,44 @@
+/** Contention printed to the console from the diagnostics channels (README: Observability). */
+import { subscribe, tracingChannel } from 'node:diagnostics_channel';
+import { MongoClient } from 'mongodb';
+import { writeLock } from 'monglock';
+import type { LeaseLostEvent, LockCallContext } from 'monglock';
+
+async function main(): Promise<void> {
+  const client = await MongoClient.connect(process.env.MONGODB_URI ?? 'mongodb://127.0.0.1:27017');
+  const collection = client.db('monglock_examples').collection('contended');
+  await collection.deleteMany({});
+  await collection.insertOne({ _id: 'hot' as never });
+  const printed: string[] = [];
+  const log = (line: string): void => void (printed.push(line), console.log(line));
+  try {
+    // #region readme
+    tracingChannel<object, LockCallContext>('monglock:acquire').subscribe({
+      start() {},
+      end() {},
+      asyncStart() {},
+      error() {},
+      asyncEnd(call) {
+        // Waited (in this process a waiter sleeps until a release wakes it: few attempts) or failed.
+        if (call.outcome !== 'acquired' || (call.durationMs ?? 0) > 10) {
+          log(`${call.namespace} ${call.tag}: ${call.outcome} after ${call.durationMs?.toFixed(0)} ms, ${call.attempts} attempt(s)`);
+        }
+      },
+    });
+    subscribe('monglock:lease-lost', (message) => {
+      const lost = message as LeaseLostEvent;
+      log(`lost ${lost.tag} lock ${lost.lockId}: ${lost.cause}`);
+    });
+    // #endregion
+    const lock = writeLock({ collection, locktimeout: 5_000 });
+    await Promise.all(Array.from({ length: 4 }, () => lock.using({ _id: 'hot' }, { wait: 5_000 }, () => new Promise((done) => setTimeout(done, 20)))));
+    if (!printed.some((line) => / write: acquired after \d+ ms/.test(line))) throw new Error('no contention was printed');
+  } finally {
+    await client.close();
+  }
+}
+
+main().catch((error: unknown) => {
+  console.error(error);
+  process.exit(1);
+});
