@@ -1,0 +1,220 @@
+#!/usr/bin/env node
+/**
+ * `npx monglock`: see and operate the locks of a collection.
+ *   monglock status  --uri <uri> --db <db> --collection <name> [--field lock] [--resources] [--all] [--json]
+ *   monglock watch   (same options) [--interval 1000]
+ *   monglock release (same options) (--id <lockId> | --doc <_id> --tag <tag>) [--yes]
+ * Exit codes: 0 done, 1 failed (MongoDB, nothing to release, not confirmed), 2 usage.
+ */
+import { createInterface } from 'node:readline/promises';
+import { Command, CommanderError, Option } from 'commander';
+import { BSON, MongoClient, type Collection, type Document } from 'mongodb';
+import { listDocumentLocks, listResourceLocks, type ListedLock } from './lock-listing';
+import { resourceLocks } from './resource-locks';
+
+const { EJSON } = BSON;
+// eslint-disable-next-line @typescript-eslint/no-require-imports
+const VERSION = (require('../package.json') as { version: string }).version;
+
+interface Target {
+  uri: string;
+  db: string;
+  collection: string;
+  field: string;
+  resources?: boolean;
+  all?: boolean;
+  json?: boolean;
+}
+
+/** A failure to report in one line, with its exit code. */
+class CliError extends Error {
+  constructor(
+    message: string,
+    readonly exitCode = 1,
+  ) {
+    super(message);
+  }
+}
+
+/** Opens the collection, runs `body`, closes the client. */
+async function withCollection<T>(target: Target, body: (collection: Collection<Document>) => Promise<T>): Promise<T> {
+  const client = new MongoClient(target.uri, { serverSelectionTimeoutMS: 5_000 });
+  try {
+    await client.connect();
+    return await body(client.db(target.db).collection(target.collection));
+  } finally {
+    await client.close();
+  }
+}
+
+function list(collection: Collection<Document>, target: Target): Promise<ListedLock[]> {
+  return target.resources ? listResourceLocks(collection) : listDocumentLocks(collection, target.field, { all: target.all });
+}
+
+/** `_id` as typed: JSON/EJSON (`42`, `{"$oid":"…"}`) when it parses, else the string. */
+function parseId(text: string): unknown {
+  try {
+    return EJSON.parse(text, { relaxed: true });
+  } catch {
+    return text;
+  }
+}
+
+const show = (value: unknown): string => (typeof value === 'string' ? value : EJSON.stringify(value, { relaxed: true }));
+
+/** A table of `rows`, or one JSON document per call with `json`. */
+function render(rows: ListedLock[], json: boolean | undefined): string {
+  if (json) return JSON.stringify(rows.map((row) => ({ ...row, target: EJSON.serialize({ v: row.target }, { relaxed: true }).v })), null, 2);
+  if (rows.length === 0) return 'no locks';
+  const header = ['TARGET', 'TAG', 'STATE', 'LOCK ID', 'DOC FENCE', 'SINCE', 'EXPIRES (server)', 'LEFT', 'OWNER'];
+  const cells = rows.map((row) => [
+    show(row.target),
+    row.tag,
+    row.state,
+    row.lockId,
+    row.documentFence === null ? '-' : String(row.documentFence),
+    row.since.toISOString(),
+    row.expiresAt ? row.expiresAt.toISOString() : 'never',
+    row.remainingMs < 0 ? '-' : `${(row.remainingMs / 1000).toFixed(1)} s`,
+    row.owner ?? '-',
+  ]);
+  const widths = header.map((title, column) => Math.max(title.length, ...cells.map((line) => line[column]!.length)));
+  return [header, ...cells].map((line) => line.map((cell, column) => cell.padEnd(widths[column]!)).join('  ').trimEnd()).join('\n');
+}
+
+async function status(target: Target): Promise<void> {
+  const rows = await withCollection(target, (collection) => list(collection, target));
+  console.log(render(rows, target.json));
+}
+
+/** Prints what changed between two listings: `+` acquired or queued, `-` released or expired, `~` extended. */
+function changes(before: Map<string, ListedLock>, after: Map<string, ListedLock>): string[] {
+  const lines: string[] = [];
+  const at = new Date().toISOString();
+  const describe = (row: ListedLock): string => `${show(row.target)} ${row.tag} ${row.state} ${row.lockId}${row.documentFence === null ? '' : ` doc fence ${row.documentFence}`}`;
+  for (const [key, row] of after) {
+    const old = before.get(key);
+    if (!old) lines.push(`${at} + ${describe(row)}`);
+    else if (old.expiresAt?.getTime() !== row.expiresAt?.getTime()) lines.push(`${at} ~ ${describe(row)} until ${row.expiresAt?.toISOString() ?? 'never'}`);
+  }
+  for (const [key, row] of before) if (!after.has(key)) lines.push(`${at} - ${describe(row)}`);
+  return lines;
+}
+
+async function watch(target: Target & { interval: number }): Promise<void> {
+  await withCollection(target, async (collection) => {
+    const keyed = (rows: ListedLock[]): Map<string, ListedLock> => new Map(rows.map((row) => [`${show(row.target)}|${row.tag}|${row.lockId}|${row.state}`, row]));
+    let seen = keyed(await list(collection, target));
+    console.log(render([...seen.values()], target.json));
+    let stopped = false;
+    let wake: (() => void) | undefined;
+    const stop = (): void => {
+      stopped = true;
+      wake?.();
+    };
+    process.once('SIGINT', stop);
+    process.once('SIGTERM', stop);
+    // Change streams (a replica set) wake the loop at once; polling catches expiries, and is all there is elsewhere.
+    const hello = await collection.db.admin().command({ isMaster: 1 });
+    const stream = typeof hello.setName === 'string' ? collection.watch([], { batchSize: 1 }) : undefined;
+    stream?.on('change', () => wake?.());
+    stream?.on('error', () => undefined);
+    console.error(`watching ${target.db}.${target.collection} (${stream ? 'change stream' : `polling every ${target.interval} ms`}); Ctrl-C stops`);
+    try {
+      while (!stopped) {
+        await new Promise<void>((resolve) => {
+          wake = resolve;
+          setTimeout(resolve, target.interval);
+        });
+        if (stopped) break;
+        const now = keyed(await list(collection, target));
+        for (const line of changes(seen, now)) console.log(line);
+        seen = now;
+      }
+    } finally {
+      await stream?.close();
+    }
+  });
+}
+
+async function confirm(question: string): Promise<boolean> {
+  if (!process.stdin.isTTY) throw new CliError('refusing to release without confirmation: stdin is not a terminal; pass --yes', 2);
+  const prompt = createInterface({ input: process.stdin, output: process.stderr });
+  try {
+    return /^y(es)?$/i.test((await prompt.question(`${question} [y/N] `)).trim());
+  } finally {
+    prompt.close();
+  }
+}
+
+async function release(target: Target & { id?: string; doc?: string; tag?: string; yes?: boolean }): Promise<void> {
+  if ((target.id === undefined) === (target.doc === undefined)) throw new CliError('release needs --id <lockId>, or --doc <_id> with --tag <tag>', 2);
+  if (target.doc !== undefined && target.tag === undefined) throw new CliError('release --doc needs --tag <tag>', 2);
+  if (target.resources && target.id === undefined) throw new CliError('resource locks are released by --id <lockId>', 2);
+  await withCollection(target, async (collection) => {
+    const rows = (await list(collection, { ...target, all: true })).filter((row) =>
+      target.id !== undefined ? row.lockId === target.id : show(row.target) === show(parseId(target.doc!)) && row.tag === target.tag && row.state !== 'waiting',
+    );
+    if (rows.length === 0) throw new CliError(target.id !== undefined ? `no lock with id ${target.id}` : `no ${target.tag} lock on document ${target.doc}`);
+    console.log(render(rows, target.json));
+    if (!target.yes && !(await confirm(`Release ${rows.length === 1 ? 'this lock' : `these ${rows.length} locks`}? Their holders lose them.`))) throw new CliError('not released');
+    if (target.resources) {
+      const removed = await resourceLocks({ collection }).unlock(target.id!);
+      console.log(`released ${removed.length} resource lock(s) of id ${target.id}`);
+      return;
+    }
+    let released = 0;
+    for (const row of rows) {
+      // A lock entry is pulled from its tag; a fair-mode ticket from the queue.
+      const path = row.state === 'waiting' ? `${target.field}.queue` : `${target.field}.tags.${row.tag}`;
+      const result = await collection.updateOne({ _id: row.target, [`${path}.id`]: row.lockId } as Document, { $pull: { [path]: { id: row.lockId } } } as Document, { writeConcern: { w: 'majority' } });
+      released += result.modifiedCount;
+    }
+    if (released === 0) throw new CliError('nothing released: the lock was let go meanwhile');
+    console.log(`released ${released} lock(s)`);
+  });
+}
+
+/** The command line, as a commander program (exported for tests). */
+export function program(): Command {
+  // exitOverride first: subcommands copy it when they are created.
+  const root = new Command('monglock').exitOverride().version(VERSION).description('See and operate monglock locks in a MongoDB collection').showHelpAfterError();
+  const common = (command: Command): Command =>
+    command
+      .addOption(new Option('--uri <uri>', 'MongoDB connection string').env('MONGODB_URI').makeOptionMandatory())
+      .requiredOption('--db <name>', 'database')
+      .requiredOption('--collection <name>', 'collection')
+      .option('--field <name>', 'the lock property of document locks', 'lock')
+      .option('--resources', 'a resourceLocks() collection instead of document locks')
+      .option('--json', 'JSON instead of a table');
+  common(root.command('status').description('list held and waiting locks'))
+    .option('--all', 'include expired entries nobody released')
+    .action((options: Target) => status(options));
+  common(root.command('watch').description('show lock changes live (change streams on a replica set, else polling)'))
+    .option('--interval <ms>', 'polling interval', (value) => Number.parseInt(value, 10), 1_000)
+    .action((options: Target & { interval: number }) => watch(options));
+  common(root.command('release').description('force-release one lock by id, or one document tag'))
+    .option('--id <lockId>', 'the lock id (or a fair-mode ticket id)')
+    .option('--doc <_id>', 'the document _id (JSON/EJSON, else a string)')
+    .option('--tag <tag>', "the tag to release on --doc ('write' for a writeLock)")
+    .option('-y, --yes', 'do not ask for confirmation')
+    .action((options: Target & { id?: string; doc?: string; tag?: string; yes?: boolean }) => release(options));
+  return root;
+}
+
+async function main(): Promise<void> {
+  const root = program();
+  try {
+    await root.parseAsync(process.argv);
+  } catch (error) {
+    if (error instanceof CommanderError) {
+      // Help and version exit 0; usage errors were printed by commander.
+      process.exitCode = error.exitCode === 0 ? 0 : 2;
+      return;
+    }
+    console.error(`monglock: ${error instanceof Error ? error.message : String(error)}`);
+    process.exitCode = error instanceof CliError ? error.exitCode : 1;
+  }
+}
+
+if (require.main === module) void main();
