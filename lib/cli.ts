@@ -60,7 +60,10 @@ function parseId(text: string): unknown {
   }
 }
 
-const show = (value: unknown): string => (typeof value === 'string' ? value : EJSON.stringify(value, { relaxed: true }));
+/** How a target prints: a string bare unless it would read as another value (`"42"`), anything else as relaxed EJSON (`42`, `{"$oid":"…"}`). */
+const show = (value: unknown): string => (typeof value === 'string' && parseId(value) === value ? value : EJSON.stringify(value, { relaxed: true }));
+/** The same `_id` exactly, types included (`42` is not `"42"`). */
+const sameId = (a: unknown, b: unknown): boolean => EJSON.stringify(a, { relaxed: false }) === EJSON.stringify(b, { relaxed: false });
 
 /** A table of `rows`, or one JSON document per call with `json`. */
 function render(rows: ListedLock[], json: boolean | undefined): string {
@@ -153,7 +156,7 @@ async function release(target: Target & { id?: string; doc?: string; tag?: strin
   if (target.resources && target.id === undefined) throw new CliError('resource locks are released by --id <lockId>', 2);
   await withCollection(target, async (collection) => {
     const rows = (await list(collection, { ...target, all: true })).filter((row) =>
-      target.id !== undefined ? row.lockId === target.id : show(row.target) === show(parseId(target.doc!)) && row.tag === target.tag && row.state !== 'waiting',
+      target.id !== undefined ? row.lockId === target.id : sameId(row.target, parseId(target.doc!)) && row.tag === target.tag && row.state !== 'waiting',
     );
     if (rows.length === 0) throw new CliError(target.id !== undefined ? `no lock with id ${target.id}` : `no ${target.tag} lock on document ${target.doc}`);
     console.log(render(rows, target.json));

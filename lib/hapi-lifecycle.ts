@@ -100,6 +100,8 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
     // hapi already answered (a server timeout, a client gone): the client may retry, so the
     // update must not be applied behind its back. The lock is released once nothing runs.
     if (state.responded) throw boom.badImplementation('monglock: not committing: the response already went out');
+    // The lease was lost or maxHold released the lock: the update must not be applied.
+    if (state.controller.signal.aborted) throw state.controller.signal.reason;
     const lock = state.lock!;
     state.unwatch?.();
     await state.keeper?.stop();
@@ -111,8 +113,10 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
   const wrap = (original: RouteMethod, what: string, where: string): RouteMethod => {
     const guarded: RouteMethod = async function (this: unknown, request, h, ...rest) {
       const state = requests.get(request);
-      if (!state?.lock || state.released) {
-        throw boom.badImplementation(`monglock: not running the ${what} of ${where}: its lock is ${state?.lock ? 'released' : 'not held'}`);
+      // Never started without the lock: not before it is held, nor once it is released, lost or given up (maxHold).
+      if (!state?.lock || state.released || state.controller.signal.aborted) {
+        const why = !state?.lock ? 'not held' : state.released ? 'released' : 'lost or given up (maxHold)';
+        throw boom.badImplementation(`monglock: not running the ${what} of ${where}: its lock is ${why}`);
       }
       state.running++;
       state.started++;
@@ -193,7 +197,14 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       if (!state) return controller.signal;
       state.lock = lock;
       const leaseMs = lock.expiresAt - lock.timestamp;
-      const keeper = new LeaseKeeper(keptLease(lock, leaseMs, boom), leaseMs, controller, maxHoldMs);
+      const kept = keptLease(lock, leaseMs, boom);
+      // maxHold: the keeper releases the lock; from then on the route is done with it (the gate refuses to start its code).
+      const giveUp = (): Promise<void> => {
+        state.released = true;
+        state.unwatch?.();
+        return lock.release();
+      };
+      const keeper = new LeaseKeeper({ ...kept, release: giveUp }, leaseMs, controller, maxHoldMs);
       state.keeper = keeper;
       state.unwatch = LockHandle.watchExpiry(lock, () => keeper.replan()); // the route extends the lock itself
       settle(state); // the client may have gone while we waited for the lock
