@@ -34,10 +34,6 @@ export function safetyMargin(leaseMs: number): number {
   return Math.min(250, Math.ceil(leaseMs / 20));
 }
 
-/** True when an extension's failure means the lock is gone (MongoDB refused it), not that MongoDB could not be reached. */
-function refusal(error: unknown): boolean {
-  return isLockError(error) && error.subtype !== 'DbError';
-}
 
 /**
  * Keeps a lease alive while a `using()` body or a hapi route runs: extends it each time half of
@@ -100,7 +96,8 @@ export class LeaseKeeper {
       },
       (error: unknown) => {
         this.inFlight = undefined;
-        const storeOutage = !refusal(error);
+        // Only a DbError is a store outage; a refusal (or any other failure) ends the hold now.
+        const storeOutage = isLockError(error, 'DbError');
         const remainingMs = this.lease.remaining();
         publish.extensionFailed(() => ({ ...this.lease.identity, storeOutage, remainingMs, error }));
         if (!storeOutage) return this.lose('refused', error);
