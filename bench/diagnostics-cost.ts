@@ -17,7 +17,7 @@ import { stubCollection } from './client-cost';
 type Body = () => Promise<void>;
 
 interface Internals {
-  acquireTraced(filter: unknown, tag: string, params: unknown, lock: unknown, cancellation: unknown, context: unknown): Promise<{ id: string; release(): Promise<void> }>;
+  acquireNow(filter: unknown, tag: string, params: unknown, lock: unknown, cancellation: unknown, context: unknown): Promise<{ id: string; release(): Promise<void> }>;
   releaseNow(target: unknown, tag: string, proof: unknown, claimed: unknown, params: unknown): Promise<void>;
   acquire(filter: unknown, tag: string, params: unknown): Promise<{ id: string; fence: number; timestamp: number; expiresAt: number; tag: string }>;
   releaseWith(target: unknown, tag: string, proof: unknown, claimed: unknown, params: unknown): Promise<void>;
@@ -30,7 +30,7 @@ function core(collection: unknown): Internals {
 }
 
 const plain = (lock: Internals): Body => async () => {
-  const handle = await lock.acquireTraced({ _id: 1 }, 'write', undefined, undefined, undefined, undefined);
+  const handle = await lock.acquireNow({ _id: 1 }, 'write', undefined, undefined, undefined, undefined);
   await lock.releaseNow({ _id: 1 }, 'write', { id: handle.id }, handle, undefined);
 };
 const published = (lock: Internals): Body => async () => {

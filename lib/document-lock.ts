@@ -99,16 +99,16 @@ export class DocumentLock implements HandleOwner {
    * registration too), also one written by an attempt that was in flight at that moment.
    */
   acquire(filter: unknown, tag: string | undefined, params: unknown, lock?: unknown, cancellation?: Cancellation): Promise<LockHandle> {
-    if (!isTraced('acquire')) return this.acquireTraced(filter, tag, params, lock, cancellation, undefined);
+    if (!isTraced('acquire')) return this.acquireNow(filter, tag, params, lock, cancellation, undefined);
     return traced(
       'acquire',
       () => ({ operation: 'acquire', kind: this.kindName, namespace: this.namespace, tag }),
       () => this.clock.local(),
-      (context) => this.acquireTraced(filter, tag, params, lock, cancellation, context),
+      (context) => this.acquireNow(filter, tag, params, lock, cancellation, context),
     );
   }
 
-  private async acquireTraced(
+  private async acquireNow(
     filter: unknown,
     tag: string | undefined,
     params: unknown,
