@@ -21,7 +21,7 @@ describe('review 4: hapi maxHold releases the lock but route code still starts',
     const other = writeLock({ collection, locktimeout: 5_000 }); // another client
     const server = Hapi.server({ debug: false });
     await server.register({ plugin: monglockPlugin });
-    let otherHeld: LockHandle | undefined;
+    const otherClient: { held?: LockHandle } = {};
     let preStarted!: () => void;
     const routeHoldsTheLock = new Promise<void>((resolve) => (preStarted = resolve));
     let handlerRanWhileOtherHeld = false;
@@ -42,7 +42,7 @@ describe('review 4: hapi maxHold releases the lock but route code still starts',
         ],
         handler: async () => {
           // Is another client holding "our" lock while the handler runs?
-          handlerRanWhileOtherHeld = otherHeld !== undefined && isLockError(await other.acquire({ _id: 'o' }).catch((error: unknown) => error), 'LockAlreadyTaken');
+          handlerRanWhileOtherHeld = otherClient.held !== undefined && isLockError(await other.acquire({ _id: 'o' }).catch((error: unknown) => error), 'LockAlreadyTaken');
           return 'handler ran';
         },
       },
@@ -51,13 +51,13 @@ describe('review 4: hapi maxHold releases the lock but route code still starts',
     const responding = server.inject({ method: 'POST', url: '/o/o' });
     await routeHoldsTheLock; // the route acquired the lock; its pre method runs
     // Another client waits for the document and gets it once maxHold released it.
-    otherHeld = await other.acquire({ _id: 'o' }, { wait: 5_000 });
+    otherClient.held = await other.acquire({ _id: 'o' }, { wait: 5_000 });
     const response = await responding;
     await sleep(200);
     console.log(`      other client got the lock; route answered ${response.statusCode} ${String(response.result)}`);
     expect(handlerRanWhileOtherHeld, 'the handler ran while another client held the lock').to.equal(false);
     expect(response.result).to.not.equal('handler ran');
-    await otherHeld.release();
+    await otherClient.held.release();
     await server.stop();
   });
 });
