@@ -62,9 +62,11 @@ export class LeaseKeeper {
     private readonly leaseMs: number,
     private readonly controller: AbortController,
     maxHoldMs = DEFAULT_MAX_HOLD,
+    /** How long the lock was already held when this keeper took over (a keeper started later counts from the acquisition). */
+    heldMs = 0,
   ) {
     this.margin = safetyMargin(leaseMs);
-    if (Number.isFinite(maxHoldMs)) this.maxHoldTimer = setTimeout(() => this.giveUp(maxHoldMs), maxHoldMs);
+    if (Number.isFinite(maxHoldMs)) this.maxHoldTimer = setTimeout(() => this.giveUp(maxHoldMs), Math.max(0, maxHoldMs - heldMs));
     this.replan();
   }
 

@@ -44,7 +44,7 @@ export async function holdWhile<T, H extends LockHandle>(handle: H, settings: Ho
   const started = Date.now();
   // A keeper started later (a renew gave a lock without expiry one) keeps the same maxHold.
   const keep = (leaseMs: number): LeaseKeeper =>
-    new LeaseKeeper(keptLease(handle, leaseMs, settings.boom, settings.callParams), leaseMs, controller, settings.maxHoldMs - (Date.now() - started));
+    new LeaseKeeper(keptLease(handle, leaseMs, settings.boom, settings.callParams), leaseMs, controller, settings.maxHoldMs, Date.now() - started);
   let keeper = Number.isFinite(settings.leaseMs) ? keep(settings.leaseMs) : undefined;
   // The lease may change under the body (it extends its handle; a group is renewed): replan, and
   // a lock without expiry that was given one (a renew) is kept from then on, to that lease.

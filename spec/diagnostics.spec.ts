@@ -193,7 +193,7 @@ describe('renewal ceiling and lost-lock causes', function () {
 
   it('hapi: maxHold aborts the route signal and releases the lock; invalid maxHold fails initialize()', async () => {
     const collection = await freshCollection([{ _id: 'h' }]);
-    const lock = writeLock({ collection, locktimeout: 300 });
+    const lock = writeLock({ collection, locktimeout: 2_000 });
     const server = Hapi.server({ debug: false });
     await server.register({ plugin: monglockPlugin });
     let reason: unknown;
@@ -206,8 +206,8 @@ describe('renewal ceiling and lost-lock causes', function () {
           const { signal } = lockOf(request);
           await new Promise((resolve) => signal.addEventListener('abort', resolve, { once: true }));
           reason = signal.reason;
-          // The lock is already free for others.
-          const other = await lock.acquire({ _id: 'h' });
+          // Released by the keeper (its release is on its way): free for others long before its 2 s lease would end.
+          const other = await lock.acquire({ _id: 'h' }, { wait: 1_000 });
           await other.release();
           return 'gave up';
         },
