@@ -53,12 +53,10 @@ export class DocumentLock implements HandleOwner {
   private readonly clock: ServerClock;
   private readonly waiters: LocalWaiters;
   private readonly fair: boolean;
-  readonly namespace: string;
   private readonly kindName: string;
 
   constructor(options: unknown, kind: DocumentLockKind) {
     const resolved = resolveLockOptions(options);
-    this.namespace = `${resolved.collection.dbName}.${resolved.collection.collectionName}`;
     this.kindName = kind.name;
     this.defaults = resolved.call;
     this.fair = resolved.fair;
@@ -73,6 +71,11 @@ export class DocumentLock implements HandleOwner {
       conflict: kind.conflict,
       reportsReacquired: kind.reportsReacquired,
     });
+  }
+
+  /** The locked collection, `db.collection`. */
+  get namespace(): string {
+    return this.engine.namespace;
   }
 
   /** Runs `body` and returns its promise in the caller's promise library (which may cancel it). */
@@ -102,7 +105,7 @@ export class DocumentLock implements HandleOwner {
     if (!isTraced('acquire')) return this.acquireNow(filter, tag, params, lock, cancellation, undefined);
     return traced(
       'acquire',
-      () => ({ operation: 'acquire', kind: this.kindName, namespace: this.namespace, tag }),
+      () => ({ operation: 'acquire', kind: this.kindName, namespace: this.engine.namespace, tag }),
       () => this.clock.local(),
       (context) => this.acquireNow(filter, tag, params, lock, cancellation, context),
     );
@@ -234,7 +237,7 @@ export class DocumentLock implements HandleOwner {
     if (!isTraced('release')) return this.releaseNow(target, tag, proof, claimed, params);
     return traced(
       'release',
-      () => ({ operation: 'release', kind: this.kindName, namespace: this.namespace, tag, lockId: claimed?.id || undefined, fence: claimed?.fence || undefined }),
+      () => ({ operation: 'release', kind: this.kindName, namespace: this.engine.namespace, tag, lockId: claimed?.id || undefined, fence: claimed?.fence || undefined }),
       () => this.clock.local(),
       () => this.releaseNow(target, tag, proof, claimed, params),
     );
@@ -289,7 +292,7 @@ export class DocumentLock implements HandleOwner {
   private extendTraced(lock: LockData, extend: () => Promise<Acquired>): Promise<Acquired> {
     return traced(
       'extend',
-      () => ({ operation: 'extend', kind: this.kindName, namespace: this.namespace, tag: lock.tag, lockId: lock.id || undefined, fence: lock.fence || undefined }),
+      () => ({ operation: 'extend', kind: this.kindName, namespace: this.engine.namespace, tag: lock.tag, lockId: lock.id || undefined, fence: lock.fence || undefined }),
       () => this.clock.local(),
       async (context) => {
         const extended = await extend();

@@ -141,15 +141,12 @@ const STAMP_ATTEMPTS = 3;
  */
 export class LockEngine {
   readonly tags: ReadonlySet<string>;
+  /** The locked collection, `db.collection` (for events and logs). */
+  readonly namespace: string;
 
   constructor(private readonly settings: EngineSettings) {
     this.tags = new Set(settings.rules.keys());
-  }
-
-  /** The locked collection, `db.collection`. */
-  get namespace(): string {
-    const { dbName, collectionName } = this.settings.store.collection;
-    return `${dbName}.${collectionName}`;
+    this.namespace = `${settings.store.collection.dbName}.${settings.store.collection.collectionName}`;
   }
 
   /** The property of each document that holds its lock. */

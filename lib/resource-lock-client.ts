@@ -42,7 +42,6 @@ const CREATE_ROUNDS = 3;
  */
 export class ResourceLockClient implements HandleOwner {
   private readonly store: ResourceStore;
-  readonly namespace: string;
   private readonly engine: LockEngine;
   private readonly clock: ServerClock;
   private readonly paths = new LockPaths(FIELD);
@@ -64,7 +63,6 @@ export class ResourceLockClient implements HandleOwner {
     this.PromiseLib = resolved.Promise;
     this.clock = new ServerClock(resolved.clock);
     this.store = new ResourceStore(resolved.collection, FIELD, resolved.clock);
-    this.namespace = `${resolved.collection.dbName}.${resolved.collection.collectionName}`;
     this.engine = new LockEngine({
       store: this.store,
       paths: this.paths,
@@ -76,6 +74,11 @@ export class ResourceLockClient implements HandleOwner {
       conflict: 'LockAlreadyTaken',
       reportsReacquired: false,
     });
+  }
+
+  /** The lock collection, `db.collection`. */
+  get namespace(): string {
+    return this.engine.namespace;
   }
 
   api(): ResourceLocks {
@@ -114,7 +117,7 @@ export class ResourceLockClient implements HandleOwner {
   private lock(type: ResourceLockType, resource: unknown, lockId: unknown, params: unknown, maxConcurrent: unknown, cancellation?: Cancellation): Promise<ResourceLockHandle> {
     return traced(
       'acquire',
-      () => ({ operation: 'acquire', kind: 'resourceLocks', namespace: this.namespace, tag: type }),
+      () => ({ operation: 'acquire', kind: 'resourceLocks', namespace: this.engine.namespace, tag: type }),
       () => this.clock.local(),
       async (context) => {
         const handle = await this.lockNow(type, resource, lockId, params, maxConcurrent, cancellation);
@@ -317,7 +320,7 @@ export class ResourceLockClient implements HandleOwner {
       const call = resolveCallOptions(p, this.defaults);
       await traced(
         'release',
-        () => ({ operation: 'release', kind: 'resourceLocks', namespace: this.namespace, tag: lock.tag, lockId: lock.id }),
+        () => ({ operation: 'release', kind: 'resourceLocks', namespace: this.engine.namespace, tag: lock.tag, lockId: lock.id }),
         () => this.clock.local(),
         () => this.engine.release(target, lock.tag, { id: lock.id }, lock, call),
       );
@@ -332,7 +335,7 @@ export class ResourceLockClient implements HandleOwner {
       const lease = p.locktimeout === undefined ? Infinity : expectMs('params.locktimeout', p.locktimeout);
       const extended = await traced(
         'extend',
-        () => ({ operation: 'extend', kind: 'resourceLocks', namespace: this.namespace, tag: lock.tag, lockId: lock.id }),
+        () => ({ operation: 'extend', kind: 'resourceLocks', namespace: this.engine.namespace, tag: lock.tag, lockId: lock.id }),
         () => this.clock.local(),
         () => this.engine.extend(target, lock, { id: lock.id }, lease, call, this.renewal(lock.tag)),
       );

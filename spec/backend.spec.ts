@@ -30,10 +30,15 @@ async function linesBeforeReady(env: Record<string, string | undefined>): Promis
       createInterface({ input: child.stdout }).on('line', read);
       createInterface({ input: child.stderr }).on('line', read);
       child.once('exit', (code) => fail(new Error(`mongo-cli exited with ${code}: ${lines.join('\n')}`)));
+      // Settle before mocha's timeout, so that `finally` always stops the process (and its server).
+      setTimeout(() => fail(new Error(`mongo-cli printed no URI within 90 s: ${lines.join('\n')}`)), 90_000).unref();
     });
   } finally {
+    // SIGTERM: mongo-cli stops its server (the java child) and exits; SIGKILL if it does not.
     child.kill('SIGTERM');
+    const killer = setTimeout(() => child.kill('SIGKILL'), 10_000);
     await exited;
+    clearTimeout(killer);
   }
   return before;
 }

@@ -22,7 +22,11 @@ function run(args: string[], input = ''): Promise<{ code: number | null; out: st
     child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
     child.stderr.on('data', (chunk: Buffer) => (err += chunk.toString()));
     child.stdin.end(input);
-    child.once('exit', (code) => done({ code, out, err }));
+    const killer = setTimeout(() => child.kill('SIGKILL'), 30_000); // a hung CLI never outlives the test
+    child.once('exit', (code) => {
+      clearTimeout(killer);
+      done({ code, out, err });
+    });
   });
 }
 
@@ -101,13 +105,16 @@ describe('monglock CLI', function () {
       for (let i = 0; i < 100 && !lines.some((line) => pattern.test(line)); i++) await sleep(50);
       expect(lines.join('\n')).to.match(pattern);
     };
-    await until(/^no locks$/);
-    const lock = writeLock({ collection });
-    const held = await lock.acquire({ _id: 'w' });
-    await until(new RegExp(`\\+ w write held ${held.id} doc fence 1$`));
-    await held.release();
-    await until(new RegExp(`- w write held ${held.id} doc fence 1$`));
-    child.kill('SIGINT');
+    try {
+      await until(/^no locks$/);
+      const lock = writeLock({ collection });
+      const held = await lock.acquire({ _id: 'w' });
+      await until(new RegExp(`\\+ w write held ${held.id} doc fence 1$`));
+      await held.release();
+      await until(new RegExp(`- w write held ${held.id} doc fence 1$`));
+    } finally {
+      child.kill('SIGINT'); // also when an expectation failed: the watcher never outlives the test
+    }
     expect(await exited).to.equal(0);
   });
 });

@@ -161,20 +161,32 @@ describe('renewal ceiling and lost-lock causes', function () {
   });
 
   it('an outage that outlasts the lease aborts with a DbError naming the outage; a refused extension with the refusal', async () => {
-    const { collection, down } = flaky(await freshCollection([{ _id: 'o' }, { _id: 'r' }]));
+    const raw = await freshCollection([{ _id: 'o' }, { _id: 'r' }]);
+    const { collection, down } = flaky(raw);
     const lock = writeLock({ collection, locktimeout: 600 });
+    const competitor = writeLock({ collection: raw }); // another client, which MongoDB still answers
     const lost = record<LeaseLostEvent>(CHANNELS.leaseLost);
     try {
+      let abortedAt = Infinity;
+      let competing: Promise<number> | undefined;
       const outage = await rejectionOf(
         lock.using({ _id: 'o' }, {}, async (_handle, signal) => {
           down.value = true;
+          competing = competitor.acquire({ _id: 'o' }, { wait: 5_000 }).then(async (won) => {
+            const at = performance.now();
+            await won.release();
+            return at;
+          });
           await new Promise((resolve) => signal.addEventListener('abort', resolve, { once: true }));
+          abortedAt = performance.now();
           throw signal.reason;
         }),
       );
       down.value = false;
       expect(isLockError(outage, 'DbError'), String(outage)).to.equal(true);
       expect(outage.message).to.match(/store outage/);
+      // The holder was told before the other client could have the lock, never after.
+      expect(abortedAt).to.be.at.most(await competing!);
 
       const refused = await rejectionOf(
         lock.using({ _id: 'r' }, {}, async (_handle, signal) => {
