@@ -57,7 +57,7 @@ export class Store {
         returnDocument: 'after',
         ...this.projection(document),
         maxTimeMS: call.timeout,
-        writeConcern: { w, wtimeoutMS: call.timeout },
+        writeConcern: writeConcern(call, w),
         ...(arrayFilters ? { arrayFilters } : {}),
       }),
     );
@@ -66,7 +66,7 @@ export class Store {
   /** One atomic update of the first matching document, at write concern `w`; resolves whether one matched. */
   async updateOne(filter: Document, update: Document, call: ResolvedCallOptions, w: ResolvedCallOptions['w'] = call.w): Promise<boolean> {
     const result = await withDeadline('updateOne', call.timeout, () =>
-      this.collection.updateOne(filter, update as UpdateFilter<Document>, { maxTimeMS: call.timeout, writeConcern: { w, wtimeoutMS: call.timeout } }),
+      this.collection.updateOne(filter, update as UpdateFilter<Document>, { maxTimeMS: call.timeout, writeConcern: writeConcern(call, w) }),
     );
     return result.matchedCount > 0;
   }
@@ -110,9 +110,9 @@ export class Store {
   }
 }
 
-/** The write concern of a lock write: `w`, and `wtimeoutMS` bounded by the call's timeout. */
-export function writeConcern(call: ResolvedCallOptions): WriteConcernSettings {
-  return { w: call.w, wtimeoutMS: call.timeout };
+/** The write concern of a lock write: `w` (the call's, unless given), and `wtimeoutMS` bounded by the call's timeout. */
+export function writeConcern(call: ResolvedCallOptions, w: ResolvedCallOptions['w'] = call.w): WriteConcernSettings {
+  return { w, wtimeoutMS: call.timeout };
 }
 
 /** A command in flight: when its deadline passes, and how to fail it then. */
