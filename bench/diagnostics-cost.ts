@@ -11,6 +11,7 @@ import { MongoClient } from 'mongodb';
 import { CHANNELS } from '../lib/diagnostics';
 import { DocumentLock } from '../lib/document-lock';
 import { resolveTagRules } from '../lib/relationships';
+import { knownKeys } from '../lib/known-keys';
 import { startMongoBackend } from '../support/mongo-backend';
 import { stubCollection } from './client-cost';
 
@@ -26,7 +27,7 @@ interface Internals {
 /** A writeLock's core, so that the instrumented and uninstrumented paths can be called alike. */
 function core(collection: unknown): Internals {
   const rules = resolveTagRules({ write: 10_000 }, undefined, { write: { cooperative: ['write'] } });
-  return new DocumentLock({ collection }, { name: 'writeLock', rules, conflict: 'LockAlreadyTaken', reportsReacquired: true }) as unknown as Internals;
+  return new DocumentLock({ collection }, { name: 'writeLock', options: knownKeys<{ collection: unknown }>()(['collection']), rules, conflict: 'LockAlreadyTaken', reportsReacquired: true }) as unknown as Internals;
 }
 
 const plain = (lock: Internals): Body => async () => {

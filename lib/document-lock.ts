@@ -2,8 +2,9 @@ import type { Document } from 'mongodb';
 import { Acquisition } from './acquisition';
 import { isTraced, traced, type LockCallContext } from './diagnostics';
 import { isLockError, lockError } from './errors';
+import type { KnownKeys } from './known-keys';
 import { AssertivePending, LockEngine, lockWrittenBy, type Acquired, type Proof } from './lock-engine';
-import { extensionOf, LockHandle, readLockData, releaseUnclaimed, type Extension, type HandleOwner, type LockData } from './lock-handle';
+import { extensionOf, HANDLE_PARAMS, LockHandle, readLockData, releaseUnclaimed, type Extension, type HandleOwner, type LockData } from './lock-handle';
 import {
   expectDocumentOption,
   expectFilter,
@@ -13,6 +14,7 @@ import {
   expectMaxHold,
   expectMs,
   expectObject,
+  readParams,
   resolveCallOptions,
   resolveLockOptions,
   type PromiseLibrary,
@@ -35,6 +37,8 @@ const EXPLAIN_EVERY = 8;
 /** How the two factories differ. */
 export interface DocumentLockKind {
   readonly name: 'writeLock' | 'multiLock';
+  /** The keys its options may have. */
+  readonly options: KnownKeys;
   readonly rules: ReadonlyMap<string, TagRule>;
   readonly conflict: 'LockAlreadyTaken' | 'CooperativeLock';
   readonly reportsReacquired: boolean;
@@ -56,7 +60,7 @@ export class DocumentLock implements HandleOwner {
   private readonly kindName: string;
 
   constructor(options: unknown, kind: DocumentLockKind) {
-    const resolved = resolveLockOptions(options);
+    const resolved = resolveLockOptions(options, kind.options);
     this.kindName = kind.name;
     this.defaults = resolved.call;
     this.fair = resolved.fair;
@@ -270,8 +274,8 @@ export class DocumentLock implements HandleOwner {
     return new LockHandle(extended.lock, this, extended.target);
   }
 
-  release(target: Document, lock: LockData, params?: object): Promise<void> {
-    return this.run(() => this.releaseWith(target, lock.tag, { id: lock.id }, lock, params));
+  release(target: Document, lock: LockData, params: unknown): Promise<void> {
+    return this.run(() => this.releaseWith(target, lock.tag, { id: lock.id }, lock, readParams('params', params, HANDLE_PARAMS)));
   }
 
   /** A lock of `tag` on the document `target` names was let go in this process: hands the document to the first local waiter it blocked. */
@@ -281,10 +285,11 @@ export class DocumentLock implements HandleOwner {
     else if (lockId !== undefined) this.waiters.releasedLock(lockId, tag);
   }
 
-  extend(target: Document, lock: LockData, params?: object): Promise<Extension> {
+  extend(target: Document, lock: LockData, params: unknown, locktimeout: unknown): Promise<Extension> {
     return this.run(async () => {
-      const { params: p, call } = this.callOptions(params);
-      return extensionOf(await this.extendTraced(lock, () => this.engine.extend(target, lock, { id: lock.id }, this.leaseOf(lock.tag, p), call, undefined, this.updateOf(p))));
+      const { params: p, call } = this.callOptions(readParams('params', params, HANDLE_PARAMS));
+      const lease = locktimeout === undefined ? this.engine.rule(lock.tag).lease : expectMs('locktimeout', locktimeout);
+      return extensionOf(await this.extendTraced(lock, () => this.engine.extend(target, lock, { id: lock.id }, lease, call, undefined, this.updateOf(p))));
     });
   }
 

@@ -160,7 +160,9 @@ export const monglockPlugin: NamedPlugin<MonglockPluginOptions> = {
       const waiting = tracking.begin(request, settings.mode === 'checkout');
       if (!waiting) return h.continue; // answered already: lock nothing
       const filter = settings.filter(request);
-      const params = { tag: settings.tag, wait: settings.wait, locktimeout: settings.locktimeout, document: settings.document, boom, signal: waiting };
+      // Only the keys the route sets: a lock refuses keys it does not take (a writeLock has no `tag`).
+      const params: Record<string, unknown> = { boom, signal: waiting };
+      for (const key of ['tag', 'wait', 'locktimeout', 'document'] as const) if (settings[key] !== undefined) params[key] = settings[key];
       let lock: LockHandle;
       try {
         lock = await resolved.lock.acquire(filter, params as never);

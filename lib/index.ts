@@ -1,7 +1,7 @@
 export { writeLock, WRITE_TAG } from './write-lock';
 export type { WriteLock, WriteLockOptions, WriteLockAcquireParams, WriteLockReleaseParams, WriteLockExtendParams } from './write-lock';
 export { multiLock } from './multi-lock';
-export type { MultiLock, MultiLockOptions, MultiLockAcquireParams, MultiLockReleaseParams } from './multi-lock';
+export type { MultiLock, MultiLockOptions, MultiLockAcquireParams, MultiLockReleaseParams, MultiLockExtendParams } from './multi-lock';
 export { LockHandle } from './lock-handle';
 export { commit, Commit } from './commit';
 export type { LockData } from './lock-handle';

@@ -1,6 +1,18 @@
 import type { Document } from 'mongodb';
 import { isLockError } from './errors';
+import { knownKeys } from './known-keys';
+import { CALL_KEYS, FIXED_PER_LOCK, type CallOptions, type UpdateParams } from './options';
 import type { Unclaimed } from './promise-library';
+
+/** Per-call options of `handle.release()` and `handle.extend()`. */
+export interface HandleParams extends CallOptions, UpdateParams {}
+
+/** The keys of {@link HandleParams}: what the lock behind a handle accepts from it. */
+export const HANDLE_PARAMS = knownKeys<HandleParams>()([...CALL_KEYS, 'update'], {
+  ...FIXED_PER_LOCK,
+  lock: 'a handle releases or extends itself: `handle.release()`, or `lock.release(filter, { lock: handle })`',
+  locktimeout: 'the lease is the first argument: `handle.extend(ms, params)`',
+});
 
 /** A lock as plain data: what `JSON.stringify(handle)` gives and what `release`/`extend` accept back. */
 export interface LockData {
@@ -24,8 +36,10 @@ export interface Extension {
 
 /** What a handle calls back into: the lock that made it. `target` is the locked document's `{ _id }`. */
 export interface HandleOwner {
-  release(target: Document, lock: LockData, params?: object): Promise<void>;
-  extend(target: Document, lock: LockData, params?: object): Promise<Extension>;
+  /** Releases `lock`; `params` as the caller passed them (validated against {@link HANDLE_PARAMS}). */
+  release(target: Document, lock: LockData, params: unknown): Promise<void>;
+  /** Extends `lock` to `locktimeout` ms (the positional argument; default the lock's lease); `params` as passed. */
+  extend(target: Document, lock: LockData, params: unknown, locktimeout: unknown): Promise<Extension>;
   guard(target: Document, lock: LockData, extra?: Document): Document;
   /** ms of the lease left by the upper bound of the server's clock. */
   remaining(lock: LockData): number;
@@ -126,9 +140,11 @@ export class LockHandle implements LockData {
    * `params.update`, that update is applied by the same atomic write, only if the lock is still
    * held (else `LockNotFound`/`LockWasReacquired`, and nothing is written).
    */
-  release(params?: object): Promise<void> {
+  release(params?: HandleParams): Promise<void> {
     const released = this.#owner.release(this.#target, this.toJSON(), params);
-    if (!this.#unconfirmed) return released;
+    // A lock whose reply was lost may never have been written: not finding it is no failure,
+    // unless the release carries an update, which must never be reported applied when it was not.
+    if (!this.#unconfirmed || (params as { update?: unknown } | undefined)?.update !== undefined) return released;
     return released.then(undefined, (error: unknown) => {
       if (isLockError(error, 'LockNotFound') || isLockError(error, 'LockWasReacquired')) return;
       throw error;
@@ -139,8 +155,8 @@ export class LockHandle implements LockData {
    * Pushes the lease forward to `locktimeout` ms (default: the tag's lease) from the server's now.
    * Fails with `LockNotFound`/`LockWasReacquired` if the lock was lost; never re-creates it.
    */
-  extend(locktimeout?: number, params?: object): Promise<this> {
-    const extended = this.#owner.extend(this.#target, this.toJSON(), { ...params, locktimeout });
+  extend(locktimeout?: number, params?: HandleParams): Promise<this> {
+    const extended = this.#owner.extend(this.#target, this.toJSON(), params, locktimeout);
     return extended.then((extension) => {
       LockHandle.updateExpiry(this, extension);
       return this;

@@ -3,7 +3,21 @@ import { DocumentLock } from './document-lock';
 import { describedAs } from './lock-kind';
 import type { UsingBody } from './scoped-hold';
 import type { LockData, LockHandle } from './lock-handle';
-import { expectFilter, expectObject, expectSafeName, isPlainObject, type CallOptions, type DocumentParams, type HoldParams, type LockFilter, type LockOptions, type UpdateParams } from './options';
+import { knownKeys } from './known-keys';
+import {
+  CALL_KEYS,
+  expectFilter,
+  expectSafeName,
+  FIXED_PER_LOCK,
+  LOCK_OPTION_KEYS,
+  readParams,
+  type CallOptions,
+  type DocumentParams,
+  type HoldParams,
+  type LockFilter,
+  type LockOptions,
+  type UpdateParams,
+} from './options';
 import { resolveTagRules, type LockRelationships } from './relationships';
 import type { WaitOptions } from './waiting';
 
@@ -25,11 +39,15 @@ export interface MultiLockAcquireParams extends CallOptions, WaitOptions, Docume
   readonly locktimeout?: number;
 }
 
-/** Per-call options of `release` and `extend`. */
+/** Per-call options of `release`. */
 export interface MultiLockReleaseParams extends CallOptions, UpdateParams {
   /** The lock to release: a handle or its JSON. */
   readonly lock: LockData;
-  /** For `extend`: new lease in ms from the server's now. @default the tag's lease */
+}
+
+/** Per-call options of `extend`. */
+export interface MultiLockExtendParams extends MultiLockReleaseParams {
+  /** New lease in ms from the server's now. @default the tag's lease */
   readonly locktimeout?: number;
 }
 
@@ -45,13 +63,27 @@ export interface MultiLock<TSchema extends Document = Document> {
   /** Removes exactly `params.lock`. Rejects with `LockNotFound` (409) or `RessourceNotFound` (404). */
   release(filter: LockFilter<TSchema>, params: MultiLockReleaseParams): Promise<void>;
   /** Pushes `params.lock`'s lease forward from the server's now; rejects with `LockNotFound` if it was lost. */
-  extend(filter: LockFilter<TSchema>, params: MultiLockReleaseParams): Promise<LockHandle>;
+  extend(filter: LockFilter<TSchema>, params: MultiLockExtendParams): Promise<LockHandle>;
   /**
    * Acquires `params.tag` (waiting per `params.wait`, assertive continuations included), runs
    * `body` while extending the lease, aborts `signal` if the lease is lost, always releases.
    */
   using<T>(filter: LockFilter<TSchema>, params: MultiLockAcquireParams & HoldParams, body: UsingBody<T>): Promise<T>;
 }
+
+const WAIT_KEYS = ['wait', 'signal', 'fair'] as const;
+const OPTIONS = knownKeys<MultiLockOptions>()([...LOCK_OPTION_KEYS, 'locktimeouts', 'locktimeout', 'lockRelationships'], {
+  tag: 'the tag is per call: `acquire(filter, { tag })`',
+  wait: 'waiting is per call: `acquire(filter, { tag, wait })`',
+});
+const ACQUIRE = knownKeys<MultiLockAcquireParams>()([...CALL_KEYS, ...WAIT_KEYS, 'document', 'tag', 'lock', 'locktimeout'], FIXED_PER_LOCK);
+const USING = knownKeys<MultiLockAcquireParams & HoldParams>()([...CALL_KEYS, ...WAIT_KEYS, 'document', 'tag', 'lock', 'locktimeout', 'maxHold'], FIXED_PER_LOCK);
+const RELEASE = knownKeys<MultiLockReleaseParams>()([...CALL_KEYS, 'update', 'lock'], {
+  ...FIXED_PER_LOCK,
+  locktimeout: 'a release takes no lease (`locktimeout` is for acquire and extend)',
+  tag: 'a release names its lock (`{ lock }`), whose tag it knows',
+});
+const EXTEND = knownKeys<MultiLockExtendParams>()([...CALL_KEYS, 'update', 'lock', 'locktimeout'], FIXED_PER_LOCK);
 
 /**
  * Creates a multiLock: tagged locks on the caller's documents.
@@ -65,8 +97,9 @@ export interface MultiLock<TSchema extends Document = Document> {
  * const handle = await rw.acquire({ _id: 1 }, { tag: 'read' });
  */
 export function multiLock<TSchema extends Document = Document>(options: MultiLockOptions<TSchema>): MultiLock<TSchema> {
-  const o = expectObject('options', options);
+  const o = readParams('options', options, OPTIONS, false);
   const core = new DocumentLock(options, {
+    options: OPTIONS,
     rules: resolveTagRules(o.locktimeouts, o.locktimeout, o.lockRelationships),
     name: 'multiLock',
     conflict: 'CooperativeLock',
@@ -74,15 +107,18 @@ export function multiLock<TSchema extends Document = Document>(options: MultiLoc
   });
 
   const tagOf = (params: Record<string, unknown>): string => {
+    if (params.tag === undefined) {
+      throw new TypeError(`Expected \`params.tag\` (one of ${[...core.engine.tags].join(', ')}): a multiLock acquisition needs \`{ tag }\` (or \`{ lock }\` to continue an assertive one)`);
+    }
     const tag = expectSafeName('params.tag', params.tag);
     if (!core.engine.tags.has(tag)) throw new TypeError(`Unknown tag \`${tag}\`: declare it in \`locktimeouts\` or \`lockRelationships\``);
     return tag;
   };
 
   /** The lock in `params`, and the caller's filter (validated). */
-  const lockOf = (filter: unknown, params: unknown): { lock: LockData; target: Document } => {
+  const lockOf = (filter: unknown, params: unknown, known: typeof RELEASE): { lock: LockData; target: Document } => {
     const target = expectFilter('filter', filter);
-    const p = expectObject('params', params);
+    const p = readParams('params', params, known, false);
     if (p.lock === undefined) throw new TypeError('Expected `params.lock` to be the lock to release or extend');
     return { lock: core.lockData('params.lock', p.lock), target };
   };
@@ -90,18 +126,26 @@ export function multiLock<TSchema extends Document = Document>(options: MultiLoc
   return describedAs<MultiLock<TSchema>>({
     acquire: (filter, params) => {
       // A continuation's lock is the caller's already: a cancelled continuation leaves it to them.
-      if (isPlainObject(params) && params.lock !== undefined) return core.run((cancellation) => core.acquire(filter, undefined, params, params.lock, cancellation));
-      return core.runAcquisition(async (cancellation) => core.acquire(filter, tagOf(expectObject('params', params)), params, undefined, cancellation));
+      const continued = typeof params === 'object' && params !== null && (params as { lock?: unknown }).lock !== undefined;
+      if (continued) return core.run((cancellation) => core.acquire(filter, undefined, readParams('params', params, ACQUIRE), params.lock, cancellation));
+      return core.runAcquisition(async (cancellation) => {
+        const p = readParams('params', params, ACQUIRE, true);
+        return core.acquire(filter, tagOf(p), p, undefined, cancellation);
+      });
     },
-    using: (filter, params, body) => core.run((cancellation) => core.using(filter, tagOf(expectObject('params', params)), params, body, cancellation)),
+    using: (filter, params, body) =>
+      core.run((cancellation) => {
+        const p = readParams('params', params, USING, true);
+        return core.using(filter, tagOf(p), p, body, cancellation);
+      }),
     release: (filter, params) =>
       core.run(async () => {
-        const { lock, target } = lockOf(filter, params);
+        const { lock, target } = lockOf(filter, params, RELEASE);
         await core.releaseWith(target, lock.tag, { id: lock.id }, lock, params);
       }),
     extend: (filter, params) =>
       core.run(async () => {
-        const { lock, target } = lockOf(filter, params);
+        const { lock, target } = lockOf(filter, params, EXTEND);
         return core.extendWith(target, lock, { id: lock.id }, params);
       }),
   }, { kind: 'multiLock', tags: core.engine.tags, field: core.engine.field });

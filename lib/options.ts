@@ -1,5 +1,6 @@
 import type { Collection, Document, Filter } from 'mongodb';
 import type { BoomLike } from './errors';
+import { refuseUnknownKeys, type KnownKeys } from './known-keys';
 
 /** Largest lease, timeout or wait in ms: what a Node timer can hold (about 24.8 days). */
 export const MAX_MS = 2 ** 31 - 1;
@@ -103,6 +104,32 @@ export interface LockOptions<TSchema extends Document = Document> extends CallOp
   readonly clock?: () => number;
 }
 
+/** Keys of {@link CallOptions}: every lock call takes them. */
+export const CALL_KEYS = ['timeout', 'w', 'releaseW', 'boom'] as const;
+/** Keys of {@link LockOptions}. */
+export const LOCK_OPTION_KEYS = [...CALL_KEYS, 'collection', 'field', 'Promise', 'fair', 'clock'] as const;
+
+/** Why a call refuses keys that are fixed when the lock is made (monglock v2 took some of them per call). */
+export const FIXED_PER_LOCK: Readonly<Record<string, string>> = {
+  collection: 'a lock\'s collection is fixed when the lock is made (monglock v2 took it per call): make one lock per collection',
+  field: 'the lock\'s field is fixed when the lock is made',
+  Promise: 'the promise library is fixed when the lock is made',
+  clock: 'the clock is fixed when the lock is made',
+  locktimeouts: 'leases per tag are set when the multiLock is made; a call takes `locktimeout`',
+  lockRelationships: 'relationships are set when the multiLock is made',
+};
+
+/**
+ * `value` as the options or params object `name`: undefined is `{}` (when `optional`), anything but
+ * a plain object, or an object with a key `known` does not list, is refused with a TypeError.
+ */
+export function readParams(name: string, value: unknown, known: KnownKeys, optional = true): Record<string, unknown> {
+  if (value === undefined && optional) return {};
+  const object = expectObject(name, value);
+  refuseUnknownKeys(name, object, known);
+  return object;
+}
+
 /** Call options with every default filled in. */
 export interface ResolvedCallOptions {
   readonly timeout: number;
@@ -118,7 +145,10 @@ const FORBIDDEN_NAMES = new Set(['__proto__', 'constructor', 'prototype', 'hasOw
 export function describe(value: unknown): string {
   let shown: string;
   try {
-    shown = typeof value === 'string' ? value : typeof value === 'bigint' ? `${value}n` : (JSON.stringify(value) ?? String(value));
+    if (typeof value === 'string') shown = value;
+    else if (typeof value === 'bigint') shown = `${value}n`;
+    else if (typeof value === 'number') shown = String(value);
+    else shown = JSON.stringify(value) ?? String(value);
   } catch {
     shown = Object.prototype.toString.call(value);
   }
@@ -328,7 +358,7 @@ export function resolveCallOptions(
 }
 
 /** Validates the options shared by writeLock and multiLock. */
-export function resolveLockOptions(options: unknown): {
+export function resolveLockOptions(options: unknown, known: KnownKeys): {
   collection: Collection<Document>;
   field: string;
   call: ResolvedCallOptions;
@@ -336,7 +366,7 @@ export function resolveLockOptions(options: unknown): {
   clock: () => number;
   fair: boolean;
 } {
-  const o = expectObject('options', options);
+  const o = readParams('options', options, known, false);
   const field = o.field === undefined ? 'lock' : expectSafeName('options.field', o.field);
   if (field === '_id') throw new TypeError('Expected `options.field` not to be `_id`');
   let PromiseLib: PromiseLibrary | undefined;

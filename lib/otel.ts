@@ -1,6 +1,8 @@
 import { subscribe, tracingChannel, unsubscribe } from 'node:diagnostics_channel';
 import { metrics, SpanStatusCode, trace, type Attributes, type MeterProvider, type Span, type TracerProvider } from '@opentelemetry/api';
 import { CHANNELS, type ExtensionFailedEvent, type LeaseLostEvent, type LockCallContext } from './diagnostics';
+import { knownKeys, refuseUnknownKeys } from './known-keys';
+import { expectObject } from './options';
 
 /** Options of {@link instrumentMonglock}. */
 export interface MonglockInstrumentationOptions {
@@ -9,6 +11,8 @@ export interface MonglockInstrumentationOptions {
   /** @default the global meter provider (`metrics.getMeterProvider()`) */
   readonly meterProvider?: MeterProvider;
 }
+
+const OPTIONS = knownKeys<MonglockInstrumentationOptions>()(['tracerProvider', 'meterProvider']);
 
 /** A hold this process has acquired and not yet released (or lost). */
 interface Hold {
@@ -35,6 +39,7 @@ const VERSION = (require('../package.json') as { version: string }).version;
  * instrumentMonglock(); // after the OpenTelemetry SDK is started
  */
 export function instrumentMonglock(options: MonglockInstrumentationOptions = {}): { disable(): void } {
+  refuseUnknownKeys('options', expectObject('options', options), OPTIONS);
   const tracer = (options.tracerProvider ?? trace.getTracerProvider()).getTracer('monglock', VERSION);
   const meter = (options.meterProvider ?? metrics.getMeterProvider()).getMeter('monglock', VERSION);
   const acquisitions = meter.createCounter('monglock.acquisitions', { description: 'Acquire calls, by outcome', unit: '{call}' });

@@ -1,5 +1,6 @@
 import { RESERVED_TAG_NAMES } from './stored-format';
-import { describe, expectMs, expectObject, expectSafeName } from './options';
+import { knownKeys, nearestKey } from './known-keys';
+import { describe, expectMs, expectObject, expectSafeName, readParams } from './options';
 
 /** How locks of one tag treat locks of other tags. Tags not named are concurrent (ignored). */
 export interface TagRelationship {
@@ -15,6 +16,8 @@ export interface TagRelationship {
 /** `{ [tag]: { cooperative?, assertive? } }`, as in monglock v2. */
 export type LockRelationships = Readonly<Record<string, TagRelationship>>;
 
+const RELATIONSHIP = knownKeys<TagRelationship>()(['cooperative', 'assertive']);
+
 /** Everything the engine needs to know about one tag. */
 export interface TagRule {
   readonly tag: string;
@@ -27,10 +30,13 @@ export interface TagRule {
 }
 
 /**
- * Validates tags, leases and relationships, and returns one rule per tag. Refused with a
- * TypeError/RangeError: unsafe tag names, tags without a lease, references to unknown tags, a tag
- * both cooperative with and assertive over another, and any cycle of assertive relationships
- * (a tag over itself included), which can deadlock.
+ * Validates tags, leases and relationships, and returns one rule per tag. A tag is declared by
+ * being a key of `locktimeouts` or `lockRelationships` (monglock v2 declared tags by their
+ * `locktimeouts` keys); a relationship list may only name declared tags, so that a misspelled
+ * name (`wirte`) is refused instead of becoming a tag nobody holds, which would switch exclusion
+ * off. Refused with a TypeError/RangeError: unsafe tag names, tags without a lease, undeclared
+ * tags in relationship lists, unknown keys, a tag both cooperative with and assertive over
+ * another, and any cycle of assertive relationships (a tag over itself included), which can deadlock.
  */
 export function resolveTagRules(
   locktimeouts: unknown,
@@ -47,10 +53,9 @@ export function resolveTagRules(
 
   const lists = new Map<string, { cooperative: string[]; assertive: string[] }>();
   for (const [tag, value] of Object.entries(relationships)) {
-    const relation = expectObject(`options.lockRelationships.${tag}`, value);
-    const cooperative = tagList(`options.lockRelationships.${tag}.cooperative`, relation.cooperative);
-    const assertive = tagList(`options.lockRelationships.${tag}.assertive`, relation.assertive);
-    for (const other of [...cooperative, ...assertive]) declared.add(other);
+    const relation = readParams(`options.lockRelationships.${tag}`, value, RELATIONSHIP, false);
+    const cooperative = tagList(`options.lockRelationships.${tag}.cooperative`, relation.cooperative, declared);
+    const assertive = tagList(`options.lockRelationships.${tag}.assertive`, relation.assertive, declared);
     const both = cooperative.find((other) => assertive.includes(other));
     if (both !== undefined) {
       throw new TypeError(`Tag \`${tag}\` cannot be both cooperative with and assertive over \`${both}\``);
@@ -79,10 +84,25 @@ export function resolveTagRules(
   return rules;
 }
 
-function tagList(name: string, value: unknown): string[] {
+/** A relationship list: declared tags only (a name that is not a key of `locktimeouts` or `lockRelationships` is refused). */
+function tagList(name: string, value: unknown, declared: ReadonlySet<string>): string[] {
   if (value === undefined) return [];
   if (!Array.isArray(value)) throw new TypeError(`Expected \`${name}\` to be an array of tags, got ${describe(value)}`);
-  return [...new Set(value.map((tag, index) => expectSafeName(`${name}[${index}]`, tag)))];
+  return [
+    ...new Set(
+      value.map((tag, index) => {
+        const safe = expectSafeName(`${name}[${index}]`, tag);
+        if (!declared.has(safe)) {
+          const nearest = nearestKey(safe, [...declared]);
+          throw new TypeError(
+            `Tag \`${safe}\` in \`${name}\` is not declared${nearest === undefined ? '' : ` (did you mean \`${nearest}\`?)`}: ` +
+              'declare every tag as a key of `options.locktimeouts` or `options.lockRelationships`',
+          );
+        }
+        return safe;
+      }),
+    ),
+  ];
 }
 
 function rejectAssertiveCycles(rules: ReadonlyMap<string, TagRule>): void {

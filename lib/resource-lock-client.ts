@@ -3,13 +3,15 @@ import { Acquisition } from './acquisition';
 import { traced } from './diagnostics';
 import { isLockError, lockError, withDbErrors } from './errors';
 import { fenceOf, LockEngine, lockWrittenBy, NEVER, type AcquireExtras, type Acquired } from './lock-engine';
-import { extensionOf, LockHandle, releaseUnclaimed, type Extension, type HandleOwner, type LockData } from './lock-handle';
+import { extensionOf, HANDLE_PARAMS, LockHandle, releaseUnclaimed, type Extension, type HandleOwner, type LockData } from './lock-handle';
 import {
   expectMaxHold,
   expectFunction,
   expectMs,
+  describe,
   expectObject,
   MAX_MS,
+  readParams,
   resolveCallOptions,
   resolveLockOptions,
   type PromiseLibrary,
@@ -19,7 +21,7 @@ import { resolveTagRules } from './relationships';
 import { inPromiseLibrary, uncancellableWaitWarning, type Cancellation } from './promise-library';
 import { ResourceLockHandle, type ResourceLockType } from './resource-lock-handle';
 import type { ResourceLocks, ResourceLocksOptions } from './resource-locks';
-import { expectLimit, expectLockId, expectResource, readLockDetails, readStatusFilter, type LockDetails } from './resource-params';
+import { expectLimit, expectLockId, expectResource, readLockDetails, readStatusFilter, RESOURCE_LOCK_PARAMS, RESOURCE_LOCKS_OPTIONS, RESOURCE_USING_PARAMS, type LockDetails } from './resource-params';
 import { purgeExpired, repeatPurge, type PurgeOutcome } from './resource-purge';
 import { RESOURCE_DOCUMENTS, RESOURCE_TAGS, statusesOf, statusMatches, statusQuery, type LockStatus } from './resource-status';
 import { ResourceStore } from './resource-store';
@@ -55,9 +57,8 @@ export class ResourceLockClient implements HandleOwner {
   private readonly kept = new Map<string, ResourceLockHandle>();
 
   constructor(options: ResourceLocksOptions) {
-    const o = expectObject('options', options);
-    if (o.field !== undefined) throw new TypeError('`options.field` is fixed (`lock`) for resource locks');
-    const resolved = resolveLockOptions(options);
+    const resolved = resolveLockOptions(options, RESOURCE_LOCKS_OPTIONS);
+    const o = options as unknown as Record<string, unknown>;
     this.gcAfter = o.gcAfter === undefined ? 3_600_000 : expectMs('options.gcAfter', o.gcAfter);
     this.defaults = resolved.call;
     this.PromiseLib = resolved.Promise;
@@ -141,7 +142,6 @@ export class ResourceLockClient implements HandleOwner {
     const limit = expectLimit(maxConcurrent);
     const lease = details.ttl ?? Infinity;
     const waiting = readWaitParams(p);
-    if (cancellation?.unsupported && waiting.wait > 0) this.warnUncancellable();
     const { signal, dispose } = linkSignals(waiting.signal, cancellation?.signal);
     if (signal?.aborted) throw signal.reason;
     const entry = { group, owner: details.owner ?? null, host: details.host ?? null, comment: details.comment ?? null, renewedAt: null };
@@ -287,12 +287,15 @@ export class ResourceLockClient implements HandleOwner {
 
   private async using<T>(resource: unknown, lockId: unknown, params: unknown, body: unknown, cancellation?: Cancellation): Promise<T> {
     const work = expectFunction<UsingBody<T, ResourceLockHandle>>('body', body);
-    const p = expectObject('params', params);
-    const maxHoldMs = expectMaxHold('params.maxHold', p.maxHold, DEFAULT_MAX_HOLD);
-    const handle = p.shared === true
-      ? await this.lock('shared', resource, lockId, params, p.maxConcurrent ?? -1, cancellation)
-      : await this.lock('exclusive', resource, lockId, params, -1, cancellation);
-    const { call, details } = this.readParams(params);
+    const p = readParams('params', params, RESOURCE_USING_PARAMS, false);
+    const { shared, maxConcurrent, maxHold, ...lockParams } = p;
+    const maxHoldMs = expectMaxHold('params.maxHold', maxHold, DEFAULT_MAX_HOLD);
+    if (shared !== undefined && typeof shared !== 'boolean') throw new TypeError(`Expected \`params.shared\` to be true or false, got ${describe(shared)}`);
+    if (!shared && maxConcurrent !== undefined) throw new TypeError('Expected no `params.maxConcurrent` without `shared: true`: an exclusive lock has one holder');
+    const handle = shared
+      ? await this.lock('shared', resource, lockId, lockParams, maxConcurrent ?? -1, cancellation)
+      : await this.lock('exclusive', resource, lockId, lockParams, -1, cancellation);
+    const { call, details } = this.readParams(lockParams);
     this.kept.set(handle.id, handle);
     try {
       return await holdWhile(
@@ -313,9 +316,9 @@ export class ResourceLockClient implements HandleOwner {
 
   // HandleOwner: what a ResourceLockHandle calls back into.
 
-  release(target: Document, lock: LockData, params?: object): Promise<void> {
+  release(target: Document, lock: LockData, params: unknown): Promise<void> {
     return inPromiseLibrary(this.PromiseLib, async () => {
-      const p = params === undefined ? {} : expectObject('params', params);
+      const p = readParams('params', params, HANDLE_PARAMS);
       if (p.update !== undefined) throw new TypeError('Expected no `params.update`: a resource document holds no data of yours to update');
       const call = resolveCallOptions(p, this.defaults);
       await traced(
@@ -327,12 +330,12 @@ export class ResourceLockClient implements HandleOwner {
     });
   }
 
-  extend(target: Document, lock: LockData, params?: object): Promise<Extension> {
+  extend(target: Document, lock: LockData, params: unknown, locktimeout: unknown): Promise<Extension> {
     return inPromiseLibrary(this.PromiseLib, async () => {
-      const p = params === undefined ? {} : expectObject('params', params);
+      const p = readParams('params', params, HANDLE_PARAMS);
       if (p.update !== undefined) throw new TypeError('Expected no `params.update`: a resource document holds no data of yours to update');
       const call = resolveCallOptions(p, this.defaults);
-      const lease = p.locktimeout === undefined ? Infinity : expectMs('params.locktimeout', p.locktimeout);
+      const lease = locktimeout === undefined ? Infinity : expectMs('locktimeout', locktimeout);
       const extended = await traced(
         'extend',
         () => ({ operation: 'extend', kind: 'resourceLocks', namespace: this.engine.namespace, tag: lock.tag, lockId: lock.id }),
@@ -361,7 +364,7 @@ export class ResourceLockClient implements HandleOwner {
   }
 
   private readParams(params: unknown): { p: Record<string, unknown>; call: ResolvedCallOptions; details: LockDetails } {
-    const p = params === undefined ? {} : expectObject('params', params);
+    const p = readParams('params', params, RESOURCE_LOCK_PARAMS);
     return { p, call: resolveCallOptions(p, this.defaults), details: readLockDetails(p) };
   }
 

@@ -12,7 +12,7 @@ export type { LockDetails, StatusFilter } from './resource-params';
 export type { LockStatus } from './resource-status';
 
 /** Options of {@link resourceLocks}. */
-export interface ResourceLocksOptions<TSchema extends Document = Document> extends Omit<LockOptions<TSchema>, 'field'> {
+export interface ResourceLocksOptions<TSchema extends Document = Document> extends Omit<LockOptions<TSchema>, 'field' | 'fair'> {
   /**
    * How long after its last lease ends an abandoned resource document may be deleted by the TTL
    * index (garbage collection only; expiry never waits for it), in ms.
@@ -22,7 +22,15 @@ export interface ResourceLocksOptions<TSchema extends Document = Document> exten
 }
 
 /** Per-call options of `xlock`/`slock`/`using`. */
-export interface ResourceLockParams extends LockDetails, CallOptions, WaitOptions {}
+export interface ResourceLockParams extends LockDetails, CallOptions, Omit<WaitOptions, 'fair'> {}
+
+/** Per-call options of `using`: those of `xlock`/`slock`, the ceiling on renewal, and which kind of lock. */
+export interface ResourceUsingParams extends ResourceLockParams, HoldParams {
+  /** Take a shared lock instead of an exclusive one. @default false */
+  readonly shared?: boolean;
+  /** With `shared`: at most this many shared holders (negative: unlimited). @default -1 */
+  readonly maxConcurrent?: number;
+}
 
 /** A client over a lock collection: named resources, exclusive and shared locks, lock groups. */
 export interface ResourceLocks {
@@ -46,7 +54,7 @@ export interface ResourceLocks {
   using<T>(
     resource: string,
     lockId: string,
-    params: ResourceLockParams & HoldParams & { shared?: boolean; maxConcurrent?: number },
+    params: ResourceUsingParams,
     body: UsingBody<T, ResourceLockHandle>,
   ): Promise<T>;
 }

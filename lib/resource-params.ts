@@ -1,4 +1,6 @@
-import { describe, expectMs, expectObject } from './options';
+import { knownKeys } from './known-keys';
+import { CALL_KEYS, describe, expectMs, FIXED_PER_LOCK, readParams } from './options';
+import type { ResourceLockParams, ResourceLocksOptions, ResourceUsingParams } from './resource-locks';
 
 /** Who holds a lock, and for how long. */
 export interface LockDetails {
@@ -21,6 +23,28 @@ export interface StatusFilter {
   /** Remaining lease at least this many ms (locks without expiry always match). */
   readonly ttlAtLeast?: number;
 }
+
+const NO_FAIR = 'fair mode is for document locks (writeLock, multiLock); resource locks wait with backoff';
+const LOCK_DETAILS = ['owner', 'host', 'comment', 'ttl'] as const;
+
+/** The keys of {@link ResourceLocksOptions}. */
+export const RESOURCE_LOCKS_OPTIONS = knownKeys<ResourceLocksOptions>()([...CALL_KEYS, 'collection', 'Promise', 'clock', 'gcAfter'], {
+  field: 'the field is fixed (`lock`) for resource locks',
+  fair: NO_FAIR,
+});
+/** The keys of {@link ResourceLockParams} (`xlock`, `slock`). */
+export const RESOURCE_LOCK_PARAMS = knownKeys<ResourceLockParams>()([...CALL_KEYS, ...LOCK_DETAILS, 'wait', 'signal'], {
+  ...FIXED_PER_LOCK,
+  fair: NO_FAIR,
+  shared: 'xlock is exclusive and slock shared; `shared` is an option of `using`',
+  maxConcurrent: 'the limit of shared holders is the fourth argument: `slock(resource, lockId, params, maxConcurrent)`',
+});
+/** The keys of {@link ResourceUsingParams}. */
+export const RESOURCE_USING_PARAMS = knownKeys<ResourceUsingParams>()([...CALL_KEYS, ...LOCK_DETAILS, 'wait', 'signal', 'maxHold', 'shared', 'maxConcurrent'], {
+  ...FIXED_PER_LOCK,
+  fair: NO_FAIR,
+});
+const STATUS_FILTER = knownKeys<StatusFilter>()(['resource', 'lockId', 'owner', 'createdBefore', 'createdAfter', 'ttlBelow', 'ttlAtLeast']);
 
 /** Throws unless `value` is a non-empty string of at most `max` characters. */
 export function expectText(name: string, value: unknown, max: number): string {
@@ -61,7 +85,7 @@ export function expectLimit(value: unknown): number {
 
 /** Reads and validates a `status` filter. */
 export function readStatusFilter(filter: unknown): StatusFilter {
-  const f = expectObject('filter', filter);
+  const f = readParams('filter', filter, STATUS_FILTER, false);
   const date = (name: string, value: unknown): Date | undefined => {
     if (value === undefined) return undefined;
     if (!(value instanceof Date) || Number.isNaN(value.getTime())) throw new TypeError(`Expected \`filter.${name}\` to be a Date, got ${describe(value)}`);

@@ -1,5 +1,6 @@
 import type { Collection, Document } from 'mongodb';
-import { expectCollection, expectObject, expectSafeName, expectW, type WriteConcernW } from './options';
+import { knownKeys } from './known-keys';
+import { expectCollection, expectObject, expectSafeName, expectW, readParams, type WriteConcernW } from './options';
 
 /** Options of {@link clearV2Locks}. */
 export interface ClearV2LocksOptions {
@@ -12,6 +13,8 @@ export interface ClearV2LocksOptions {
   /** Write concern of the clearing updates. @default 'majority' */
   readonly w?: WriteConcernW;
 }
+
+const OPTIONS = knownKeys<ClearV2LocksOptions>()(['field', 'tags', 'filter', 'w']);
 
 /** What {@link clearV2Locks} changed. */
 export interface ClearedV2Locks {
@@ -32,7 +35,7 @@ export interface ClearedV2Locks {
  */
 export async function clearV2Locks<TSchema extends Document = Document>(collection: Collection<TSchema>, options: ClearV2LocksOptions = {}): Promise<ClearedV2Locks> {
   const target = expectCollection('collection', collection);
-  const o = expectObject('options', options);
+  const o = readParams('options', options, OPTIONS);
   const field = o.field === undefined ? 'lock' : expectSafeName('options.field', o.field);
   const filter = o.filter === undefined ? {} : expectObject('options.filter', o.filter);
   const writeConcern = { w: o.w === undefined ? 'majority' : expectW('options.w', o.w) };

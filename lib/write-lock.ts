@@ -3,7 +3,22 @@ import { DocumentLock } from './document-lock';
 import { describedAs } from './lock-kind';
 import type { UsingBody } from './scoped-hold';
 import type { LockData, LockHandle } from './lock-handle';
-import { expectFilter, expectMs, expectObject, expectTimestamp, type CallOptions, type DocumentParams, type HoldParams, type LockFilter, type LockOptions, type UpdateParams } from './options';
+import { knownKeys } from './known-keys';
+import {
+  CALL_KEYS,
+  expectFilter,
+  expectMs,
+  expectTimestamp,
+  FIXED_PER_LOCK,
+  LOCK_OPTION_KEYS,
+  readParams,
+  type CallOptions,
+  type DocumentParams,
+  type HoldParams,
+  type LockFilter,
+  type LockOptions,
+  type UpdateParams,
+} from './options';
 import { resolveTagRules } from './relationships';
 import type { WaitOptions } from './waiting';
 
@@ -39,6 +54,20 @@ export interface WriteLockExtendParams extends WriteLockReleaseParams {
   readonly locktimeout?: number;
 }
 
+const WAIT_KEYS = ['wait', 'signal', 'fair'] as const;
+const OPTIONS = knownKeys<WriteLockOptions>()([...LOCK_OPTION_KEYS, 'locktimeout'], {
+  locktimeouts: 'a writeLock has one tag (`write`): its lease is `locktimeout`; tags are for multiLock',
+  lockRelationships: 'a writeLock has one tag (`write`); relationships are for multiLock',
+  wait: 'waiting is per call: `acquire(filter, { wait })`',
+});
+const ACQUIRE = knownKeys<WriteLockAcquireParams>()([...CALL_KEYS, ...WAIT_KEYS, 'document', 'locktimeout'], FIXED_PER_LOCK);
+const USING = knownKeys<WriteLockAcquireParams & HoldParams>()([...CALL_KEYS, ...WAIT_KEYS, 'document', 'locktimeout', 'maxHold'], FIXED_PER_LOCK);
+const RELEASE = knownKeys<WriteLockReleaseParams>()([...CALL_KEYS, 'update', 'timestamp', 'lock'], {
+  ...FIXED_PER_LOCK,
+  locktimeout: 'a release takes no lease (`locktimeout` is for acquire and extend)',
+});
+const EXTEND = knownKeys<WriteLockExtendParams>()([...CALL_KEYS, 'update', 'timestamp', 'lock', 'locktimeout'], FIXED_PER_LOCK);
+
 /** One exclusive lock per document; filters are typed against the collection's schema. */
 export interface WriteLock<TSchema extends Document = Document> {
   /**
@@ -71,9 +100,10 @@ export interface WriteLock<TSchema extends Document = Document> {
  * try { ... } finally { await lock.release({ _id: orderId }, { lock: handle }); }
  */
 export function writeLock<TSchema extends Document = Document>(options: WriteLockOptions<TSchema>): WriteLock<TSchema> {
-  const o = expectObject('options', options);
+  const o = readParams('options', options, OPTIONS, false);
   const lease = o.locktimeout === undefined ? 10_000 : expectMs('options.locktimeout', o.locktimeout);
   const core = new DocumentLock(options, {
+    options: OPTIONS,
     rules: resolveTagRules({ [WRITE_TAG]: lease }, undefined, { [WRITE_TAG]: { cooperative: [WRITE_TAG] } }),
     name: 'writeLock',
     conflict: 'LockAlreadyTaken',
@@ -81,10 +111,9 @@ export function writeLock<TSchema extends Document = Document>(options: WriteLoc
   });
 
   /** The proof in `params`, and the caller's filter (validated). */
-  const proofOf = (filter: unknown, params: unknown): { lock?: LockData; timestamp?: number; target: Document } => {
+  const proofOf = (filter: unknown, params: unknown, known: typeof RELEASE): { lock?: LockData; timestamp?: number; target: Document } => {
     const target = expectFilter('filter', filter);
-    if (params === undefined) return { target };
-    const p = expectObject('params', params);
+    const p = readParams('params', params, known);
     const given = p.lock ?? p.timestamp;
     if (given === undefined) return { target };
     if (typeof given === 'object') {
@@ -94,17 +123,18 @@ export function writeLock<TSchema extends Document = Document>(options: WriteLoc
   };
 
   return describedAs<WriteLock<TSchema>>({
-    acquire: (filter, params) => core.runAcquisition((cancellation) => core.acquire(filter, WRITE_TAG, params, undefined, cancellation)),
-    using: (filter, params, body) => core.run((cancellation) => core.using(filter, WRITE_TAG, params, body, cancellation)),
+    acquire: (filter, params) =>
+      core.runAcquisition((cancellation) => core.acquire(filter, WRITE_TAG, readParams('params', params, ACQUIRE), undefined, cancellation)),
+    using: (filter, params, body) => core.run((cancellation) => core.using(filter, WRITE_TAG, readParams('params', params, USING), body, cancellation)),
     release: (filter, params) =>
       core.run(async () => {
-        const { lock, timestamp, target } = proofOf(filter, params);
+        const { lock, timestamp, target } = proofOf(filter, params, RELEASE);
         const proof = lock ? { id: lock.id } : timestamp !== undefined ? { timestamp } : undefined;
         await core.releaseWith(target, WRITE_TAG, proof, lock, params);
       }),
     extend: (filter, params) =>
       core.run(async () => {
-        const { lock, timestamp, target } = proofOf(filter, params);
+        const { lock, timestamp, target } = proofOf(filter, params, EXTEND);
         if (lock) return core.extendWith(target, lock, { id: lock.id }, params);
         if (timestamp === undefined) throw new TypeError('Expected `params.lock` or `params.timestamp` to prove which lock to extend');
         const claimed: LockData = { id: '', tag: WRITE_TAG, timestamp, fence: 0, expiresAt: 0 };

@@ -1,20 +1,8 @@
 import { expect } from 'chai';
-import { BSON } from 'mongodb';
 import { multiLock, resourceLocks, writeLock, type LockHandle } from '../lib';
-import { freshCollection, rejectionOf } from './support/fixture';
+import { failureOf, freshCollection, snapshotOf } from './support/fixture';
 
 type Case = readonly [string, () => unknown, RegExp];
-
-/** Runs `call`; resolves the error it threw synchronously or rejected with. */
-async function failureOf(call: () => unknown): Promise<Error> {
-  try {
-    const result = call();
-    if (result && typeof (result as PromiseLike<unknown>).then === 'function') return await rejectionOf(result as PromiseLike<unknown>);
-  } catch (error) {
-    return error as Error;
-  }
-  throw new Error('expected a failure, but the call succeeded');
-}
 
 describe('bad input: every public function and option, nothing written', () => {
   it('at least 50 invalid calls each fail with a clear message naming the argument; the collections are byte-for-byte unchanged', async function () {
@@ -27,8 +15,7 @@ describe('bad input: every public function and option, nothing written', () => {
     const held: LockHandle = await wl.acquire({ _id: 1 });
     const heldRead = await ml.acquire({ _id: 2 }, { tag: 'read' });
     await rl.xlock('res', 'group');
-    const snapshot = async (): Promise<string> =>
-      BSON.EJSON.stringify([await docs.find().sort({ _id: 1 }).toArray(), await lockColl.find().sort({ resource: 1 }).toArray()], { relaxed: false });
+    const snapshot = (): Promise<string> => snapshotOf(docs, lockColl);
     const before = await snapshot();
 
     const big = 2 ** 40;
@@ -81,7 +68,7 @@ describe('bad input: every public function and option, nothing written', () => {
       ['extend: handle from another document', () => wl.extend({ _id: 2 }, { lock: held }), /LockNotFound|LockWasReacquired/],
       ['using: body not a function', () => wl.using({ _id: 2 }, {}, 'go' as never), /`body`/],
       ['using: filter null', () => wl.using(null as never, {}, async () => 1), /`filter`/],
-      ['handle.extend: negative', () => held.extend(-1), /`params.locktimeout`/],
+      ['handle.extend: negative', () => held.extend(-1), /`locktimeout`/],
       ['handle.guard: extra not an object', () => held.guard('x' as never), /`extra`/],
       // multiLock(options)
       ['multiLock: no tags', () => multiLock({ collection: docs }), /at least one tag/],
@@ -90,13 +77,14 @@ describe('bad input: every public function and option, nothing written', () => {
       ['multiLock: unsafe tag $', () => multiLock({ collection: docs, locktimeouts: { $a: 10 } }), /locktimeouts key/],
       ['multiLock: unsafe tag __proto__', () => multiLock({ collection: docs, locktimeouts: JSON.parse('{"__proto__":10}') }), /locktimeouts key/],
       ['multiLock: tag too long', () => multiLock({ collection: docs, locktimeouts: { ['a'.repeat(65)]: 10 } }), /locktimeouts key/],
-      ['multiLock: relationship to an unleased tag', () => multiLock({ collection: docs, locktimeouts: { a: 10 }, lockRelationships: { a: { cooperative: ['b'] } } }), /`b` has no lease/],
+      ['multiLock: relationship to an unleased tag', () => multiLock({ collection: docs, locktimeouts: { a: 10 }, lockRelationships: { a: { cooperative: ['b'] }, b: {} } }), /`b` has no lease/],
+      ['multiLock: relationship to an undeclared tag', () => multiLock({ collection: docs, locktimeouts: { a: 10 }, lockRelationships: { a: { cooperative: ['b'] } } }), /Tag `b` .* is not declared/],
       ['multiLock: self-assertive', () => multiLock({ collection: docs, locktimeout: 10, lockRelationships: { a: { assertive: ['a'] } } }), /cycle/],
       ['multiLock: assertive cycle', () => multiLock({ collection: docs, locktimeout: 10, lockRelationships: { a: { assertive: ['b'] }, b: { assertive: ['a'] } } }), /cycle/],
-      ['multiLock: contradiction', () => multiLock({ collection: docs, locktimeout: 10, lockRelationships: { a: { cooperative: ['b'], assertive: ['b'] } } }), /both cooperative/],
+      ['multiLock: contradiction', () => multiLock({ collection: docs, locktimeout: 10, lockRelationships: { a: { cooperative: ['b'], assertive: ['b'] }, b: {} } }), /both cooperative/],
       ['multiLock: relationship list not an array', () => multiLock({ collection: docs, locktimeout: 10, lockRelationships: { a: { cooperative: 'b' as never } } }), /cooperative/],
       // multiLock methods
-      ['multiLock.acquire: no params', () => ml.acquire({ _id: 2 }, undefined as never), /`params`/],
+      ['multiLock.acquire: no params', () => ml.acquire({ _id: 2 }, undefined as never), /`params.tag`.*needs `\{ tag \}`/],
       ['multiLock.acquire: no tag', () => ml.acquire({ _id: 2 }, {}), /`params.tag`/],
       ['multiLock.acquire: unknown tag', () => ml.acquire({ _id: 2 }, { tag: 'admin' }), /Unknown tag `admin`/],
       ['multiLock.acquire: tag injection', () => ml.acquire({ _id: 2 }, { tag: 'read.$[]' }), /`params.tag`/],

@@ -73,7 +73,7 @@ describe('the critical section folded into the lock\'s own writes', () => {
       [{}, /at least one update operator/],
     ];
     for (const [update, message] of bad) {
-      const error = await rejectionOf(held.release({ update }));
+      const error = await rejectionOf(held.release({ update } as never));
       expect(error, JSON.stringify(update)).to.be.instanceOf(TypeError);
       expect(error.message).to.match(message);
     }

@@ -241,18 +241,19 @@ describe('multiLock', () => {
         [{ locktimeouts: { a: 0 } }, /options.locktimeouts.a/],
         [{ locktimeouts: { a: -1 } }, /options.locktimeouts.a/],
         [{ lockRelationships: { a: {} } }, /Tag `a` has no lease/],
-        [{ locktimeouts: { a: 10 }, lockRelationships: { a: { cooperative: ['b'] } } }, /Tag `b` has no lease/],
+        [{ locktimeouts: { a: 10 }, lockRelationships: { a: { cooperative: ['b'] }, b: {} } }, /Tag `b` has no lease/],
+        [{ locktimeouts: { a: 10 }, lockRelationships: { a: { cooperative: ['b'] } } }, /Tag `b` in `options.lockRelationships.a.cooperative` is not declared/],
         [{ locktimeout: 10, lockRelationships: { a: { cooperative: 'b' } } }, /cooperative` to be an array/],
         [{ locktimeout: 10, lockRelationships: { a: { cooperative: ['b.c'] } } }, /cooperative\[0\]/],
         [{ locktimeout: 10, lockRelationships: { a: { assertive: ['a'] } } }, /cycle \(a over a\)/],
         [{ locktimeout: 10, lockRelationships: { a: { assertive: ['b'] }, b: { assertive: ['a'] } } }, /cycle \(a over b over a\)/],
         [{ locktimeout: 10, lockRelationships: { a: { assertive: ['b'] }, b: { assertive: ['c'] }, c: { assertive: ['a'] } } }, /cycle/],
-        [{ locktimeout: 10, lockRelationships: { a: { cooperative: ['b'], assertive: ['b'] } } }, /both cooperative with and assertive over `b`/],
+        [{ locktimeout: 10, lockRelationships: { a: { cooperative: ['b'], assertive: ['b'] }, b: {} } }, /both cooperative with and assertive over `b`/],
       ];
       for (const [options, message] of bad) {
         expect(() => multiLock({ collection, ...options }), JSON.stringify(options)).to.throw(Error, message);
       }
-      expect(() => multiLock({ collection, locktimeout: 10, lockRelationships: { a: { assertive: ['b'] }, b: { assertive: ['c'] } } })).not.to.throw();
+      expect(() => multiLock({ collection, locktimeout: 10, lockRelationships: { a: { assertive: ['b'] }, b: { assertive: ['c'] }, c: {} } })).not.to.throw();
     });
   });
 

@@ -72,7 +72,7 @@ describe('upgrading from monglock v2', () => {
     const collection = await freshCollection([{ _id: 1 }]);
     for (const tag of ['fence', 'tags', 'queue', 'active', 'timestamp']) {
       expect(() => multiLock({ collection, locktimeouts: { [tag]: 1_000 } })).to.throw(TypeError, new RegExp(`Tag \`${tag}\` is reserved.*rename the tag`));
-      expect(() => multiLock({ collection, locktimeout: 1_000, lockRelationships: { read: { cooperative: [tag] } } })).to.throw(TypeError, /is reserved/);
+      expect(() => multiLock({ collection, locktimeout: 1_000, lockRelationships: { read: { cooperative: [tag] }, [tag]: {} } })).to.throw(TypeError, /is reserved/);
     }
   });
 });

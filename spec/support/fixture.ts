@@ -4,7 +4,7 @@
  * which driver talks to it, gives each test fresh collections and drops them afterwards.
  */
 import { randomBytes } from 'node:crypto';
-import { MongoClient, type Collection, type CommandStartedEvent, type Db, type Document } from 'mongodb';
+import { BSON, MongoClient, type Collection, type CommandStartedEvent, type Db, type Document } from 'mongodb';
 import { startMongoBackend, type BackendCapabilities, type MongoBackend } from '../../support/mongo-backend';
 
 let backend: MongoBackend | undefined;
@@ -119,4 +119,22 @@ export async function rejectionOf(promise: PromiseLike<unknown>): Promise<Error 
     return error as Error & Record<string, unknown>;
   }
   throw new Error('Expected the promise to reject, but it resolved');
+}
+
+/** Runs `call`; resolves the error it threw synchronously or rejected with (fails the test if it succeeds). */
+export async function failureOf(call: () => unknown): Promise<Error & Record<string, unknown>> {
+  let result: unknown;
+  try {
+    result = call();
+  } catch (error) {
+    return error as Error & Record<string, unknown>;
+  }
+  if (result && typeof (result as PromiseLike<unknown>).then === 'function') return rejectionOf(result as PromiseLike<unknown>);
+  throw new Error('expected a failure, but the call succeeded');
+}
+
+/** The documents of `collections`, sorted by `_id`, as canonical EJSON: compare two to prove nothing was written. */
+export async function snapshotOf(...collections: Collection<Document>[]): Promise<string> {
+  const contents = await Promise.all(collections.map((collection) => collection.find().sort({ _id: 1 }).toArray()));
+  return BSON.EJSON.stringify(contents, { relaxed: false });
 }
