@@ -97,14 +97,20 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
    * hapi answers `value`; if it cannot be (the lock was lost), the request answers that error.
    */
   const commitFor = async (state: Tracked, result: Commit<unknown>): Promise<unknown> => {
-    // hapi already answered (a server timeout, a client gone): the client may retry, so the
-    // update must not be applied behind its back. The lock is released once nothing runs.
-    if (state.responded) throw boom.badImplementation('monglock: not committing: the response already went out');
-    // The lease was lost or maxHold released the lock: the update must not be applied.
-    if (state.controller.signal.aborted) throw state.controller.signal.reason;
+    // Checked again after every await, right before the write: the answer may go out (a server
+    // timeout, a client gone) or the lease end while the keeper stops.
+    const refuseIfLate = (): void => {
+      // hapi already answered: the client may retry, so the update must not be applied behind its
+      // back. The lock is released once nothing runs.
+      if (state.responded) throw boom.badImplementation('monglock: not committing: the response already went out');
+      // The lease was lost or maxHold released the lock: the update must not be applied.
+      if (state.controller.signal.aborted) throw state.controller.signal.reason;
+    };
+    refuseIfLate();
     const lock = state.lock!;
     state.unwatch?.();
     await state.keeper?.stop();
+    refuseIfLate();
     await lock.release({ update: result.update }); // on failure, settle() releases it without the update
     state.released = true;
     return result.value;

@@ -1,4 +1,5 @@
 import type { Document } from 'mongodb';
+import { settleCommit } from './commit-outcome';
 import { isLockError, lockError, withDbErrors, type LockErrorSubtype } from './errors';
 import type { LockData } from './lock-handle';
 import { newLockId } from './lock-ids';
@@ -9,6 +10,7 @@ export type { Proof } from './proofs';
 import { ambiguous, matchesProof, proofMatch, type Proof } from './proofs';
 import { stampLag, stampRefused, type Verdict } from './stamp-refusals';
 import type { Inspection, Store, Timed } from './store';
+import { classifyWriteFailure, describeWriteFailure } from './write-failures';
 import {
   allOf,
   entryLiveOnServer,
@@ -223,6 +225,8 @@ export class LockEngine {
       try {
         reply = await this.settings.store.findOneAndUpdate(guarded, update, call, undefined, extras.document);
       } catch (error) {
+        const failure = classifyWriteFailure(error);
+        if (failure !== 'unknown') throw lockError('DbError', call.boom, { cause: error, detail: `${describeFailure(error)} (${describeWriteFailure(failure, 'lock')})` });
         // The write may have been applied although its reply was lost (a wtimeout, a dropped
         // connection): hand the caller the lock it may hold, so that it can still release it.
         // Its document is found by the lock's id alone: the caller's filter may not match it any more.
@@ -362,7 +366,9 @@ export class LockEngine {
   ): Promise<void> {
     const { paths, store } = this.settings;
     if (!proof) {
-      const matched = await this.db(call, () => store.updateOne(target, { $set: { [paths.tag(tag)]: [] } }, call, call.releaseW));
+      // Forced: the time is recorded, so that a commit whose reply was lost is not judged applied by its entry's absence.
+      const forced = { $set: { [paths.tag(tag)]: [] }, $currentDate: { [paths.forced]: true } };
+      const matched = await this.db(call, () => store.updateOne(target, forced, call, call.releaseW));
       if (!matched) throw lockError('RessourceNotFound', call.boom, { detail: 'no document matches the filter' });
       return;
     }
@@ -374,8 +380,18 @@ export class LockEngine {
     try {
       matched = await this.db(call, () => store.updateOne(allOf(target, conditions), write, call, update ? dataWriteConcern(call.w) : call.releaseW));
     } catch (error) {
-      if (update && 'id' in proof && isLockError(error, 'DbError')) return this.commitOutcome(target, tag, proof.id, error, call);
-      throw error;
+      if (!update || !isLockError(error, 'DbError')) throw error;
+      if ('id' in proof) {
+        const lock = claimed ?? { id: proof.id, tag, timestamp: 0, fence: 0, expiresAt: 0 };
+        return settleCommit({ store, paths, w: dataWriteConcern(call.w) }, target, lock, error, call);
+      }
+      // A v2 timestamp proof: no record of the commit to read back.
+      const refused = classifyWriteFailure(error.cause) !== 'unknown';
+      throw lockError('DbError', call.boom, {
+        cause: error.cause,
+        detail: `${error.message}; ${refused ? 'the update was not applied (the lock is still held)' : 'whether the update was applied is unknown (a timestamp proof leaves no record: use the handle)'}`,
+        data: { applied: refused ? false : 'unknown' },
+      });
     }
     if (matched) return;
     const seen = await this.db(call, () => store.inspect(target, call));
@@ -399,25 +415,6 @@ export class LockEngine {
     const { paths } = this.settings;
     const asserted = this.rule(tag).assertive.map((other) => noEntryLiveOnServer(paths, other));
     return [{ $expr: asserted.length > 0 ? { $and: [entryLiveOnServer(paths, tag, proof), ...asserted] } : entryLiveOnServer(paths, tag, proof) }];
-  }
-
-  /**
-   * A commit whose reply was lost (`failure`): reads whether it landed. Its id in `committed`: it
-   * did (the update and the release were one write), so the call succeeds. Its entry still there:
-   * it did not, which `failure` reports (the lock is still held). Neither: it cannot be told.
-   */
-  private async commitOutcome(target: Document, tag: string, id: string, failure: Error, call: ResolvedCallOptions): Promise<void> {
-    let seen: Inspection;
-    try {
-      seen = await this.db(call, () => this.settings.store.inspect(target, call));
-    } catch {
-      throw lockError('DbError', call.boom, { cause: failure.cause ?? failure, detail: `${failure.message}; whether the update was applied is unknown (MongoDB could not be read)`, data: { applied: 'unknown' } });
-    }
-    const stored = this.settings.paths.read(seen.value);
-    if ((stored.committed ?? []).includes(id)) return;
-    const held = (stored.tags?.[tag] ?? []).some((entry) => entry.id === id);
-    const detail = held ? `${failure.message}; the update was not applied, and the lock is still held` : `${failure.message}; whether the update was applied is unknown`;
-    throw lockError('DbError', call.boom, { cause: failure.cause ?? failure, detail, data: { applied: held ? false : 'unknown' } });
   }
 
   /**

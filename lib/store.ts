@@ -71,13 +71,17 @@ export class Store {
     return result.matchedCount > 0;
   }
 
-  /** Reads the first document matching `filter` (its lock property only) and the server's clock, on the primary. */
-  async inspect(filter: Document, call: ResolvedCallOptions): Promise<Inspection> {
+  /**
+   * Reads the first document matching `filter` (its lock property only) and the server's clock, on
+   * the primary; at read concern `majority` when asked (a read that a failover cannot roll back).
+   */
+  async inspect(filter: Document, call: ResolvedCallOptions, readConcern?: 'majority'): Promise<Inspection> {
     const reply = await this.timed('aggregate', call, () =>
       this.collection
         .aggregate([{ $match: filter }, { $limit: 1 }, { $project: { [this.field]: 1, [SERVER_NOW]: '$$NOW' } }], {
           maxTimeMS: call.timeout,
           readPreference: 'primary',
+          ...(readConcern ? { readConcern: { level: readConcern } } : {}),
         })
         .toArray(),
     );

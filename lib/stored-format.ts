@@ -9,6 +9,8 @@ import type { Document } from 'mongodb';
  *   now: ISODate,                   // the server's clock at the last acquire/extend ($currentDate)
  *   recent: { write: [ISODate, ISODate] },  // exclusive tags: the last two acquisition stamps (never decreasing)
  *   queue: [ { id: '7a…', tag: 'write', at: ISODate, exp: ISODate }, … ],  // fair mode: waiters' tickets
+ *   committed: ['9f…', …],          // the ids of the last 16 locks released by a commit
+ *   forced: ISODate,                // the server's clock at the last forced release
  *   tags: {
  *     write: [ { id: '9f…', at: ISODate, exp: ISODate } ],   // one array per tag
  *     read:  [ { id: '1c…', at: ISODate, exp: ISODate }, … ]
@@ -48,6 +50,8 @@ export interface StoredLock {
   queue?: StoredTicket[];
   /** The ids of the last 16 locks released by a commit (release with an update): how a lost reply is told apart. */
   committed?: string[];
+  /** The server's clock at the last forced release (a release without proof, or the CLI's): a live entry may have been removed then. */
+  forced?: Date;
   tags?: Record<string, StoredEntry[] | undefined>;
 }
 
@@ -56,7 +60,7 @@ export interface StoredLock {
  * `active`/`timestamp`). monglock v2 stored a tag's entries at `lock.<tag>`, so a v2 document with
  * a tag of one of these names collides with this layout (an acquisition fails with DbError).
  */
-export const RESERVED_TAG_NAMES: ReadonlySet<string> = new Set(['fence', 'now', 'recent', 'born', 'queue', 'committed', 'tags', 'active', 'timestamp']);
+export const RESERVED_TAG_NAMES: ReadonlySet<string> = new Set(['fence', 'now', 'recent', 'born', 'queue', 'committed', 'forced', 'tags', 'active', 'timestamp']);
 
 /** Dot paths into the stored lock property. */
 export class LockPaths {
@@ -65,6 +69,7 @@ export class LockPaths {
   readonly born: string;
   readonly queue: string;
   readonly committed: string;
+  readonly forced: string;
 
   constructor(readonly field: string) {
     this.fence = `${field}.fence`;
@@ -72,6 +77,7 @@ export class LockPaths {
     this.born = `${field}.born`;
     this.queue = `${field}.queue`;
     this.committed = `${field}.committed`;
+    this.forced = `${field}.forced`;
   }
 
   /** The last two acquisition stamps of an exclusive tag. */

@@ -3,8 +3,8 @@ import type { Collection, Document } from 'mongodb';
 /** A driver call a delay can apply to. */
 export type DelayedMethod = 'findOneAndUpdate' | 'updateOne' | 'updateMany' | 'deleteMany' | 'aggregate';
 
-/** ms to hold a call back, by method and by the call's number (1-based, per method). */
-export type DelayPlan = (method: DelayedMethod, call: number) => number;
+/** ms to hold a call back (or a promise to wait for), by method and by the call's number (1-based, per method). */
+export type DelayPlan = (method: DelayedMethod, call: number) => number | Promise<unknown>;
 
 /** When to hold calls back: before the request is sent, and before the reply is handed over. */
 export interface Delays {
@@ -22,9 +22,10 @@ const METHODS: ReadonlySet<string> = new Set(['findOneAndUpdate', 'updateOne', '
  */
 export function delayedCollection(collection: Collection<Document>, delays: Delays): Collection<Document> {
   const counts = new Map<string, number>();
-  const hold = (plan: DelayPlan | undefined, method: DelayedMethod, n: number): Promise<void> => {
+  const hold = async (plan: DelayPlan | undefined, method: DelayedMethod, n: number): Promise<void> => {
     const ms = plan?.(method, n) ?? 0;
-    return ms > 0 ? new Promise((resolve) => setTimeout(resolve, ms)) : Promise.resolve();
+    if (typeof ms !== 'number') await ms;
+    else if (ms > 0) await new Promise((resolve) => setTimeout(resolve, ms));
   };
   const next = (method: string): number => {
     const n = (counts.get(method) ?? 0) + 1;

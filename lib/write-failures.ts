@@ -1,0 +1,59 @@
+/**
+ * What a failed write tells about the document: whether the server can have applied it (or still
+ * apply it later). Only `unknown` means a lock may have been written (or a commit applied):
+ * - `refused`: the server answered with an error that rejects the command itself (a malformed
+ *   filter, `$inc` of a string, a duplicate key): nothing was applied. A retry of the driver after
+ *   a lost first reply would have met the same refusal, so the first attempt applied nothing either.
+ * - `not-sent`: the driver refused it before sending (an invalid argument, a value BSON cannot
+ *   serialize).
+ * - `closed`: the client is closed (or was never connected): nothing was sent, unless the client
+ *   was closed while the write was on its way, in which case a lock it wrote ends with its lease
+ *   (a closed client cannot release it anyway).
+ * - `unknown`: a network error, a lost or late reply (the client-side deadline), a write concern
+ *   error (the write was applied but not confirmed as asked), or an error that may come from the
+ *   driver's retry of a write whose first reply was lost.
+ */
+export type WriteFailure = 'refused' | 'not-sent' | 'closed' | 'unknown';
+
+/** Driver errors thrown before a command is sent. */
+const NOT_SENT = new Set(['MongoInvalidArgumentError', 'MongoAPIError', 'MongoParseError', 'MongoCompatibilityError', 'MongoMissingDependencyError', 'BSONError', 'BSONVersionError']);
+/** Driver errors of a client that is closed or not connected. */
+const CLOSED = new Set(['MongoNotConnectedError', 'MongoTopologyClosedError', 'MongoClientClosedError']);
+/**
+ * Server error codes that do not prove the write was refused: they may be a retry's answer after a
+ * lost first reply (the driver's retryable codes), or arrive after the write was applied
+ * (time limits, write concern).
+ */
+const INCONCLUSIVE_CODES = new Set([6, 7, 50, 64, 89, 91, 134, 189, 262, 9001, 10058, 10107, 11600, 11602, 13435, 13436]);
+
+/** Classifies a failed write (see {@link WriteFailure}). */
+export function classifyWriteFailure(error: unknown): WriteFailure {
+  if (!(error instanceof Error)) return 'unknown';
+  if (NOT_SENT.has(error.name) || error instanceof TypeError || error instanceof RangeError) return 'not-sent';
+  if (CLOSED.has(error.name)) return 'closed';
+  if (error.name !== 'MongoServerError') return 'unknown';
+  const failed = error as Error & { code?: unknown; writeConcernError?: unknown; errorLabels?: unknown; hasErrorLabel?: (label: string) => boolean };
+  if (failed.writeConcernError !== undefined) return 'unknown';
+  if (failed.hasErrorLabel?.('RetryableWriteError')) return 'unknown';
+  if (typeof failed.code !== 'number' || INCONCLUSIVE_CODES.has(failed.code)) return 'unknown';
+  return 'refused';
+}
+
+/** True when a failed write may have been applied, or may still be: the caller may hold what it wrote. */
+export function mayHaveWritten(error: unknown): boolean {
+  return classifyWriteFailure(error) === 'unknown';
+}
+
+/** A sentence for the caller: what a failed write left behind. */
+export function describeWriteFailure(failure: WriteFailure, what: string): string {
+  switch (failure) {
+    case 'refused':
+      return `the server refused the command: nothing was written`;
+    case 'not-sent':
+      return `the driver refused the command before sending it: nothing was written`;
+    case 'closed':
+      return `the MongoDB client is closed: nothing was sent (a ${what} sent while it was closing ends with its lease)`;
+    case 'unknown':
+      return `the ${what} may have been written`;
+  }
+}

@@ -1,0 +1,151 @@
+/**
+ * A commit's reported outcome is true, exactly once: resolved only when the update landed,
+ * `applied: false` only once it can no longer land, `applied: 'unknown'` when it cannot be told,
+ * and never "the lock is still held" when it is not.
+ */
+import { expect } from 'chai';
+import type { CommandStartedEvent, Document } from 'mongodb';
+import { commit, isLockError, writeLock, type LockHandle } from '../lib';
+import { delayedCollection } from '../stress/delayed-collection';
+import { freshCollection, newClient, rejectionOf, sleep } from './support/fixture';
+
+/** A promise and the function that settles it: a gate a wrapped call waits at. */
+function gate(): { opened: Promise<void>; open: () => void } {
+  let open!: () => void;
+  const opened = new Promise<void>((resolve) => (open = resolve));
+  return { opened, open };
+}
+
+const debit = (lock: LockHandle): Document => ({ $set: { balance: (lock.document?.balance as number) - 30 }, $push: { history: -30 } });
+
+describe('a commit whose outcome is not known at once', () => {
+  it('a commit still on its way when the call gives up is reported not applied, and can no longer land', async function () {
+    this.timeout(20_000);
+    const collection = await freshCollection([{ _id: 'acc', balance: 100, history: [] }]);
+    // The commit (the first updateOne) reaches the server only after the call's deadline, and after the settling write.
+    const late = gate();
+    const slow = delayedCollection(collection, { request: (method, n) => (method === 'updateOne' && n === 1 ? late.opened : 0) });
+    const accounts = writeLock({ collection: slow, locktimeout: 10_000, timeout: 500 });
+    const error = await rejectionOf(accounts.using({ _id: 'acc' }, { document: { balance: 1 } }, (lock) => commit(debit(lock), 'done')));
+    late.open();
+    await sleep(300); // the late request lands now, or would
+    expect({ subtype: error.subtype, applied: (error.data as { applied?: unknown }).applied }).to.deep.equal({ subtype: 'DbError', applied: false });
+    expect(error.message).to.match(/not applied, and never will be: the lock was released/);
+    const doc = await collection.findOne({ _id: 'acc' as never });
+    expect({ balance: doc?.balance, history: doc?.history, held: doc?.lock?.tags?.write?.length }).to.deep.equal({ balance: 100, history: [], held: 0 });
+    // The caller retries, as told: exactly one debit.
+    await writeLock({ collection }).using({ _id: 'acc' }, { document: { balance: 1 } }, (lock) => commit(debit(lock), 'done'));
+    expect((await collection.findOne({ _id: 'acc' as never }))?.history).to.deep.equal([-30]);
+  });
+
+  it('a commit that landed is told apart within its lease even after more than 16 commits followed it', async function () {
+    this.timeout(20_000);
+    const collection = await freshCollection([{ _id: 'acc', balance: 1_000, history: [] }]);
+    const others = gate();
+    // Our commit lands; its reply is held past the deadline; the settling write waits until 20 more commits landed.
+    const slow = delayedCollection(collection, {
+      reply: (method, n) => (method === 'updateOne' && n === 1 ? new Promise(() => undefined) : 0),
+      request: (method, n) => (method === 'updateOne' && n === 2 ? others.opened : 0),
+    });
+    const accounts = writeLock({ collection: slow, locktimeout: 10_000, timeout: 500 });
+    const ours = accounts.using({ _id: 'acc' }, { document: { balance: 1 } }, (lock) => commit(debit(lock), 'ours'));
+    const plain = writeLock({ collection });
+    for (let i = 0; i < 20; i++) await plain.using({ _id: 'acc' }, { wait: 5_000, document: { balance: 1 } }, () => commit({ $inc: { balance: -1 }, $push: { history: -1 } }, i));
+    others.open();
+    expect(await ours).to.equal('ours');
+    const doc = await collection.findOne({ _id: 'acc' as never });
+    expect(doc?.history.filter((entry: number) => entry === -30)).to.have.length(1);
+  });
+
+  it('a forced release while the reply was lost makes the outcome unknown, never "applied"', async function () {
+    this.timeout(20_000);
+    const collection = await freshCollection([{ _id: 'acc', balance: 100, history: [] }]);
+    const late = gate();
+    const slow = delayedCollection(collection, { request: (method, n) => (method === 'updateOne' && n === 1 ? late.opened : 0) });
+    const accounts = writeLock({ collection: slow, locktimeout: 10_000, timeout: 500 });
+    const held = await accounts.acquire({ _id: 'acc' }, { document: true });
+    const committing = rejectionOf(held.release({ update: debit(held) }));
+    await sleep(100);
+    await writeLock({ collection }).release({ _id: 'acc' }); // monglock v2's forced release, by an operator
+    const error = await committing;
+    late.open();
+    await sleep(300);
+    expect((error.data as { applied?: unknown }).applied).to.equal('unknown');
+    expect((await collection.findOne({ _id: 'acc' as never }))?.balance, 'the late commit could not land').to.equal(100);
+  });
+
+  it('a commit MongoDB refuses ($inc of a string) says the update was not applied and that the lock was released', async () => {
+    const collection = await freshCollection([{ _id: 'acc', balance: 'many' }]);
+    const accounts = writeLock({ collection, locktimeout: 10_000 });
+    const error = await rejectionOf(accounts.using({ _id: 'acc' }, {}, () => commit({ $inc: { balance: -30 } }, 'x')));
+    expect(error.subtype).to.equal('DbError');
+    expect((error.data as { applied?: unknown }).applied).to.equal(false);
+    expect(error.message).to.match(/lock was released/);
+    expect(error.message).not.to.match(/still held/);
+    const next = await accounts.acquire({ _id: 'acc' }); // free
+    await next.release();
+  });
+
+  it('settles with a majority write and a majority read, on the primary', async function () {
+    this.timeout(20_000);
+    const client = await newClient({ monitorCommands: true });
+    const seen: CommandStartedEvent[] = [];
+    client.on('commandStarted', (event) => seen.push(event));
+    const raw = await freshCollection([{ _id: 'acc', balance: 100, history: [] }]);
+    const collection = client.db(raw.dbName).collection(raw.collectionName);
+    const slow = delayedCollection(collection, { reply: (method, n) => (method === 'updateOne' && n === 1 ? new Promise(() => undefined) : 0) });
+    const accounts = writeLock({ collection: slow, locktimeout: 10_000, timeout: 500, w: 1 });
+    await accounts.using({ _id: 'acc' }, { document: { balance: 1 } }, (lock) => commit(debit(lock), 'ok'));
+    const updates = seen.filter((event) => event.commandName === 'update').map((event) => (event.command.writeConcern as { w?: unknown }).w);
+    const reads = seen.filter((event) => event.commandName === 'aggregate').map((event) => (event.command.readConcern as { level?: unknown } | undefined)?.level);
+    expect({ updates, reads }).to.deep.equal({ updates: ['majority', 'majority'], reads: ['majority'] });
+  });
+
+  it('the handle of a lost acquisition (err.lock) never reports a commit it did not apply', async function () {
+    this.timeout(20_000);
+    const collection = await freshCollection([{ _id: 'acc', balance: 100 }]);
+    // The acquisition lands; its reply comes after the deadline: err.lock is an unconfirmed handle, released in the background.
+    const slow = delayedCollection(collection, { reply: (method, n) => (method === 'findOneAndUpdate' && n === 1 ? 1_500 : 0) });
+    const accounts = writeLock({ collection: slow, locktimeout: 10_000, timeout: 500 });
+    const lost = await rejectionOf(accounts.acquire({ _id: 'acc' }));
+    expect(isLockError(lost, 'DbError')).to.equal(true);
+    for (let i = 0; i < 100 && ((await collection.findOne({ _id: 'acc' as never }))?.lock?.tags?.write?.length ?? 0) > 0; i++) await sleep(50);
+    const handle = lost.lock as LockHandle;
+    await handle.release(); // a plain release of a lock that is not held: nothing to do
+    const commitError = await rejectionOf(handle.release({ update: { $inc: { balance: -30 } } }));
+    expect(commitError.subtype).to.be.oneOf(['LockNotFound', 'LockWasReacquired']);
+    expect((await collection.findOne({ _id: 'acc' as never }))?.balance).to.equal(100);
+  });
+});
+
+describe('a failed acquisition says whether it may have written a lock', () => {
+  it('a malformed filter: the server refused it, nothing was written, no lock to release', async () => {
+    const collection = await freshCollection([{ _id: 'a', n: 1 }]);
+    const error = await rejectionOf(writeLock({ collection }).acquire({ n: { $bogus: 1 } }));
+    expect(error.subtype).to.equal('DbError');
+    expect(error.message).to.match(/server refused the command: nothing was written/);
+    expect(error.message).not.to.match(/may have been written/);
+    expect(error.lock).to.equal(undefined);
+  });
+
+  it('a closed client: nothing was sent, no lock to release', async () => {
+    const raw = await freshCollection([{ _id: 'a' }]);
+    const client = await newClient();
+    const collection = client.db(raw.dbName).collection(raw.collectionName);
+    const lock = writeLock({ collection });
+    await client.close();
+    const error = await rejectionOf(lock.acquire({ _id: 'a' }));
+    expect(error.subtype).to.equal('DbError');
+    expect(error.message).to.match(/client is closed: nothing was sent/);
+    expect(error.lock).to.equal(undefined);
+  });
+
+  it('a lost reply: the lock may have been written, and err.lock releases it', async function () {
+    this.timeout(20_000);
+    const collection = await freshCollection([{ _id: 'a' }]);
+    const slow = delayedCollection(collection, { reply: (method, n) => (method === 'findOneAndUpdate' && n === 1 ? 1_500 : 0) });
+    const error = await rejectionOf(writeLock({ collection: slow, locktimeout: 10_000, timeout: 500 }).acquire({ _id: 'a' }));
+    expect(error.message).to.match(/may have been written: release err.lock/);
+    expect(error.lock).not.to.equal(undefined);
+  });
+});
