@@ -131,7 +131,6 @@ export class DocumentLock implements HandleOwner {
     const lease = this.leaseOf(ruleTag, p);
     const document = expectDocumentOption('params.document', p.document, this.engine.field);
     const waiting = readWaitParams(p);
-    if (cancellation?.unsupported && waiting.wait > 0) this.warnUncancellable();
     const { signal, dispose } = linkSignals(waiting.signal, cancellation?.signal);
     if (signal?.aborted) throw signal.reason;
 
@@ -157,7 +156,10 @@ export class DocumentLock implements HandleOwner {
           (won) => (won.lock.id === resumed?.lock.id ? undefined : won),
         );
       } catch (error) {
-        if (waiting.wait > 0 && isLockError(error, this.engine.conflict) && !acquisition.abandoned) await place.refused(error, userFilter);
+        if (waiting.wait > 0 && isLockError(error, this.engine.conflict) && !acquisition.abandoned) {
+          if (cancellation?.unsupported) this.warnUncancellable(waiting.wait);
+          await place.refused(error, userFilter);
+        }
         if (registered && isLockError(error, 'LockNotFound')) registered = undefined;
         const written = lockWrittenBy(error);
         if (written) (error as { lock: unknown }).lock = new LockHandle(written.lock, this, written.target, { unconfirmed: true });

@@ -78,15 +78,22 @@ function isBluebirdLike(PromiseLib: PromiseLibrary): PromiseLib is BluebirdLike 
   return typeof candidate === 'function' && typeof (candidate.prototype as { cancel?: unknown } | undefined)?.cancel === 'function';
 }
 
-/** A function that warns (once per lock instance that calls it) that a waiting acquisition's bluebird promise cannot stop the wait. */
-export function uncancellableWaitWarning(): () => void {
+/**
+ * A function that warns, once per lock instance that calls it, that a wait which has to wait
+ * (its first attempt was refused) runs under a bluebird promise that cannot be cancelled: bluebird's
+ * `.timeout()` or `.cancel()` would reject the caller's promise while the wait goes on, and a lock it
+ * takes afterwards is one nobody releases (it ends with its lease).
+ */
+export function uncancellableWaitWarning(): (waitMs: number) => void {
   let warned = false;
-  return () => {
+  return (waitMs) => {
     if (warned) return;
     warned = true;
     process.emitWarning(
-      'A waiting acquire returned a bluebird promise with cancellation disabled: its .timeout() or .cancel() cannot stop the wait, ' +
-        'which goes on and may take the lock. Pass `signal`, bound it with `wait`, or enable Bluebird.config({ cancellation: true }).',
+      `A waiting acquire (wait: ${waitMs} ms) is held up, and it returned a bluebird promise with cancellation disabled: ` +
+        "bluebird's .timeout() or .cancel() cannot stop this wait, which goes on and may take the lock after the caller gave up " +
+        '(then nobody releases it before its lease ends). Stop waits with `signal` (for example `AbortSignal.timeout(ms)`), ' +
+        'or enable Bluebird.config({ cancellation: true }).',
       { code: 'MONGLOCK_UNCANCELLABLE_WAIT' },
     );
   };

@@ -157,7 +157,11 @@ export class ResourceLockClient implements HandleOwner {
       const won = await retryWithin(
         { wait: waiting.wait, signal },
         () => acquisition.race(attempt(), signal, (outcome) => outcome),
-        (error) => isLockError(error, 'LockAlreadyTaken'),
+        (error) => {
+          const held = isLockError(error, 'LockAlreadyTaken');
+          if (held && waiting.wait > 0 && cancellation?.unsupported) this.warnUncancellable(waiting.wait);
+          return held;
+        },
         () => this.clock.local(),
       );
       const handle = new ResourceLockHandle(won.lock, this, name, group, details.ttl);

@@ -69,6 +69,8 @@ describe('bad input: every public function and option, nothing written', () => {
       ['using: body not a function', () => wl.using({ _id: 2 }, {}, 'go' as never), /`body`/],
       ['using: filter null', () => wl.using(null as never, {}, async () => 1), /`filter`/],
       ['handle.extend: negative', () => held.extend(-1), /`locktimeout`/],
+      ['handle.extend: a string names the positional argument', () => held.extend('5000' as never), /^Expected `locktimeout` to be an integer number of ms, got `5000` \(string\)$/],
+      ['writeLock: locktimeout Infinity is shown as such', () => writeLock({ collection: docs, locktimeout: Infinity }), /got `Infinity` \(number\)/],
       ['handle.guard: extra not an object', () => held.guard('x' as never), /`extra`/],
       // multiLock(options)
       ['multiLock: no tags', () => multiLock({ collection: docs }), /at least one tag/],

@@ -178,19 +178,27 @@ describe('safety (issue 11): paths to a second holder or a leaked lock', () => {
       await (await lock.acquire({ _id: 1 })).release();
     });
 
-    it('warns once when a waiting acquire returns a bluebird promise that cannot be cancelled', async () => {
+    it('warns once per lock, and only when a wait under an uncancellable bluebird promise is held up', async () => {
       const collection = await freshCollection([{ _id: 1 }]);
       const warnings: Error[] = [];
       const listen = (warning: Error): void => void warnings.push(warning);
       process.on('warning', listen);
+      const codes = async (): Promise<string[]> => {
+        await sleep(10);
+        return warnings.map((warning) => (warning as Error & { code?: string }).code ?? '').filter((code) => code === 'MONGLOCK_UNCANCELLABLE_WAIT');
+      };
       try {
         const lock = writeLock({ collection, Promise: Bluebird });
-        await (await lock.acquire({ _id: 1 }, { wait: 100 })).release();
-        await sleep(10);
+        await (await lock.acquire({ _id: 1 }, { wait: 100 })).release(); // uncontended: no abandoned wait could take anything
+        expect(await codes(), 'uncontended').to.deep.equal([]);
+        const holder = await writeLock({ collection }).acquire({ _id: 1 });
+        for (let i = 0; i < 2; i++) expect((await rejectionOf(lock.acquire({ _id: 1 }, { wait: 50 }))).subtype).to.equal('LockAlreadyTaken');
+        await holder.release();
+        expect(await codes(), 'held up twice, warned once').to.deep.equal(['MONGLOCK_UNCANCELLABLE_WAIT']);
+        expect(warnings.find((warning) => (warning as Error & { code?: string }).code === 'MONGLOCK_UNCANCELLABLE_WAIT')?.message).to.match(/wait: 50 ms.*`signal`.*cancellation: true/);
       } finally {
         process.off('warning', listen);
       }
-      expect(warnings.map((warning) => (warning as Error & { code?: string }).code)).to.include('MONGLOCK_UNCANCELLABLE_WAIT');
     });
 
     it('wait is measured with the injected clock', async function () {
