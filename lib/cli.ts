@@ -7,9 +7,10 @@
  * Exit codes: 0 done, 1 failed (MongoDB, nothing to release, not confirmed), 2 usage.
  */
 import { createInterface } from 'node:readline/promises';
-import { Command, CommanderError, Option } from 'commander';
+import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 import { BSON, MongoClient, type Collection, type Document } from 'mongodb';
-import { listDocumentLocks, listResourceLocks, type ListedLock } from './lock-listing';
+import { documentLocks, listDocumentLocks, listResourceLocks, type ListedLock } from './lock-listing';
+import { SAFE_NAME } from './options';
 import { resourceLocks } from './resource-locks';
 
 const { EJSON } = BSON;
@@ -36,12 +37,22 @@ class CliError extends Error {
   }
 }
 
-/** Opens the collection, runs `body`, closes the client. */
+/**
+ * Opens the collection (reads on the primary, whatever the URI says: a secondary returns stale
+ * locks), runs `body`, closes the client. A namespace that does not exist is an error, not an
+ * empty listing: a misspelled `--db` or `--collection` must not read as "no locks".
+ */
 async function withCollection<T>(target: Target, body: (collection: Collection<Document>) => Promise<T>): Promise<T> {
-  const client = new MongoClient(target.uri, { serverSelectionTimeoutMS: 5_000 });
+  const client = new MongoClient(target.uri, { serverSelectionTimeoutMS: 5_000, readPreference: 'primary' });
   try {
     await client.connect();
-    return await body(client.db(target.db).collection(target.collection));
+    const db = client.db(target.db);
+    const names = (await db.listCollections({}, { nameOnly: true, readPreference: 'primary' }).toArray()).map((info) => info.name);
+    if (!names.includes(target.collection)) {
+      const known = names.length === 0 ? `database ${target.db} has no collections` : `its collections: ${names.sort().join(', ')}`;
+      throw new CliError(`namespace ${target.db}.${target.collection} does not exist (${known})`);
+    }
+    return await body(db.collection(target.collection));
   } finally {
     await client.close();
   }
@@ -86,8 +97,20 @@ function render(rows: ListedLock[], json: boolean | undefined): string {
 }
 
 async function status(target: Target): Promise<void> {
-  const rows = await withCollection(target, (collection) => list(collection, target));
+  const rows = await withCollection(target, async (collection) => {
+    if (!target.resources && !target.all) await hintIndex(collection, target.field);
+    return list(collection, target);
+  });
   console.log(render(rows, target.json));
+}
+
+/** Says on stderr which index lets `status` read only the documents that may hold a lock, when it is missing. */
+async function hintIndex(collection: Collection<Document>, field: string): Promise<void> {
+  const path = `${field}.until`;
+  const indexes = await collection.indexes();
+  if (!indexes.some((index) => Object.keys(index.key)[0] === path)) {
+    console.error(`hint: without an index on ${path} (createIndex({ '${path}': 1 })), status reads every document that was ever locked`);
+  }
 }
 
 /** Prints what changed between two listings: `+` acquired or queued, `-` released or expired, `~` extended. */
@@ -155,9 +178,11 @@ async function release(target: Target & { id?: string; doc?: string; tag?: strin
   if (target.doc !== undefined && target.tag === undefined) throw new CliError('release --doc needs --tag <tag>', 2);
   if (target.resources && target.id === undefined) throw new CliError('resource locks are released by --id <lockId>', 2);
   await withCollection(target, async (collection) => {
-    const rows = (await list(collection, { ...target, all: true })).filter((row) =>
-      target.id !== undefined ? row.lockId === target.id : sameId(row.target, parseId(target.doc!)) && row.tag === target.tag && row.state !== 'waiting',
-    );
+    // By --doc: that document is read by its _id (whatever else the collection holds); by --id: among the locks held now.
+    const rows =
+      target.id !== undefined
+        ? (await list(collection, target)).filter((row) => row.lockId === target.id)
+        : (await documentLocks(collection, target.field, parseId(target.doc!))).filter((row) => sameId(row.target, parseId(target.doc!)) && row.tag === target.tag && row.state !== 'waiting');
     if (rows.length === 0) throw new CliError(target.id !== undefined ? `no lock with id ${target.id}` : `no ${target.tag} lock on document ${target.doc}`);
     console.log(render(rows, target.json));
     if (!target.yes && !(await confirm(`Release ${rows.length === 1 ? 'this lock' : `these ${rows.length} locks`}? Their holders lose them.`))) throw new CliError('not released');
@@ -169,13 +194,30 @@ async function release(target: Target & { id?: string; doc?: string; tag?: strin
     let released = 0;
     for (const row of rows) {
       // A lock entry is pulled from its tag; a fair-mode ticket from the queue.
+      // A forced release of an entry is recorded (`forced`): a commit whose reply its holder lost is then not judged applied.
       const path = row.state === 'waiting' ? `${target.field}.queue` : `${target.field}.tags.${row.tag}`;
-      const result = await collection.updateOne({ _id: row.target, [`${path}.id`]: row.lockId } as Document, { $pull: { [path]: { id: row.lockId } } } as Document, { writeConcern: { w: 'majority' } });
+      const forced = row.state === 'waiting' ? {} : { $currentDate: { [`${target.field}.forced`]: true } };
+      const result = await collection.updateOne({ _id: row.target, [`${path}.id`]: row.lockId } as Document, { $pull: { [path]: { id: row.lockId } }, ...forced } as Document, {
+        writeConcern: { w: 'majority' },
+      });
       released += result.modifiedCount;
     }
     if (released === 0) throw new CliError('nothing released: the lock was let go meanwhile');
     console.log(`released ${released} lock(s)`);
   });
+}
+
+/** `--interval`: a whole number of ms, at least 1 (0 would poll without pause). */
+function interval(value: string): number {
+  const ms = Number(value);
+  if (!/^\d+$/.test(value) || !Number.isSafeInteger(ms) || ms < 1) throw new InvalidArgumentError('expected a whole number of ms, at least 1');
+  return ms;
+}
+
+/** `--field`: a name that is one field (no `$`, no `.`), as the library accepts it. */
+function fieldName(value: string): string {
+  if (!SAFE_NAME.test(value)) throw new InvalidArgumentError('expected 1-64 letters, digits, `_` or `-` (the lock field of the documents, `lock` by default)');
+  return value;
 }
 
 /** The command line, as a commander program (exported for tests). */
@@ -187,14 +229,14 @@ export function program(): Command {
       .addOption(new Option('--uri <uri>', 'MongoDB connection string').env('MONGODB_URI').makeOptionMandatory())
       .requiredOption('--db <name>', 'database')
       .requiredOption('--collection <name>', 'collection')
-      .option('--field <name>', 'the lock property of document locks', 'lock')
+      .option('--field <name>', 'the lock property of document locks', fieldName, 'lock')
       .option('--resources', 'a resourceLocks() collection instead of document locks')
       .option('--json', 'JSON instead of a table');
   common(root.command('status').description('list held and waiting locks'))
     .option('--all', 'include expired entries nobody released')
     .action((options: Target) => status(options));
   common(root.command('watch').description('show lock changes live (change streams on a replica set, else polling)'))
-    .option('--interval <ms>', 'polling interval', (value) => Number.parseInt(value, 10), 1_000)
+    .option('--interval <ms>', 'polling interval (ms, at least 1)', interval, 1_000)
     .action((options: Target & { interval: number }) => watch(options));
   common(root.command('release').description('force-release one lock by id, or one document tag'))
     .option('--id <lockId>', 'the lock id (or a fair-mode ticket id)')

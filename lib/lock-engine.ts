@@ -207,6 +207,7 @@ export class LockEngine {
           {
             $inc: { [paths.fence]: 1 },
             $currentDate: { [paths.now]: true },
+            $max: { [paths.until]: exp },
             ...(rule.exclusive ? { $set: { [paths.tag(tag)]: [entry] }, $push: recordStamp(paths, tag, at) } : { $push: { [paths.tag(tag)]: entry } }),
             ...this.pruneOthers(tag, at),
           },
@@ -284,7 +285,7 @@ export class LockEngine {
       const ticket: Ticket = { id, tag, at: new Date(stamp), exp: new Date(stamp + leaseMs) };
       const reply = await this.settings.store.findOneAndUpdate(
         allOf(filter, [{ $expr: stampWithin(ticket.at, tolerance) }]),
-        { $push: { [paths.queue]: ticket }, $currentDate: { [paths.now]: true } },
+        { $push: { [paths.queue]: ticket }, $currentDate: { [paths.now]: true }, $max: { [paths.until]: ticket.exp } },
         call,
         undefined,
         undefined,
@@ -303,9 +304,10 @@ export class LockEngine {
   async renewTicket(target: Document, ticket: Ticket, leaseMs: number, call: ResolvedCallOptions): Promise<boolean> {
     const { paths, clock } = this.settings;
     const at = new Date(clock.lower());
+    const renewedTo = new Date(at.getTime() + leaseMs);
     const reply = await this.settings.store.findOneAndUpdate(
       allOf(target, [{ [paths.queue]: { $elemMatch: { id: ticket.id } } }, { $expr: stampWithin(at, clock.tolerance(leaseMs * 2, true)) }]),
-      { $set: { [`${paths.queue}.$[mine].exp`]: new Date(at.getTime() + leaseMs) }, $currentDate: { [paths.now]: true } },
+      { $set: { [`${paths.queue}.$[mine].exp`]: renewedTo }, $currentDate: { [paths.now]: true }, $max: { [paths.until]: renewedTo } },
       call,
       [{ 'mine.id': ticket.id }],
       undefined,
@@ -439,7 +441,12 @@ export class LockEngine {
       const guarded = allOf(target, [{ $expr: live }, ...this.uniquely(lock.tag, proof), ...(update ? this.commitConditions(lock.tag, proof) : [])]);
       const exp = new Date(expiryOf(stamp, lease));
       const write = mergeUpdates(
-        mergeUpdates(update ?? {}, { $set: { [`${paths.tag(lock.tag)}.$[mine].exp`]: exp }, $currentDate: { [paths.now]: true }, ...this.pruneOthers(lock.tag, at) }),
+        mergeUpdates(update ?? {}, {
+          $set: { [`${paths.tag(lock.tag)}.$[mine].exp`]: exp },
+          $currentDate: { [paths.now]: true },
+          $max: { [paths.until]: exp },
+          ...this.pruneOthers(lock.tag, at),
+        }),
         extraUpdate?.(at, exp),
       );
       const arrayFilters = [prefixed('mine', proofMatch(proof))];

@@ -1,6 +1,6 @@
 import type { Collection, Document } from 'mongodb';
 import { resourceLocks } from './resource-locks';
-import type { StoredEntry, StoredLock, StoredTicket } from './stored-format';
+import { LockPaths, type StoredEntry, type StoredLock, type StoredTicket } from './stored-format';
 
 /** One lock, or one waiter's ticket, as the `monglock` CLI lists it. */
 export interface ListedLock {
@@ -24,24 +24,48 @@ export interface ListedLock {
   readonly owner?: string | null;
 }
 
+/** How far before the server's time (read first) documents are looked at: their entries are then judged by `$$NOW` itself. */
+const CUTOFF_MARGIN_MS = 60_000;
+
 /**
  * The locks stored in `collection`'s documents under `field` (writeLock, multiLock), judged by
- * the server's clock (`$$NOW`, read with them). Expired entries only with `all`.
+ * the server's clock (`$$NOW`, read with them), read on the primary. Without a cap: every
+ * document whose `until` (the latest expiry written there) has not passed, which an index on
+ * `<field>.until` serves; a document whose locks all ended long ago is not read. With `all`,
+ * every document that ever held a lock is read (a collection scan), and expired entries nobody
+ * released are listed too.
  */
-export async function listDocumentLocks(collection: Collection<Document>, field: string, options: { all?: boolean; limit?: number } = {}): Promise<ListedLock[]> {
-  const docs = await collection
-    .aggregate([{ $match: { [`${field}.tags`]: { $exists: true } } }, { $limit: options.limit ?? 1_000 }, { $project: { [field]: 1, now: '$$NOW' } }])
-    .toArray();
-  return docs.flatMap((doc) => {
-    const now = (doc.now as Date).getTime();
-    const lock = (doc[field] ?? {}) as StoredLock;
-    const fence = typeof lock.fence === 'number' ? lock.fence : null;
-    const entries = Object.entries(lock.tags ?? {}).flatMap(([tag, list]) =>
-      (list ?? []).map((entry: StoredEntry): ListedLock => listed(doc._id, tag, entry, now, fence, entry.exp.getTime() > now ? 'held' : 'expired')),
-    );
-    const tickets = (lock.queue ?? []).map((ticket: StoredTicket): ListedLock => listed(doc._id, ticket.tag, ticket, now, null, ticket.exp.getTime() > now ? 'waiting' : 'expired'));
-    return [...entries, ...tickets].filter((row) => options.all || row.state !== 'expired');
-  });
+export async function listDocumentLocks(collection: Collection<Document>, field: string, options: { all?: boolean } = {}): Promise<ListedLock[]> {
+  const paths = new LockPaths(field);
+  const match = options.all ? { [`${field}.tags`]: { $exists: true } } : { [paths.until]: { $gt: new Date((await serverTime(collection)).getTime() - CUTOFF_MARGIN_MS) } };
+  const rows: ListedLock[] = [];
+  const cursor = collection.aggregate([{ $match: match }, { $project: { [field]: 1, now: '$$NOW' } }], { readPreference: 'primary' });
+  for await (const doc of cursor) rows.push(...locksOf(doc, field, options.all === true));
+  return rows;
+}
+
+/** The locks of one document (its lock property and `now`, the server's clock), live ones only unless `all`. */
+export function locksOf(doc: Document, field: string, all: boolean): ListedLock[] {
+  const now = (doc.now as Date).getTime();
+  const lock = (doc[field] ?? {}) as StoredLock;
+  const fence = typeof lock.fence === 'number' ? lock.fence : null;
+  const entries = Object.entries(lock.tags ?? {}).flatMap(([tag, list]) =>
+    (list ?? []).map((entry: StoredEntry): ListedLock => listed(doc._id, tag, entry, now, fence, entry.exp.getTime() > now ? 'held' : 'expired')),
+  );
+  const tickets = (lock.queue ?? []).map((ticket: StoredTicket): ListedLock => listed(doc._id, ticket.tag, ticket, now, null, ticket.exp.getTime() > now ? 'waiting' : 'expired'));
+  return [...entries, ...tickets].filter((row) => all || row.state !== 'expired');
+}
+
+/** The locks of the document whose `_id` is `id` (every entry, expired ones included), read on the primary. */
+export async function documentLocks(collection: Collection<Document>, field: string, id: unknown): Promise<ListedLock[]> {
+  const docs = await collection.aggregate([{ $match: { _id: id } }, { $project: { [field]: 1, now: '$$NOW' } }], { readPreference: 'primary' }).toArray();
+  return docs.flatMap((doc) => locksOf(doc, field, true));
+}
+
+/** The primary's clock (`isMaster.localTime`). */
+async function serverTime(collection: Collection<Document>): Promise<Date> {
+  const hello = await collection.db.command({ isMaster: 1 }, { readPreference: 'primary' });
+  return hello.localTime instanceof Date ? hello.localTime : new Date(0);
 }
 
 function listed(target: unknown, tag: string, entry: { id: string; at: Date; exp: Date }, now: number, documentFence: number | null, state: ListedLock['state']): ListedLock {

@@ -138,7 +138,8 @@ export interface ResolvedCallOptions {
   readonly boom: BoomLike | undefined;
 }
 
-const SAFE_NAME = /^[A-Za-z0-9_-]{1,64}$/;
+/** A name that is safe as one field of an update path: letters, digits, `_` and `-`, 1 to 64 of them. */
+export const SAFE_NAME = /^[A-Za-z0-9_-]{1,64}$/;
 const FORBIDDEN_NAMES = new Set(['__proto__', 'constructor', 'prototype', 'hasOwnProperty', 'toString', 'valueOf']);
 
 /** Describes a value for an error message: `abc` (string). */

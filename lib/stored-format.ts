@@ -11,6 +11,8 @@ import type { Document } from 'mongodb';
  *   queue: [ { id: '7a…', tag: 'write', at: ISODate, exp: ISODate }, … ],  // fair mode: waiters' tickets
  *   committed: ['9f…', …],          // the ids of the last 16 locks released by a commit
  *   forced: ISODate,                // the server's clock at the last forced release
+ *   until: ISODate,                 // the latest expiry ever written (locks and tickets): a document
+ *                                   // whose until has passed holds nothing live (the CLI lists by it)
  *   tags: {
  *     write: [ { id: '9f…', at: ISODate, exp: ISODate } ],   // one array per tag
  *     read:  [ { id: '1c…', at: ISODate, exp: ISODate }, … ]
@@ -52,6 +54,8 @@ export interface StoredLock {
   committed?: string[];
   /** The server's clock at the last forced release (a release without proof, or the CLI's): a live entry may have been removed then. */
   forced?: Date;
+  /** The latest expiry written (`$max`), of a lock or a ticket: nothing in the document is live once the server's clock passes it. */
+  until?: Date;
   tags?: Record<string, StoredEntry[] | undefined>;
 }
 
@@ -60,7 +64,7 @@ export interface StoredLock {
  * `active`/`timestamp`). monglock v2 stored a tag's entries at `lock.<tag>`, so a v2 document with
  * a tag of one of these names collides with this layout (an acquisition fails with DbError).
  */
-export const RESERVED_TAG_NAMES: ReadonlySet<string> = new Set(['fence', 'now', 'recent', 'born', 'queue', 'committed', 'forced', 'tags', 'active', 'timestamp']);
+export const RESERVED_TAG_NAMES: ReadonlySet<string> = new Set(['fence', 'now', 'recent', 'born', 'queue', 'committed', 'forced', 'until', 'tags', 'active', 'timestamp']);
 
 /** Dot paths into the stored lock property. */
 export class LockPaths {
@@ -70,6 +74,7 @@ export class LockPaths {
   readonly queue: string;
   readonly committed: string;
   readonly forced: string;
+  readonly until: string;
 
   constructor(readonly field: string) {
     this.fence = `${field}.fence`;
@@ -78,6 +83,7 @@ export class LockPaths {
     this.queue = `${field}.queue`;
     this.committed = `${field}.committed`;
     this.forced = `${field}.forced`;
+    this.until = `${field}.until`;
   }
 
   /** The last two acquisition stamps of an exclusive tag. */

@@ -83,6 +83,43 @@ describe('monglock CLI', function () {
     expect(down.err).to.match(/^monglock: /);
   });
 
+  it('a lock held now among 1,000 formerly locked documents is listed, and release --doc frees it', async () => {
+    const collection = await freshCollection(Array.from({ length: 1_001 }, (_, i) => ({ _id: `doc-${String(i).padStart(4, '0')}` })));
+    const where = ['--uri', mongoBackend().uri, '--db', collection.dbName, '--collection', collection.collectionName];
+    const lock = writeLock({ collection, locktimeout: 30_000 });
+    for (let i = 0; i < 1_000; i++) await (await lock.acquire({ _id: `doc-${String(i).padStart(4, '0')}` })).release();
+    const held = await lock.acquire({ _id: 'doc-1000' });
+    const status = await run(['status', ...where, '--json']);
+    expect(status.code, status.err).to.equal(0);
+    expect((JSON.parse(status.out) as ListedLock[]).map((row) => [row.target, row.lockId])).to.deep.equal([['doc-1000', held.id]]);
+    expect(status.err).to.match(/hint: without an index on lock\.until/);
+    await collection.createIndex({ 'lock.until': 1 });
+    expect((await run(['status', ...where])).err).not.to.match(/hint/);
+    const released = await run(['release', ...where, '--doc', 'doc-1000', '--tag', 'write', '--yes']);
+    expect(released.code, released.err).to.equal(0);
+    expect(released.out).to.match(/released 1 lock/);
+    expect(isLockError(await rejectionOf(held.release()), 'LockNotFound')).to.equal(true);
+    expect((await collection.findOne({ _id: 'doc-1000' as never }))?.lock?.forced, 'the forced release is recorded').to.be.instanceOf(Date);
+  });
+
+  it('a namespace that does not exist, --interval 0 and a --field with $ are errors, not "no locks"', async () => {
+    const collection = await freshCollection([{ _id: 1 }]);
+    const uri = ['--uri', mongoBackend().uri];
+    const wrongCollection = await run(['status', ...uri, '--db', collection.dbName, '--collection', `${collection.collectionName}x`]);
+    expect({ code: wrongCollection.code, out: wrongCollection.out }).to.deep.equal({ code: 1, out: '' });
+    expect(wrongCollection.err).to.match(new RegExp(`namespace ${collection.dbName}\\.${collection.collectionName}x does not exist \\(its collections: .*${collection.collectionName}`));
+    const wrongDb = await run(['status', ...uri, '--db', 'monglock_no_such_db', '--collection', collection.collectionName]);
+    expect(wrongDb.code).to.equal(1);
+    expect(wrongDb.err).to.match(/namespace monglock_no_such_db\.\S+ does not exist \(database monglock_no_such_db has no collections\)/);
+    const where = [...uri, '--db', collection.dbName, '--collection', collection.collectionName];
+    const zero = await run(['watch', ...where, '--interval', '0']);
+    expect(zero.code).to.equal(2);
+    expect(zero.err).to.match(/--interval.*'0' is invalid\. expected a whole number of ms, at least 1/);
+    const dollar = await run(['status', ...where, '--field', '$where']);
+    expect(dollar.code).to.equal(2);
+    expect(dollar.err).to.match(/--field.*is invalid/);
+  });
+
   it('status and release --resources for resourceLocks collections', async () => {
     const collection = await freshCollection();
     const where = ['--uri', mongoBackend().uri, '--db', collection.dbName, '--collection', collection.collectionName, '--resources'];
