@@ -1,7 +1,8 @@
 /** A promise chain that retries in the caller with bluebird (README: Usage in a promise chain). */
 import Bluebird from 'bluebird';
-import { MongoClient } from 'mongodb';
+import { MongoClient, type Document } from 'mongodb';
 import { LockError, writeLock, type LockHandle } from 'monglock';
+import 'monglock/bluebird'; // types the lock's promises as bluebird's
 
 async function main(): Promise<void> {
   const client = await MongoClient.connect(process.env.MONGODB_URI ?? 'mongodb://127.0.0.1:27017');
@@ -13,8 +14,8 @@ async function main(): Promise<void> {
     // #region readme
     const lock = writeLock({ collection, locktimeout: 1000, Promise: Bluebird });
 
-    const acquire = (): Bluebird<LockHandle> =>
-      (lock.acquire({ _id: 1 }) as Bluebird<LockHandle>).catch(LockError, (err) => {
+    const acquire = (): Bluebird<LockHandle<Document, typeof Bluebird>> =>
+      lock.acquire({ _id: 1 }).catch(LockError, (err) => {
         if (err.subtype !== 'LockAlreadyTaken') throw err;
         return Bluebird.delay(100).then(acquire); // retry in the caller, as with monglock v2
       });

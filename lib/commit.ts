@@ -1,27 +1,43 @@
 import type { Document } from 'mongodb';
+import type { LockUpdate } from './options';
 
 /**
  * What a `using()` body (or a hapi handler on a locked route) returns to end its critical section
  * with a write: `update` is applied in the same atomic update that releases the lock, only while
  * the lock is still held, and the call then resolves `value`. Made by {@link commit}.
  */
-export class Commit<T = undefined> {
-  /** @internal */
+export interface Commit<T = undefined, TSchema extends Document = Document> {
+  /** Update operators on the locked document. */
+  readonly update: LockUpdate<TSchema>;
+  /** What the call resolves once the update is applied. */
+  readonly value: T;
+}
+
+/** The class behind {@link Commit}. */
+export class CommitRequest<T, TSchema extends Document> implements Commit<T, TSchema> {
   constructor(
-    readonly update: Document,
+    readonly update: LockUpdate<TSchema>,
     readonly value: T,
   ) {}
 }
 
+/** `value instanceof Commit` is true for what {@link commit} returns. */
+export const Commit: {
+  readonly prototype: Commit<unknown, Document>;
+  [Symbol.hasInstance](value: unknown): value is Commit<unknown, Document>;
+} = CommitRequest as never; // a class answers instanceof (Function.prototype[Symbol.hasInstance])
+
 /**
  * Ends a critical section with `update` (update operators on the locked document, never its lock
- * field), applied by the release itself: a read-modify-write under a lock takes two commands
- * (acquire with `document`, then this) instead of four, and the write can never land after the
- * lock was lost. Resolves `value` from `using()` (or answers it from a hapi handler).
+ * field, typed by the collection's schema), applied by the release itself: a read-modify-write
+ * under a lock takes two commands (acquire with `document`, then this) instead of four, and the
+ * write can never land after the lock was lost. Resolves `value` from `using()` (or answers it
+ * from a hapi handler). The schema is taken from where the commit is returned (a `using()` body
+ * of a typed collection checks the update against it), never from the update itself.
  * @example
  * await accounts.using({ _id }, { document: true }, (lock) =>
- *   commit({ $inc: { balance: -amount } }, { balance: lock.document.balance - amount }));
+ *   commit({ $inc: { balance: -amount } }, lock.document.balance - amount));
  */
-export function commit<T = undefined>(update: Document, value?: T): Commit<T> {
-  return new Commit(update, value as T);
+export function commit<T = undefined, TSchema extends Document = Document>(update: LockUpdate<NoInfer<TSchema>>, value?: T): Commit<T, TSchema> {
+  return new CommitRequest(update, value as T);
 }

@@ -4,7 +4,7 @@ import { isTraced, traced, type LockCallContext } from './diagnostics';
 import { isLockError, lockError } from './errors';
 import type { KnownKeys } from './known-keys';
 import { AssertivePending, LockEngine, lockWrittenBy, type Acquired, type Proof } from './lock-engine';
-import { extensionOf, HANDLE_PARAMS, LockHandle, readLockData, releaseUnclaimed, type Extension, type HandleOwner, type LockData } from './lock-handle';
+import { extensionOf, HANDLE_PARAMS, Handle, readLockData, releaseUnclaimed, type Extension, type HandleOwner, type LockData } from './lock-handle';
 import {
   expectDocumentOption,
   expectFilter,
@@ -88,7 +88,7 @@ export class DocumentLock implements HandleOwner {
   }
 
   /** Runs an acquisition like {@link run}; a lock it won (or registered) after its caller cancelled is released. */
-  runAcquisition(body: (cancellation: Cancellation) => Promise<LockHandle>): Promise<LockHandle> {
+  runAcquisition(body: (cancellation: Cancellation) => Promise<Handle>): Promise<Handle> {
     return inPromiseLibrary(this.PromiseLib, body, releaseUnclaimed);
   }
 
@@ -105,7 +105,7 @@ export class DocumentLock implements HandleOwner {
    * cancellation aborts. When it gives up, every lock it wrote is released (an assertive
    * registration too), also one written by an attempt that was in flight at that moment.
    */
-  acquire(filter: unknown, tag: string | undefined, params: unknown, lock?: unknown, cancellation?: Cancellation): Promise<LockHandle> {
+  acquire(filter: unknown, tag: string | undefined, params: unknown, lock?: unknown, cancellation?: Cancellation): Promise<Handle> {
     if (!isTraced('acquire')) return this.acquireNow(filter, tag, params, lock, cancellation, undefined);
     return traced(
       'acquire',
@@ -122,7 +122,7 @@ export class DocumentLock implements HandleOwner {
     lock: unknown,
     cancellation: Cancellation | undefined,
     context: LockCallContext | undefined,
-  ): Promise<LockHandle> {
+  ): Promise<Handle> {
     const userFilter = expectFilter('filter', filter);
     const { params: p, call } = this.callOptions(params);
     const resumed = lock === undefined ? undefined : this.resumable(userFilter, lock);
@@ -162,7 +162,7 @@ export class DocumentLock implements HandleOwner {
         }
         if (registered && isLockError(error, 'LockNotFound')) registered = undefined;
         const written = lockWrittenBy(error);
-        if (written) (error as { lock: unknown }).lock = new LockHandle(written.lock, this, written.target, { unconfirmed: true });
+        if (written) (error as { lock: unknown }).lock = new Handle(written.lock, this, written.target, { unconfirmed: true });
         throw error;
       }
       if (outcome instanceof AssertivePending) {
@@ -172,7 +172,7 @@ export class DocumentLock implements HandleOwner {
           await acquisition.abandon(undefined, outcome);
           throw lockError('AssertiveLock', call.boom, { detail: 'abandoned; the registered lock was released' });
         }
-        const carried = new LockHandle(outcome.lock, this, outcome.target, { document: outcome.document });
+        const carried = new Handle(outcome.lock, this, outcome.target, { document: outcome.document });
         throw lockError('AssertiveLock', call.boom, { lock: carried, detail: `registered; waiting for tag ${outcome.blockedBy.join(', ')}` });
       }
       return outcome;
@@ -217,7 +217,7 @@ export class DocumentLock implements HandleOwner {
    * release failure. After it settles no timer is left.
    */
   async using<T>(filter: unknown, tag: string | undefined, params: unknown, body: unknown, cancellation?: Cancellation): Promise<T> {
-    const work = expectFunction<UsingBody<T>>('body', body);
+    const work = expectFunction<UsingBody<T, Handle, Document>>('body', body);
     const maxHoldMs = expectMaxHold('params.maxHold', params === undefined ? undefined : expectObject('params', params).maxHold, DEFAULT_MAX_HOLD);
     const handle = await this.acquire(filter, tag, params, undefined, cancellation);
     const { params: p, call } = this.callOptions(params);
@@ -266,14 +266,14 @@ export class DocumentLock implements HandleOwner {
    * lease. Resolves a handle on the lock's document; a handle passed in `params` learns the new
    * expiry too (a `using()` keeping it replans).
    */
-  async extendWith(target: unknown, lock: LockData, proof: Proof, params: unknown): Promise<LockHandle> {
+  async extendWith(target: unknown, lock: LockData, proof: Proof, params: unknown): Promise<Handle> {
     const filter = expectFilter('filter', target);
     const { params: p, call } = this.callOptions(params);
     const extended = await this.extendTraced(lock, () => this.engine.extend(filter, lock, proof, this.leaseOf(lock.tag, p), call, undefined, this.updateOf(p)));
     for (const given of [p.lock, p.timestamp]) {
-      if (given instanceof LockHandle && given.id === lock.id) LockHandle.updateExpiry(given, extensionOf(extended));
+      if (given instanceof Handle && given.id === lock.id) Handle.updateExpiry(given, extensionOf(extended));
     }
-    return new LockHandle(extended.lock, this, extended.target);
+    return new Handle(extended.lock, this, extended.target);
   }
 
   release(target: Document, lock: LockData, params: unknown): Promise<void> {
@@ -333,8 +333,8 @@ export class DocumentLock implements HandleOwner {
    * of the server's clock already passed its expiry, the server may have handed it to someone
    * else, so it is released and the acquisition fails.
    */
-  private async handleFor(won: Acquired, acquisition: Acquisition, call: ResolvedCallOptions): Promise<LockHandle> {
-    const handle = new LockHandle(won.lock, this, won.target, { document: won.document });
+  private async handleFor(won: Acquired, acquisition: Acquisition, call: ResolvedCallOptions): Promise<Handle> {
+    const handle = new Handle(won.lock, this, won.target, { document: won.document });
     if (handle.remaining() > 0) {
       this.waiters.acquired(won.target._id, won.lock.id, won.lock.tag, won.lock.expiresAt);
       return handle;

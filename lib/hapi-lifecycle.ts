@@ -1,15 +1,15 @@
 import type { Request, RequestRoute, ResponseToolkit } from '@hapi/hapi';
-import { Commit } from './commit';
+import { CommitRequest, type Commit } from './commit';
 import type { BoomLike } from './errors';
 import { keptLease, LeaseKeeper } from './lease-keeper';
-import { LockHandle } from './lock-handle';
+import { Handle } from './lock-handle';
 
 /** A route method as hapi calls it: a pre method, a pre's failAction (with the error as third argument) or the handler. */
 type RouteMethod = (this: unknown, request: Request, h: ResponseToolkit, ...rest: unknown[]) => unknown;
 
 /** One request of a locked route. */
 interface Tracked {
-  lock?: LockHandle;
+  lock?: Handle;
   /** `mode: 'checkout'`: the lock outlives the request, once its handler answered successfully. */
   readonly checkout: boolean;
   /** A checkout whose lock reached the client: it is the client's to release. */
@@ -48,7 +48,7 @@ export interface RequestTracking {
    * checkout), for `maxHoldMs` at most; resolves the signal that aborts if the lease is lost
    * meanwhile (or maxHold passes: the lock is then released).
    */
-  acquired(request: Request, lock: LockHandle, maxHoldMs: number): AbortSignal;
+  acquired(request: Request, lock: Handle, maxHoldMs: number): AbortSignal;
   /** The response has gone out, or the client is gone (the server's `response` event). */
   responded(request: Request): void;
   /** Wraps a locked route's handler (once per route: hapi reads `route.settings.handler` on each request). */
@@ -128,7 +128,7 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       state.started++;
       try {
         const result: unknown = await original.call(this, request, h, ...rest);
-        return what === 'handler' && result instanceof Commit ? await commitFor(state, result) : result;
+        return what === 'handler' && result instanceof CommitRequest ? await commitFor(state, result) : result;
       } finally {
         state.running--;
         if (what === 'handler') state.handlerFinished = true;
@@ -212,7 +212,7 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       };
       const keeper = new LeaseKeeper({ ...kept, release: giveUp }, leaseMs, controller, maxHoldMs);
       state.keeper = keeper;
-      state.unwatch = LockHandle.watchExpiry(lock, () => keeper.replan()); // the route extends the lock itself
+      state.unwatch = Handle.watchExpiry(lock, () => keeper.replan()); // the route extends the lock itself
       settle(state); // the client may have gone while we waited for the lock
       return controller.signal;
     },

@@ -2,12 +2,11 @@ import type { NamedPlugin, Request, RequestRoute, ResponseToolkit, Server } from
 import type { Document } from 'mongodb';
 import { isLockError, type BoomLike } from './errors';
 import { routeName, trackRequests } from './hapi-lifecycle';
-import type { LockHandle } from './lock-handle';
+import type { Handle, LockData, LockHandle } from './lock-handle';
 import { describeLock } from './lock-kind';
-import type { MultiLock } from './multi-lock';
 import { DEFAULT_MAX_HOLD } from './lease-keeper';
 import { describe, expectBoom, expectDocumentOption, expectMaxHold, expectMs, isPlainObject } from './options';
-import { WRITE_TAG, type WriteLock } from './write-lock';
+import { WRITE_TAG } from './write-lock';
 
 /** Route-level configuration, in a route's `options.plugins.monglock`. */
 export interface RouteLockOptions {
@@ -15,7 +14,7 @@ export interface RouteLockOptions {
    * The lock: a writeLock or multiLock instance (made once, outside the route: hapi deep-copies
    * route options, which would break a driver `Collection` given inside lock options).
    */
-  readonly lock: WriteLock | MultiLock;
+  readonly lock: RouteLock;
   /** Builds the filter of the document to lock from the request, for example `(request) => ({ _id: request.params.id })`. */
   readonly filter: (request: Request) => Document;
   /** The tag: required for a multiLock (one it declares); none, or `write`, for a writeLock. */
@@ -49,6 +48,19 @@ export interface RouteLockOptions {
   readonly maxHold?: number;
 }
 
+/**
+ * A writeLock or multiLock of this package, of any collection schema and promise library (what
+ * it is, is checked when the server initializes).
+ */
+export interface RouteLock {
+  acquire(filter: never, params: never): PromiseLike<LockData>;
+}
+
+/** How the plugin calls a route's lock (any schema, any promise library: a handle of this package is what it resolves). */
+interface CallableLock {
+  acquire(filter: Document, params: object): PromiseLike<Handle>;
+}
+
 /** Plugin options. */
 export interface MonglockPluginOptions {
   /** The boom module to answer with. @default require('@hapi/boom') */
@@ -58,7 +70,7 @@ export interface MonglockPluginOptions {
 /** What the plugin gives a handler, in `request.plugins.monglock`. */
 export interface RequestLock {
   /** The held lock (its JSON is what a checkout route returns). */
-  readonly lock: LockHandle;
+  readonly lock: LockHandle<Document, undefined, Document>;
   /** `lock.guard(extra)`: a filter matching the document only while the lock is held. */
   guard(extra?: Document): Document;
   /**
@@ -86,7 +98,7 @@ declare module '@hapi/hapi' {
 }
 
 interface Resolved {
-  readonly lock: WriteLock | MultiLock;
+  readonly lock: CallableLock;
   readonly settings: RouteLockOptions;
 }
 
@@ -163,9 +175,9 @@ export const monglockPlugin: NamedPlugin<MonglockPluginOptions> = {
       // Only the keys the route sets: a lock refuses keys it does not take (a writeLock has no `tag`).
       const params: Record<string, unknown> = { boom, signal: waiting };
       for (const key of ['tag', 'wait', 'locktimeout', 'document'] as const) if (settings[key] !== undefined) params[key] = settings[key];
-      let lock: LockHandle;
+      let lock: Handle;
       try {
-        lock = await resolved.lock.acquire(filter, params as never);
+        lock = await resolved.lock.acquire(filter, params);
       } catch (error) {
         if (isLockError(error, 'AssertiveLock') && error.lock) await (error.lock as LockHandle).release().catch(() => undefined);
         throw error;
@@ -209,8 +221,8 @@ function resolveRoute(where: string, config: unknown): Resolved {
 }
 
 /** The route's lock: an instance (or hapi's copy of one, which keeps its methods). */
-function lockFor(where: string, given: unknown): WriteLock | MultiLock {
-  if (isPlainObject(given) && typeof given.acquire === 'function') return given as unknown as WriteLock | MultiLock;
+function lockFor(where: string, given: unknown): CallableLock {
+  if (isPlainObject(given) && typeof given.acquire === 'function') return given as unknown as CallableLock;
   throw new TypeError(
     `Expected \`plugins.monglock.lock\` of ${where} to be a writeLock or multiLock instance, got ${describe(given)}: ` +
       'make the lock once with writeLock()/multiLock() and pass it (hapi deep-copies route options, which breaks a driver Collection inside lock options)',
@@ -218,7 +230,7 @@ function lockFor(where: string, given: unknown): WriteLock | MultiLock {
 }
 
 /** A multiLock route needs one of its lock's tags; a writeLock route none (or `write`). */
-function expectTag(where: string, lock: WriteLock | MultiLock, tag: unknown): void {
+function expectTag(where: string, lock: CallableLock, tag: unknown): void {
   // Undefined for locks made elsewhere, and for instances hidden by hapi's copy of route options: their acquire decides.
   const description = describeLock(lock);
   if (!description) return;

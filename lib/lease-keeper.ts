@@ -1,6 +1,6 @@
 import { publish, type LeaseLossCause } from './diagnostics';
 import { isLockError, lockError, type BoomLike } from './errors';
-import type { LockHandle } from './lock-handle';
+import type { Handle } from './lock-handle';
 
 /** What a lease keeper needs of a held lock. */
 export interface KeptLease {
@@ -148,7 +148,7 @@ export class LeaseKeeper {
 }
 
 /** How a keeper keeps `handle`: extended to `leaseMs` with `params`, released with them at `maxHold`. */
-export function keptLease(handle: LockHandle, leaseMs: number, boom: BoomLike | undefined, params: object = {}): KeptLease {
+export function keptLease(handle: Handle, leaseMs: number, boom: BoomLike | undefined, params: object = {}): KeptLease {
   return {
     remaining: () => handle.remaining(),
     extend: () => handle.extend(leaseMs, params),

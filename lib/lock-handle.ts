@@ -1,11 +1,12 @@
-import type { Document } from 'mongodb';
+import type { Document, WithId } from 'mongodb';
 import { isLockError } from './errors';
 import { knownKeys } from './known-keys';
 import { CALL_KEYS, FIXED_PER_LOCK, type CallOptions, type UpdateParams } from './options';
 import type { Unclaimed } from './promise-library';
+import type { PromiseOf } from './promise-types';
 
 /** Per-call options of `handle.release()` and `handle.extend()`. */
-export interface HandleParams extends CallOptions, UpdateParams {}
+export interface HandleParams<TSchema extends Document = Document> extends CallOptions, UpdateParams<TSchema> {}
 
 /** The keys of {@link HandleParams}: what the lock behind a handle accepts from it. */
 export const HANDLE_PARAMS = knownKeys<HandleParams>()([...CALL_KEYS, 'update'], {
@@ -47,14 +48,63 @@ export interface HandleOwner {
   readonly namespace: string;
 }
 
+/** The locked document as a collection of `TSchema` stores it: `WithId<TSchema>`, or any document for an untyped collection. */
+export type SchemaDocument<TSchema extends Document> = Document extends TSchema ? Document : WithId<TSchema>;
+
 /**
  * A held lock. It addresses the document it locked by its `_id`, whatever the document becomes
  * (a field the acquisition filter named may change while it is held). Survives
  * `JSON.stringify`/`JSON.parse` as {@link LockData}: the parsed object can still be passed to
  * `release(filter, { lock })` (for example in a later HTTP request). Used where a number is
  * expected, it is its `timestamp`, as monglock v2's writeLock token was.
+ *
+ * `TSchema` is the locked collection's schema (updates are typed by it), `P` the lock's `Promise`
+ * option (its promises are returned), `TDocument` what `document` holds: the document the
+ * acquisition returned, as its `document` option shaped it (`never`, so `undefined`, without it;
+ * `unknown` by default, so that a plain `LockHandle` accepts every handle).
  */
-export class LockHandle implements LockData {
+export interface LockHandle<TSchema extends Document = Document, P = undefined, TDocument = unknown> extends LockData {
+  /** When the lease ends, ms since the epoch by the server's clock (later after an extension). */
+  readonly expiresAt: number;
+  /** The locked collection, `db.collection` (for logs and events; not part of the JSON). */
+  readonly namespace: string;
+  /**
+   * The locked document as the acquisition left it (without the lock field), when `document` was
+   * asked for; undefined otherwise.
+   */
+  readonly document: TDocument | undefined;
+  /**
+   * ms of the lease this client can rely on: until `expiresAt` by the upper bound of the server's
+   * clock, so the server's clock has not reached the lease's end either (0 once it may have).
+   */
+  remaining(): number;
+  /**
+   * Releases this lock. Same outcomes as `release(filter, { lock })`, except for a lock whose reply
+   * was lost (`err.lock`), which is released if it is held and otherwise left alone (but a release
+   * with an update never resolves unless the update landed). With `params.update`, that update is
+   * applied by the same atomic write, only if the lock is still held (else
+   * `LockNotFound`/`LockWasReacquired`, and nothing is written).
+   */
+  release(params?: HandleParams<TSchema>): PromiseOf<P, void>;
+  /**
+   * Pushes the lease forward to `locktimeout` ms (default: the tag's lease) from the server's now.
+   * Fails with `LockNotFound`/`LockWasReacquired` if the lock was lost; never re-creates it.
+   */
+  extend(locktimeout?: number, params?: HandleParams<TSchema>): PromiseOf<P, this>;
+  /**
+   * A filter that matches the locked document only while this lock is held and unexpired by the
+   * server's clock, combined with `extra`: `collection.updateOne(handle.guard(), update)` from a
+   * holder whose lease ran out matches nothing.
+   */
+  guard(extra?: Document): Document;
+  /** The plain data, for JSON. */
+  toJSON(): LockData;
+  /** The timestamp, so that v2 code treating the token as a number keeps working. */
+  valueOf(): number;
+}
+
+/** The class behind every {@link LockHandle}: made by the locks of this package, never by callers. */
+export class Handle implements LockHandle<Document, unknown, Document> {
   readonly id: string;
   readonly tag: string;
   readonly timestamp: number;
@@ -108,7 +158,7 @@ export class LockHandle implements LockData {
    * reply to an earlier write is ignored, and of two writes in one ms the shorter lease is kept.
    * @internal
    */
-  static updateExpiry(handle: LockHandle, extension: Extension): void {
+  static updateExpiry(handle: Handle, extension: Extension): void {
     if (extension.appliedAt < handle.#appliedAt) return;
     const expiresAt = extension.appliedAt === handle.#appliedAt ? Math.min(extension.expiresAt, handle.#expiresAt) : extension.expiresAt;
     handle.#appliedAt = extension.appliedAt;
@@ -121,7 +171,7 @@ export class LockHandle implements LockData {
    * function that stops watching.
    * @internal
    */
-  static watchExpiry(handle: LockHandle, watcher: () => void): () => void {
+  static watchExpiry(handle: Handle, watcher: () => void): () => void {
     handle.#watchers.add(watcher);
     return () => handle.#watchers.delete(watcher);
   }
@@ -158,7 +208,7 @@ export class LockHandle implements LockData {
   extend(locktimeout?: number, params?: HandleParams): Promise<this> {
     const extended = this.#owner.extend(this.#target, this.toJSON(), params, locktimeout);
     return extended.then((extension) => {
-      LockHandle.updateExpiry(this, extension);
+      Handle.updateExpiry(this, extension);
       return this;
     });
   }
@@ -194,7 +244,7 @@ export function readLockData(name: string, value: unknown, knownTags: ReadonlySe
   if (typeof value !== 'object' || value === null) {
     throw new TypeError(`Expected \`${name}\` to be a lock returned by acquire, got ${value === null ? 'null' : typeof value}`);
   }
-  const lock = (value instanceof LockHandle ? value.toJSON() : value) as Partial<Record<keyof LockData, unknown>>;
+  const lock = (value instanceof Handle ? value.toJSON() : value) as Partial<Record<keyof LockData, unknown>>;
   if (typeof lock.id !== 'string' || !LOCK_ID.test(lock.id)) {
     throw new TypeError(`Expected \`${name}.id\` to be the id string of a lock returned by acquire`);
   }
@@ -220,10 +270,16 @@ export function readLockData(name: string, value: unknown, knownTags: ReadonlySe
 /** Releases the lock an acquisition's unseen outcome carries (its caller cancelled): the handle it won, or one its error hands over. */
 export function releaseUnclaimed(outcome: Unclaimed): void {
   const lock = 'value' in outcome ? outcome.value : (outcome.error as { lock?: unknown } | undefined)?.lock;
-  if (lock instanceof LockHandle) lock.release().catch(() => undefined);
+  if (lock instanceof Handle) void lock.release().catch(() => undefined);
 }
 
 /** The extension an extend's outcome reports (when the server applied it unknown: the earliest possible). */
 export function extensionOf(extended: { readonly lock: LockData; readonly appliedAt?: number }): Extension {
   return { expiresAt: extended.lock.expiresAt, appliedAt: extended.appliedAt ?? 0 };
 }
+
+/** `value instanceof LockHandle` is true for the handles of this package's locks (handles are never made by callers). */
+export const LockHandle: {
+  readonly prototype: LockHandle<Document, unknown, unknown>;
+  [Symbol.hasInstance](value: unknown): value is LockHandle<Document, unknown, unknown>;
+} = Handle as never; // a class answers instanceof (Function.prototype[Symbol.hasInstance])

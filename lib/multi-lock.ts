@@ -3,6 +3,7 @@ import { DocumentLock } from './document-lock';
 import { describedAs } from './lock-kind';
 import type { UsingBody } from './scoped-hold';
 import type { LockData, LockHandle } from './lock-handle';
+import type { PromiseOf } from './promise-types';
 import { knownKeys } from './known-keys';
 import {
   CALL_KEYS,
@@ -12,17 +13,20 @@ import {
   LOCK_OPTION_KEYS,
   readParams,
   type CallOptions,
+  type DocumentOf,
+  type DocumentOptionOf,
   type DocumentParams,
   type HoldParams,
   type LockFilter,
   type LockOptions,
+  type PromiseLibrary,
   type UpdateParams,
 } from './options';
 import { resolveTagRules, type LockRelationships } from './relationships';
 import type { WaitOptions } from './waiting';
 
 /** Options of {@link multiLock}. */
-export interface MultiLockOptions<TSchema extends Document = Document> extends LockOptions<TSchema> {
+export interface MultiLockOptions<TSchema extends Document = Document, P extends PromiseLibrary | undefined = undefined> extends LockOptions<TSchema, P> {
   /** Lease in ms per tag. */
   readonly locktimeouts?: Readonly<Record<string, number>>;
   /** Lease in ms for tags without one in `locktimeouts`. @default undefined (every tag needs one) */
@@ -40,35 +44,46 @@ export interface MultiLockAcquireParams extends CallOptions, WaitOptions, Docume
 }
 
 /** Per-call options of `release`. */
-export interface MultiLockReleaseParams extends CallOptions, UpdateParams {
+export interface MultiLockReleaseParams<TSchema extends Document = Document> extends CallOptions, UpdateParams<TSchema> {
   /** The lock to release: a handle or its JSON. */
   readonly lock: LockData;
 }
 
 /** Per-call options of `extend`. */
-export interface MultiLockExtendParams extends MultiLockReleaseParams {
+export interface MultiLockExtendParams<TSchema extends Document = Document> extends MultiLockReleaseParams<TSchema> {
   /** New lease in ms from the server's now. @default the tag's lease */
   readonly locktimeout?: number;
 }
 
-/** Tagged locks with concurrent, cooperative and assertive relationships; filters are typed against the collection's schema. */
-export interface MultiLock<TSchema extends Document = Document> {
+/**
+ * Tagged locks with concurrent, cooperative and assertive relationships; filters and updates are
+ * typed against the collection's schema `TSchema`, and every method returns the promises of the
+ * `Promise` option `P`.
+ */
+export interface MultiLock<TSchema extends Document = Document, P = undefined> {
   /**
    * With `tag`, takes a new lock; with `lock`, continues an assertive acquisition. Rejects with
    * `RessourceNotFound` (404), `CooperativeLock` (409, nothing written), `AssertiveLock` (409,
    * the lock is registered: call again with `{ lock: err.lock }` — `err.data` with boom),
    * `LockNotFound` (409, the continued lock expired or is gone) or `DbError` (500).
    */
-  acquire(filter: LockFilter<TSchema>, params: MultiLockAcquireParams): Promise<LockHandle>;
+  acquire<A extends MultiLockAcquireParams = MultiLockAcquireParams>(
+    filter: LockFilter<TSchema>,
+    params: A,
+  ): PromiseOf<P, LockHandle<TSchema, P, DocumentOf<TSchema, DocumentOptionOf<A>>>>;
   /** Removes exactly `params.lock`. Rejects with `LockNotFound` (409) or `RessourceNotFound` (404). */
-  release(filter: LockFilter<TSchema>, params: MultiLockReleaseParams): Promise<void>;
+  release(filter: LockFilter<TSchema>, params: MultiLockReleaseParams<TSchema>): PromiseOf<P, void>;
   /** Pushes `params.lock`'s lease forward from the server's now; rejects with `LockNotFound` if it was lost. */
-  extend(filter: LockFilter<TSchema>, params: MultiLockExtendParams): Promise<LockHandle>;
+  extend(filter: LockFilter<TSchema>, params: MultiLockExtendParams<TSchema>): PromiseOf<P, LockHandle<TSchema, P, never>>;
   /**
    * Acquires `params.tag` (waiting per `params.wait`, assertive continuations included), runs
    * `body` while extending the lease, aborts `signal` if the lease is lost, always releases.
    */
-  using<T>(filter: LockFilter<TSchema>, params: MultiLockAcquireParams & HoldParams, body: UsingBody<T>): Promise<T>;
+  using<T, A extends MultiLockAcquireParams & HoldParams = MultiLockAcquireParams & HoldParams>(
+    filter: LockFilter<TSchema>,
+    params: A,
+    body: UsingBody<T, LockHandle<TSchema, P, DocumentOf<TSchema, DocumentOptionOf<A>>>, TSchema>,
+  ): PromiseOf<P, T>;
 }
 
 const WAIT_KEYS = ['wait', 'signal', 'fair'] as const;
@@ -96,7 +111,7 @@ const EXTEND = knownKeys<MultiLockExtendParams>()([...CALL_KEYS, 'update', 'lock
  * });
  * const handle = await rw.acquire({ _id: 1 }, { tag: 'read' });
  */
-export function multiLock<TSchema extends Document = Document>(options: MultiLockOptions<TSchema>): MultiLock<TSchema> {
+export function multiLock<TSchema extends Document = Document, P extends PromiseLibrary | undefined = undefined>(options: MultiLockOptions<TSchema, P>): MultiLock<TSchema, P> {
   const o = readParams('options', options, OPTIONS, false);
   const core = new DocumentLock(options, {
     options: OPTIONS,
@@ -123,8 +138,8 @@ export function multiLock<TSchema extends Document = Document>(options: MultiLoc
     return { lock: core.lockData('params.lock', p.lock), target };
   };
 
-  return describedAs<MultiLock<TSchema>>({
-    acquire: (filter, params) => {
+  const lock = {
+    acquire: (filter: unknown, params: MultiLockAcquireParams) => {
       // A continuation's lock is the caller's already: a cancelled continuation leaves it to them.
       const continued = typeof params === 'object' && params !== null && (params as { lock?: unknown }).lock !== undefined;
       if (continued) return core.run((cancellation) => core.acquire(filter, undefined, readParams('params', params, ACQUIRE), params.lock, cancellation));
@@ -133,20 +148,22 @@ export function multiLock<TSchema extends Document = Document>(options: MultiLoc
         return core.acquire(filter, tagOf(p), p, undefined, cancellation);
       });
     },
-    using: (filter, params, body) =>
+    using: (filter: unknown, params: unknown, body: unknown) =>
       core.run((cancellation) => {
         const p = readParams('params', params, USING, true);
         return core.using(filter, tagOf(p), p, body, cancellation);
       }),
-    release: (filter, params) =>
+    release: (filter: unknown, params: unknown) =>
       core.run(async () => {
         const { lock, target } = lockOf(filter, params, RELEASE);
         await core.releaseWith(target, lock.tag, { id: lock.id }, lock, params);
       }),
-    extend: (filter, params) =>
+    extend: (filter: unknown, params: unknown) =>
       core.run(async () => {
         const { lock, target } = lockOf(filter, params, EXTEND);
         return core.extendWith(target, lock, { id: lock.id }, params);
       }),
-  }, { kind: 'multiLock', tags: core.engine.tags, field: core.engine.field });
+  };
+  // The methods return the `Promise` option's promises (run() makes them): typed as such here.
+  return describedAs(lock, { kind: 'multiLock', tags: core.engine.tags, field: core.engine.field }) as unknown as MultiLock<TSchema, P>;
 }

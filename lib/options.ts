@@ -1,4 +1,4 @@
-import type { Collection, Document, Filter } from 'mongodb';
+import type { Collection, Document, Filter, UpdateFilter, WithId } from 'mongodb';
 import type { BoomLike } from './errors';
 import { refuseUnknownKeys, type KnownKeys } from './known-keys';
 
@@ -44,18 +44,50 @@ export interface DocumentParams {
    * read-modify-write, in the acquisition's own command.
    * @default undefined (the lock only)
    */
-  readonly document?: true | Readonly<Record<string, 0 | 1 | boolean>>;
+  readonly document?: DocumentOption;
 }
 
 /** Per-call option of a release or an extension: your final write, applied by the same atomic update. */
-export interface UpdateParams {
+export interface UpdateParams<TSchema extends Document = Document> {
   /**
    * Update operators on the locked document (`{ $set: … }`, `{ $inc: … }`; never its lock field
    * or `_id`), applied only while the lock is still held: together with the release (or the
    * extension), or not at all. A release that carries one is sent at `w` (default majority).
    */
-  readonly update?: Document;
+  readonly update?: LockUpdate<TSchema>;
 }
+
+/**
+ * An update of a locked document: the driver's `UpdateFilter<TSchema>` for a typed collection, any
+ * update document for an untyped one (the driver's `UpdateFilter<Document>` refuses `$push` there).
+ */
+export type LockUpdate<TSchema extends Document> = Document extends TSchema ? Document : UpdateFilter<TSchema>;
+
+/** A `document` option: `true`, or a projection. */
+export type DocumentOption = true | Readonly<Record<string, 0 | 1 | boolean>>;
+
+/** The `document` option of call params `A`, if it has one. */
+export type DocumentOptionOf<A> = A extends { readonly document: infer D } ? D : undefined;
+
+/**
+ * What `handle.document` holds for a collection of `TSchema` and the `document` option `D`: the
+ * whole document for `true`, the fields an inclusion projection names (and `_id` unless it is
+ * excluded), all but those an exclusion projection names; `never` (so `undefined`) without the
+ * option. Any document for an untyped collection.
+ */
+export type DocumentOf<TSchema extends Document, D> = [D] extends [undefined]
+  ? never
+  : Document extends TSchema
+    ? Document
+    : D extends true
+      ? WithId<TSchema>
+      : D extends Readonly<Record<string, 0 | 1 | boolean>>
+        ? IncludedKeys<D> extends never
+          ? Omit<WithId<TSchema>, keyof D>
+          : Pick<WithId<TSchema>, Extract<IncludedKeys<D> | (D extends { readonly _id: 0 | false } ? never : '_id'), keyof WithId<TSchema>>>
+        : never;
+
+type IncludedKeys<D> = { [K in keyof D]: D[K] extends 1 | true ? K : never }[keyof D];
 
 /**
  * The filter of a lock call: the driver's `Filter<TSchema>` for a typed collection, any document
@@ -74,8 +106,11 @@ export interface HoldParams {
   readonly maxHold?: number;
 }
 
-/** Options shared by {@link writeLock} and {@link multiLock}; `TSchema` is the type of the locked documents. */
-export interface LockOptions<TSchema extends Document = Document> extends CallOptions {
+/**
+ * Options shared by {@link writeLock} and {@link multiLock}; `TSchema` is the type of the locked
+ * documents, `P` the type of the `Promise` option.
+ */
+export interface LockOptions<TSchema extends Document = Document, P extends PromiseLibrary | undefined = undefined> extends CallOptions {
   /** The collection whose documents are locked (typed or not: `db.collection<Order>('orders')`). */
   readonly collection: Collection<TSchema>;
   /**
@@ -84,11 +119,11 @@ export interface LockOptions<TSchema extends Document = Document> extends CallOp
    */
   readonly field?: string;
   /**
-   * Promise library whose promises public methods return, for example bluebird. The global
-   * `Promise` is never touched.
+   * Promise library whose promises public methods return, for example bluebird (whose promise
+   * types `import 'monglock/bluebird'` gives them). The global `Promise` is never touched.
    * @default the native Promise
    */
-  readonly Promise?: PromiseLibrary;
+  readonly Promise?: P;
   /**
    * Fair mode: waiters (`wait`) take a ticket in the document's queue and acquire first come,
    * first served; newcomers queue behind them. Tags that are concurrent never wait for each other.

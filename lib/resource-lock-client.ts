@@ -3,7 +3,7 @@ import { Acquisition } from './acquisition';
 import { traced } from './diagnostics';
 import { isLockError, lockError, withDbErrors } from './errors';
 import { fenceOf, LockEngine, lockWrittenBy, NEVER, type AcquireExtras, type Acquired } from './lock-engine';
-import { extensionOf, HANDLE_PARAMS, LockHandle, releaseUnclaimed, type Extension, type HandleOwner, type LockData } from './lock-handle';
+import { extensionOf, HANDLE_PARAMS, Handle, releaseUnclaimed, type Extension, type HandleOwner, type LockData } from './lock-handle';
 import {
   expectMaxHold,
   expectFunction,
@@ -19,7 +19,7 @@ import {
 } from './options';
 import { resolveTagRules } from './relationships';
 import { inPromiseLibrary, uncancellableWaitWarning, type Cancellation } from './promise-library';
-import { ResourceLockHandle, type ResourceLockType } from './resource-lock-handle';
+import { ResourceHandle, type ResourceLockType } from './resource-lock-handle';
 import type { ResourceLocks, ResourceLocksOptions } from './resource-locks';
 import { expectLimit, expectLockId, expectResource, readLockDetails, readStatusFilter, RESOURCE_LOCK_PARAMS, RESOURCE_LOCKS_OPTIONS, RESOURCE_USING_PARAMS, type LockDetails } from './resource-params';
 import { purgeExpired, repeatPurge, type PurgeOutcome } from './resource-purge';
@@ -54,7 +54,7 @@ export class ResourceLockClient implements HandleOwner {
   /** Resources this client has seen exist: locked directly, without the creating upsert. */
   private readonly known = new Set<string>();
   /** Handles kept alive by `using()`, by lock id: `renew` tells them their new expiry. */
-  private readonly kept = new Map<string, ResourceLockHandle>();
+  private readonly kept = new Map<string, ResourceHandle>();
 
   constructor(options: ResourceLocksOptions) {
     const resolved = resolveLockOptions(options, RESOURCE_LOCKS_OPTIONS);
@@ -84,7 +84,7 @@ export class ResourceLockClient implements HandleOwner {
 
   api(): ResourceLocks {
     const run = <T>(body: (cancellation: Cancellation) => Promise<T>): Promise<T> => inPromiseLibrary(this.PromiseLib, body);
-    const acquire = (body: (cancellation: Cancellation) => Promise<ResourceLockHandle>): Promise<ResourceLockHandle> =>
+    const acquire = (body: (cancellation: Cancellation) => Promise<ResourceHandle>): Promise<ResourceHandle> =>
       inPromiseLibrary(this.PromiseLib, body, releaseUnclaimed);
     return {
       createIndexes: () => run(() => this.createIndexes()),
@@ -115,7 +115,7 @@ export class ResourceLockClient implements HandleOwner {
    * taken by the engine's checked update, never by an unchecked stamp), then acquires. Waiting
    * and abandonment as for document locks: a lock written after the caller gave up is released.
    */
-  private lock(type: ResourceLockType, resource: unknown, lockId: unknown, params: unknown, maxConcurrent: unknown, cancellation?: Cancellation): Promise<ResourceLockHandle> {
+  private lock(type: ResourceLockType, resource: unknown, lockId: unknown, params: unknown, maxConcurrent: unknown, cancellation?: Cancellation): Promise<ResourceHandle> {
     return traced(
       'acquire',
       () => ({ operation: 'acquire', kind: 'resourceLocks', namespace: this.engine.namespace, tag: type }),
@@ -135,7 +135,7 @@ export class ResourceLockClient implements HandleOwner {
     params: unknown,
     maxConcurrent: unknown,
     cancellation?: Cancellation,
-  ): Promise<ResourceLockHandle> {
+  ): Promise<ResourceHandle> {
     const name = expectResource('resource', resource);
     const group = expectLockId('lockId', lockId);
     const { p, call, details } = this.readParams(params);
@@ -164,7 +164,7 @@ export class ResourceLockClient implements HandleOwner {
         },
         () => this.clock.local(),
       );
-      const handle = new ResourceLockHandle(won.lock, this, name, group, details.ttl);
+      const handle = new ResourceHandle(won.lock, this, name, group, details.ttl);
       if (handle.remaining() > 0) return handle;
       const late = lockError('DbError', call.boom, { detail: `the reply came after the lease (${lease} ms) had ended: the network or the server is slower than this ttl allows` });
       await acquisition.abandon(late, won);
@@ -172,7 +172,7 @@ export class ResourceLockClient implements HandleOwner {
     } catch (error) {
       await acquisition.abandon(error);
       const written = lockWrittenBy(error);
-      if (written) (error as { lock: unknown }).lock = new ResourceLockHandle(written.lock, this, name, group, details.ttl, true);
+      if (written) (error as { lock: unknown }).lock = new ResourceHandle(written.lock, this, name, group, details.ttl, true);
       throw error;
     } finally {
       dispose();
@@ -256,7 +256,7 @@ export class ResourceLockClient implements HandleOwner {
       held.map(async ({ doc, tag, entry }) => {
         const renewed = await this.engine.extend({ _id: doc._id }, this.dataOf(tag, entry, doc), { id: entry.id }, lease, call, this.renewal(tag));
         const handle = this.kept.get(entry.id);
-        if (handle) LockHandle.updateExpiry(handle, extensionOf(renewed));
+        if (handle) Handle.updateExpiry(handle, extensionOf(renewed));
       }),
     );
     const lost = outcomes.flatMap((outcome, i) => (outcome.status === 'rejected' ? [`${String(held[i]!.doc._id)} (${held[i]!.tag})`] : []));
@@ -290,7 +290,7 @@ export class ResourceLockClient implements HandleOwner {
   }
 
   private async using<T>(resource: unknown, lockId: unknown, params: unknown, body: unknown, cancellation?: Cancellation): Promise<T> {
-    const work = expectFunction<UsingBody<T, ResourceLockHandle>>('body', body);
+    const work = expectFunction<UsingBody<T, ResourceHandle>>('body', body);
     const p = readParams('params', params, RESOURCE_USING_PARAMS, false);
     const { shared, maxConcurrent, maxHold, ...lockParams } = p;
     const maxHoldMs = expectMaxHold('params.maxHold', maxHold, DEFAULT_MAX_HOLD);

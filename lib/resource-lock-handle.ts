@@ -1,16 +1,32 @@
-import { LockHandle, type HandleOwner, type LockData } from './lock-handle';
+import type { Document } from 'mongodb';
+import { Handle, type HandleOwner, type HandleParams, type LockData, type LockHandle } from './lock-handle';
+import type { PromiseOf } from './promise-types';
 
 /** The two tags of a resource: exclusive (cooperative with both) and shared (cooperative with exclusive). */
 export type ResourceLockType = 'exclusive' | 'shared';
 
-/** A held resource lock: a {@link LockHandle} that also names its resource, lock id and type. */
-export class ResourceLockHandle extends LockHandle {
+/** A held resource lock: a {@link LockHandle} that also names its resource, lock id and type; `P` is the `Promise` option. */
+export interface ResourceLockHandle<P = undefined> extends LockHandle<Document, P, never> {
+  readonly resource: string;
+  /** The group of locks one holder takes and releases together. */
+  readonly lockId: string;
+  readonly type: ResourceLockType;
+  /** The lease it was taken with, in ms (undefined: no expiry); what `extend()` renews to by default. */
+  readonly ttl: number | undefined;
+  /** Renews the lease to `locktimeout` ms (default: its own `ttl`) from the server's now. */
+  extend(locktimeout?: number, params?: HandleParams<Document>): PromiseOf<P, this>;
+  toJSON(): LockData & { resource: string; lockId: string };
+}
+
+/** The class behind every {@link ResourceLockHandle}. */
+export class ResourceHandle extends Handle implements ResourceLockHandle<unknown> {
+  declare readonly document: never;
+
   constructor(
     data: LockData,
     owner: HandleOwner,
     readonly resource: string,
     readonly lockId: string,
-    /** The lease it was taken with, in ms (undefined: no expiry); what `extend()` renews to by default. */
     readonly ttl: number | undefined,
     unconfirmed = false,
   ) {
@@ -21,8 +37,7 @@ export class ResourceLockHandle extends LockHandle {
     return this.tag as ResourceLockType;
   }
 
-  /** Renews the lease to `locktimeout` ms (default: its own `ttl`) from the server's now. */
-  override extend(locktimeout: number | undefined = this.ttl, params?: object): Promise<this> {
+  override extend(locktimeout: number | undefined = this.ttl, params?: HandleParams): Promise<this> {
     return super.extend(locktimeout, params);
   }
 
@@ -30,3 +45,9 @@ export class ResourceLockHandle extends LockHandle {
     return { ...super.toJSON(), resource: this.resource, lockId: this.lockId };
   }
 }
+
+/** `value instanceof ResourceLockHandle` is true for the handles resource locks make. */
+export const ResourceLockHandle: {
+  readonly prototype: ResourceLockHandle<unknown>;
+  [Symbol.hasInstance](value: unknown): value is ResourceLockHandle<unknown>;
+} = ResourceHandle as never; // a class answers instanceof (Function.prototype[Symbol.hasInstance])

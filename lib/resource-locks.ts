@@ -1,5 +1,6 @@
 import type { Document } from 'mongodb';
-import type { LockOptions, CallOptions, HoldParams } from './options';
+import type { LockOptions, CallOptions, HoldParams, PromiseLibrary } from './options';
+import type { PromiseOf } from './promise-types';
 import { ResourceLockClient } from './resource-lock-client';
 import type { ResourceLockHandle } from './resource-lock-handle';
 import type { LockDetails, StatusFilter } from './resource-params';
@@ -12,7 +13,7 @@ export type { LockDetails, StatusFilter } from './resource-params';
 export type { LockStatus } from './resource-status';
 
 /** Options of {@link resourceLocks}. */
-export interface ResourceLocksOptions<TSchema extends Document = Document> extends Omit<LockOptions<TSchema>, 'field' | 'fair'> {
+export interface ResourceLocksOptions<TSchema extends Document = Document, P extends PromiseLibrary | undefined = undefined> extends Omit<LockOptions<TSchema, P>, 'field' | 'fair'> {
   /**
    * How long after its last lease ends an abandoned resource document may be deleted by the TTL
    * index (garbage collection only; expiry never waits for it), in ms.
@@ -32,31 +33,26 @@ export interface ResourceUsingParams extends ResourceLockParams, HoldParams {
   readonly maxConcurrent?: number;
 }
 
-/** A client over a lock collection: named resources, exclusive and shared locks, lock groups. */
-export interface ResourceLocks {
+/** A client over a lock collection: named resources, exclusive and shared locks, lock groups; `P` is the `Promise` option. */
+export interface ResourceLocks<P = undefined> {
   /** Creates lookup indexes by lock id, owner and expiry, and the TTL index on `gcAt` (resources are keyed by `_id`, unique without it). */
-  createIndexes(): Promise<string[]>;
+  createIndexes(): PromiseOf<P, string[]>;
   /** Exclusive lock on `resource` for the group `lockId`; creates the resource document on first use. */
-  xlock(resource: string, lockId: string, params?: ResourceLockParams): Promise<ResourceLockHandle>;
+  xlock(resource: string, lockId: string, params?: ResourceLockParams): PromiseOf<P, ResourceLockHandle<P>>;
   /** Shared lock: at most `maxConcurrent` shared holders (negative: unlimited), one per lock id. */
-  slock(resource: string, lockId: string, params?: ResourceLockParams, maxConcurrent?: number): Promise<ResourceLockHandle>;
+  slock(resource: string, lockId: string, params?: ResourceLockParams, maxConcurrent?: number): PromiseOf<P, ResourceLockHandle<P>>;
   /** Releases every lock of the group `lockId`, on every resource; resolves what it released, newest first. */
-  unlock(lockId: string): Promise<LockStatus[]>;
+  unlock(lockId: string): PromiseOf<P, LockStatus[]>;
   /** Renews every lock of the group to `ttl` ms from the server's now; rejects `LockNotFound` naming any missing or expired one. */
-  renew(lockId: string, ttl: number): Promise<LockStatus[]>;
+  renew(lockId: string, ttl: number): PromiseOf<P, LockStatus[]>;
   /** The locks held (unexpired by the server's clock), filtered. */
-  status(filter?: StatusFilter): Promise<LockStatus[]>;
+  status(filter?: StatusFilter): PromiseOf<P, LockStatus[]>;
   /** Removes expired locks and deletes resource documents that hold none. */
-  purge(): Promise<{ documentsPruned: number; documentsDeleted: number }>;
+  purge(): PromiseOf<P, { documentsPruned: number; documentsDeleted: number }>;
   /** Runs `purge` every `intervalMs`; `stop()` ends it and waits for a run in flight. */
   purgeEvery(intervalMs: number, onError?: (error: unknown) => void): { stop(): Promise<void> };
   /** Scoped lock: acquires (exclusive, or shared with `shared: true`), renews while `body` runs, aborts its signal if lost, releases. */
-  using<T>(
-    resource: string,
-    lockId: string,
-    params: ResourceUsingParams,
-    body: UsingBody<T, ResourceLockHandle>,
-  ): Promise<T>;
+  using<T>(resource: string, lockId: string, params: ResourceUsingParams, body: UsingBody<T, ResourceLockHandle<P>>): PromiseOf<P, T>;
 }
 
 /**
@@ -69,6 +65,7 @@ export interface ResourceLocks {
  * const lock = await locks.xlock('invoice-run', 'job-42', { owner: 'billing', ttl: 30_000 });
  * await locks.unlock('job-42');
  */
-export function resourceLocks<TSchema extends Document = Document>(options: ResourceLocksOptions<TSchema>): ResourceLocks {
-  return new ResourceLockClient(options as unknown as ResourceLocksOptions).api();
+export function resourceLocks<TSchema extends Document = Document, P extends PromiseLibrary | undefined = undefined>(options: ResourceLocksOptions<TSchema, P>): ResourceLocks<P> {
+  // The methods return the `Promise` option's promises (the client runs them in it): typed as such here.
+  return new ResourceLockClient(options as unknown as ResourceLocksOptions).api() as unknown as ResourceLocks<P>;
 }

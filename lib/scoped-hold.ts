@@ -1,17 +1,20 @@
 import type { Document } from 'mongodb';
-import { Commit } from './commit';
+import { CommitRequest, type Commit } from './commit';
 import type { BoomLike } from './errors';
 import { isLockError } from './errors';
 import { keptLease, LeaseKeeper } from './lease-keeper';
 import { NEVER } from './lock-engine';
-import { LockHandle } from './lock-handle';
+import { Handle, type LockHandle } from './lock-handle';
 import { linkSignals } from './waiting';
 
 /**
  * The body of `using()`: runs while the lock is held; `signal` aborts if the lease is lost. It
  * may return {@link commit}`(update, value)` to end with a write applied by the release itself.
  */
-export type UsingBody<T, H extends LockHandle = LockHandle> = (handle: H, signal: AbortSignal) => T | Commit<T> | PromiseLike<T | Commit<T>>;
+export type UsingBody<T, H = LockHandle, TSchema extends Document = Document> = (
+  handle: H,
+  signal: AbortSignal,
+) => T | Commit<T, TSchema> | PromiseLike<T | Commit<T, TSchema>>;
 
 /** How to keep and end a held lock while a body runs. */
 export interface HoldSettings {
@@ -35,7 +38,7 @@ export interface HoldSettings {
  * body may delete the document). A body that returns a {@link Commit} has its update applied by
  * the release (rejecting if it could not be). No timer is left afterwards.
  */
-export async function holdWhile<T, H extends LockHandle>(handle: H, settings: HoldSettings, body: UsingBody<T, H>): Promise<T> {
+export async function holdWhile<T, H extends Handle>(handle: H, settings: HoldSettings, body: UsingBody<T, H, Document>): Promise<T> {
   const controller = new AbortController();
   const outer = linkSignals(...settings.outerSignals);
   const forward = (): void => controller.abort(outer.signal?.reason);
@@ -48,7 +51,7 @@ export async function holdWhile<T, H extends LockHandle>(handle: H, settings: Ho
   let keeper = Number.isFinite(settings.leaseMs) ? keep(settings.leaseMs) : undefined;
   // The lease may change under the body (it extends its handle; a group is renewed): replan, and
   // a lock without expiry that was given one (a renew) is kept from then on, to that lease.
-  const unwatch = LockHandle.watchExpiry(handle, () => {
+  const unwatch = Handle.watchExpiry(handle, () => {
     if (keeper) keeper.replan();
     else if (handle.expiresAt < NEVER) keeper = keep(Math.max(1, handle.remaining()));
   });
@@ -59,7 +62,7 @@ export async function holdWhile<T, H extends LockHandle>(handle: H, settings: Ho
     outer.dispose();
     await handle.release(update ? { ...settings.callParams, update } : settings.callParams);
   };
-  let result: T | Commit<T>;
+  let result: T | Commit<T, Document>;
   try {
     result = await body(handle, controller.signal);
   } catch (error) {
@@ -74,7 +77,7 @@ export async function holdWhile<T, H extends LockHandle>(handle: H, settings: Ho
   // A commit's update is applied with the release, only while the lock is held. If it was not
   // applied (refused by MongoDB or by validation), or it cannot be told, the lock is released
   // without it, and the caller hears why.
-  if (result instanceof Commit) {
+  if (result instanceof CommitRequest) {
     try {
       await finish(result.update);
     } catch (error) {
@@ -86,5 +89,5 @@ export async function holdWhile<T, H extends LockHandle>(handle: H, settings: Ho
   await finish().catch((error: unknown) => {
     if (!isLockError(error, 'RessourceNotFound')) throw error;
   });
-  return result;
+  return result as T;
 }

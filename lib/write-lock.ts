@@ -3,6 +3,7 @@ import { DocumentLock } from './document-lock';
 import { describedAs } from './lock-kind';
 import type { UsingBody } from './scoped-hold';
 import type { LockData, LockHandle } from './lock-handle';
+import type { PromiseOf } from './promise-types';
 import { knownKeys } from './known-keys';
 import {
   CALL_KEYS,
@@ -13,10 +14,13 @@ import {
   LOCK_OPTION_KEYS,
   readParams,
   type CallOptions,
+  type DocumentOf,
+  type DocumentOptionOf,
   type DocumentParams,
   type HoldParams,
   type LockFilter,
   type LockOptions,
+  type PromiseLibrary,
   type UpdateParams,
 } from './options';
 import { resolveTagRules } from './relationships';
@@ -26,7 +30,7 @@ import type { WaitOptions } from './waiting';
 export const WRITE_TAG = 'write';
 
 /** Options of {@link writeLock}. */
-export interface WriteLockOptions<TSchema extends Document = Document> extends LockOptions<TSchema> {
+export interface WriteLockOptions<TSchema extends Document = Document, P extends PromiseLibrary | undefined = undefined> extends LockOptions<TSchema, P> {
   /**
    * Lease in ms: after it, the lock is free for the next acquirer.
    * @default 10000
@@ -41,7 +45,7 @@ export interface WriteLockAcquireParams extends CallOptions, WaitOptions, Docume
 }
 
 /** Per-call options of `release`: the proof of ownership (without one, the release is forced), and a final update. */
-export interface WriteLockReleaseParams extends CallOptions, UpdateParams {
+export interface WriteLockReleaseParams<TSchema extends Document = Document> extends CallOptions, UpdateParams<TSchema> {
   /** The handle `acquire` resolved, or its `timestamp` (monglock v2). */
   readonly timestamp?: number | LockData;
   /** The handle `acquire` resolved, or its JSON. */
@@ -49,7 +53,7 @@ export interface WriteLockReleaseParams extends CallOptions, UpdateParams {
 }
 
 /** Per-call options of `extend`. */
-export interface WriteLockExtendParams extends WriteLockReleaseParams {
+export interface WriteLockExtendParams<TSchema extends Document = Document> extends WriteLockReleaseParams<TSchema> {
   /** New lease in ms from the server's now. @default options.locktimeout */
   readonly locktimeout?: number;
 }
@@ -68,27 +72,38 @@ const RELEASE = knownKeys<WriteLockReleaseParams>()([...CALL_KEYS, 'update', 'ti
 });
 const EXTEND = knownKeys<WriteLockExtendParams>()([...CALL_KEYS, 'update', 'timestamp', 'lock', 'locktimeout'], FIXED_PER_LOCK);
 
-/** One exclusive lock per document; filters are typed against the collection's schema. */
-export interface WriteLock<TSchema extends Document = Document> {
+/**
+ * One exclusive lock per document; filters and updates are typed against the collection's schema
+ * `TSchema`, and every method returns the promises of the `Promise` option `P`.
+ */
+export interface WriteLock<TSchema extends Document = Document, P = undefined> {
   /**
    * Locks the first document matching `filter`. Rejects with `RessourceNotFound` (404) when none
    * matches, `LockAlreadyTaken` (409) while an unexpired lock is held, `DbError` (500) when
    * MongoDB fails or `timeout` passes.
    */
-  acquire(filter: LockFilter<TSchema>, params?: WriteLockAcquireParams): Promise<LockHandle>;
+  acquire<A extends WriteLockAcquireParams = WriteLockAcquireParams>(
+    filter: LockFilter<TSchema>,
+    params?: A,
+  ): PromiseOf<P, LockHandle<TSchema, P, DocumentOf<TSchema, DocumentOptionOf<A>>>>;
   /**
    * Releases the lock proven by `params.lock` or `params.timestamp`; rejects with
    * `LockWasReacquired` (409) if it expired and someone else acquired it. Without a proof this
    * is monglock v2's forced release: whoever holds the lock loses it.
    */
-  release(filter: LockFilter<TSchema>, params?: WriteLockReleaseParams): Promise<void>;
+  release(filter: LockFilter<TSchema>, params?: WriteLockReleaseParams<TSchema>): PromiseOf<P, void>;
   /** Pushes the lease forward from the server's now; rejects with `LockWasReacquired`/`LockNotFound` if the lock was lost. */
-  extend(filter: LockFilter<TSchema>, params: WriteLockExtendParams): Promise<LockHandle>;
+  extend(filter: LockFilter<TSchema>, params: WriteLockExtendParams<TSchema>): PromiseOf<P, LockHandle<TSchema, P, never>>;
   /**
    * Acquires, runs `body` while extending the lease automatically, aborts `signal` if the lease
-   * is lost, releases in any case, and resolves the body's result.
+   * is lost, releases in any case, and resolves the body's result (a `commit(update, value)` it
+   * returns is applied by the release).
    */
-  using<T>(filter: LockFilter<TSchema>, params: (WriteLockAcquireParams & HoldParams) | undefined, body: UsingBody<T>): Promise<T>;
+  using<T, A extends WriteLockAcquireParams & HoldParams = WriteLockAcquireParams & HoldParams>(
+    filter: LockFilter<TSchema>,
+    params: A | undefined,
+    body: UsingBody<T, LockHandle<TSchema, P, DocumentOf<TSchema, DocumentOptionOf<A>>>, TSchema>,
+  ): PromiseOf<P, T>;
 }
 
 /**
@@ -99,7 +114,7 @@ export interface WriteLock<TSchema extends Document = Document> {
  * const handle = await lock.acquire({ _id: orderId });
  * try { ... } finally { await lock.release({ _id: orderId }, { lock: handle }); }
  */
-export function writeLock<TSchema extends Document = Document>(options: WriteLockOptions<TSchema>): WriteLock<TSchema> {
+export function writeLock<TSchema extends Document = Document, P extends PromiseLibrary | undefined = undefined>(options: WriteLockOptions<TSchema, P>): WriteLock<TSchema, P> {
   const o = readParams('options', options, OPTIONS, false);
   const lease = o.locktimeout === undefined ? 10_000 : expectMs('options.locktimeout', o.locktimeout);
   const core = new DocumentLock(options, {
@@ -122,17 +137,17 @@ export function writeLock<TSchema extends Document = Document>(options: WriteLoc
     return { timestamp: expectTimestamp('params.timestamp', given), target };
   };
 
-  return describedAs<WriteLock<TSchema>>({
-    acquire: (filter, params) =>
+  const lock = {
+    acquire: (filter: unknown, params: unknown) =>
       core.runAcquisition((cancellation) => core.acquire(filter, WRITE_TAG, readParams('params', params, ACQUIRE), undefined, cancellation)),
-    using: (filter, params, body) => core.run((cancellation) => core.using(filter, WRITE_TAG, readParams('params', params, USING), body, cancellation)),
-    release: (filter, params) =>
+    using: (filter: unknown, params: unknown, body: unknown) => core.run((cancellation) => core.using(filter, WRITE_TAG, readParams('params', params, USING), body, cancellation)),
+    release: (filter: unknown, params: unknown) =>
       core.run(async () => {
         const { lock, timestamp, target } = proofOf(filter, params, RELEASE);
         const proof = lock ? { id: lock.id } : timestamp !== undefined ? { timestamp } : undefined;
         await core.releaseWith(target, WRITE_TAG, proof, lock, params);
       }),
-    extend: (filter, params) =>
+    extend: (filter: unknown, params: unknown) =>
       core.run(async () => {
         const { lock, timestamp, target } = proofOf(filter, params, EXTEND);
         if (lock) return core.extendWith(target, lock, { id: lock.id }, params);
@@ -140,5 +155,7 @@ export function writeLock<TSchema extends Document = Document>(options: WriteLoc
         const claimed: LockData = { id: '', tag: WRITE_TAG, timestamp, fence: 0, expiresAt: 0 };
         return core.extendWith(target, claimed, { timestamp }, params);
       }),
-  }, { kind: 'writeLock', tags: core.engine.tags, field: core.engine.field });
+  };
+  // The methods return the `Promise` option's promises (run() makes them): typed as such here.
+  return describedAs(lock, { kind: 'writeLock', tags: core.engine.tags, field: core.engine.field }) as unknown as WriteLock<TSchema, P>;
 }

@@ -16,7 +16,7 @@ function gate(): { opened: Promise<void>; open: () => void } {
   return { opened, open };
 }
 
-const debit = (lock: LockHandle): Document => ({ $set: { balance: (lock.document?.balance as number) - 30 }, $push: { history: -30 } });
+const debit = (lock: LockHandle<Document, undefined, Document>): Document => ({ $set: { balance: (lock.document?.balance as number) - 30 }, $push: { history: -30 } });
 
 describe('a commit whose outcome is not known at once', () => {
   it('a commit still on its way when the call gives up is reported not applied, and can no longer land', async function () {

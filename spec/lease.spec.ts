@@ -1,6 +1,7 @@
 import Bluebird from 'bluebird';
 import { expect } from 'chai';
 import { isLockError, LockError, LockHandle, multiLock, writeLock } from '../lib';
+import '../lib/bluebird';
 import { MAX_RETRY_DELAY, MIN_RETRY_DELAY, retryDelay } from '../lib/waiting';
 import { commandsSentBy, freshCollection, rejectionOf, sleep } from './support/fixture';
 
@@ -306,8 +307,8 @@ describe('lease safety', () => {
     it('bluebird promises from every method: .timeout(), .delay() and .catch(ErrorClass, fn) chains', async () => {
       const collection = await freshCollection([{ _id: 1 }]);
       const lock = writeLock({ collection, Promise: Bluebird });
-      const handle = await (lock.acquire({ _id: 1 }) as Bluebird<LockHandle>).timeout(5_000).delay(10);
-      const refused = await (lock.acquire({ _id: 1 }) as Bluebird<LockHandle>).catch(LockError, (error) => error.subtype);
+      const handle = await lock.acquire({ _id: 1 }).timeout(5_000).delay(10);
+      const refused = await lock.acquire({ _id: 1 }).catch(LockError, (error) => error.subtype);
       expect(refused).to.equal('LockAlreadyTaken');
       expect(lock.extend({ _id: 1 }, { lock: handle })).to.be.instanceOf(Bluebird);
       expect(handle.release()).to.be.instanceOf(Bluebird);

@@ -7,7 +7,8 @@
  */
 import Bluebird from 'bluebird';
 import { expect } from 'chai';
-import { resourceLocks, writeLock, type LockHandle, type ResourceLockHandle } from '../lib';
+import { resourceLocks, writeLock } from '../lib';
+import '../lib/bluebird';
 import { delayedCollection } from '../stress/delayed-collection';
 import { freshCollection, rejectionOf, sleep } from './support/fixture';
 
@@ -27,7 +28,7 @@ describe('review 1: bluebird cancellation racing with the reply releases what th
     const slow = delayedCollection(collection, { reply: (method) => (method === 'findOneAndUpdate' ? 25 : 0) });
     const locks = resourceLocks({ collection: slow, Promise: Cancellable });
     await (await locks.xlock('r', 'warm-up')).release(); // 'r' exists and is known to this client
-    const pending = (locks.xlock('r', 'gave-up') as unknown as Bluebird<ResourceLockHandle>).timeout(20);
+    const pending = locks.xlock('r', 'gave-up').timeout(20);
     // The event loop is busy when both the timeout and the reply become due.
     setTimeout(() => busy(60), 5);
     const error = await rejectionOf(pending);
@@ -44,7 +45,7 @@ describe('review 1: bluebird cancellation racing with the reply releases what th
     const collection = await freshCollection([{ _id: 1 }]);
     const lock = writeLock({ collection: delayedCollection(collection, { reply: (method) => (method === 'findOneAndUpdate' ? 25 : 0) }), Promise: Cancellable, locktimeout: 10_000 });
     await (await lock.acquire({ _id: 1 })).release(); // warm: the connection is open
-    const pending = lock.acquire({ _id: 1 }) as unknown as Bluebird<LockHandle>;
+    const pending = lock.acquire({ _id: 1 });
     // The event loop is busy; when it is free again, the cancel (due at 20 ms) and the reply
     // (held until about 27 ms) are both due, in that order, in one turn of the event loop.
     setTimeout(() => busy(60), 5);

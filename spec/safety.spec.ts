@@ -6,7 +6,8 @@
 import Bluebird from 'bluebird';
 import { expect } from 'chai';
 import type { Collection, Document } from 'mongodb';
-import { isLockError, multiLock, resourceLocks, writeLock, type LockHandle } from '../lib';
+import { isLockError, multiLock, resourceLocks, writeLock } from '../lib';
+import '../lib/bluebird';
 import { delayedCollection } from '../stress/delayed-collection';
 import { freshCollection, rejectionOf, sleep, testDb } from './support/fixture';
 
@@ -169,7 +170,7 @@ describe('safety (issue 11): paths to a second holder or a leaked lock', () => {
       const collection = await freshCollection([{ _id: 1 }]);
       const lock = writeLock({ collection, locktimeout: 5_000, Promise: Cancellable });
       const holder = await lock.acquire({ _id: 1 });
-      const waiting = (lock.acquire({ _id: 1 }, { wait: 5_000 }) as unknown as Bluebird<LockHandle>).timeout(200);
+      const waiting = lock.acquire({ _id: 1 }, { wait: 5_000 }).timeout(200);
       const error = await rejectionOf(waiting);
       expect(error).to.be.instanceOf(Bluebird.TimeoutError);
       await holder.release();

@@ -5,7 +5,7 @@
 import * as Boom from '@hapi/boom';
 import * as Hapi from '@hapi/hapi';
 import { expectTypeOf } from 'expect-type';
-import type { Db } from 'mongodb';
+import type { Db, Document } from 'mongodb';
 import { commit, multiLock, writeLock, type LockHandle } from 'monglock';
 import { lockOf, monglockPlugin, type RequestLock } from 'monglock/hapi';
 
@@ -31,7 +31,7 @@ export async function routes(db: Db): Promise<void> {
       plugins: { monglock: { lock: orders, filter: (request) => ({ _id: request.params.id }), wait: 2000 } },
       handler: (request) => {
         expectTypeOf(request.plugins.monglock).toEqualTypeOf<RequestLock>();
-        expectTypeOf(request.plugins.monglock.lock).toEqualTypeOf<LockHandle>();
+        expectTypeOf(request.plugins.monglock.lock).toEqualTypeOf<LockHandle<Document, undefined, Document>>();
         expectTypeOf(lockOf(request).signal).toEqualTypeOf<AbortSignal>();
         return request.plugins.monglock.lock.fence;
       },

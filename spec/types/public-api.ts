@@ -3,9 +3,11 @@
  * types): each `@ts-expect-error` line must fail to compile, every other line must compile.
  * Never run.
  */
+import Bluebird from 'bluebird';
 import { expectTypeOf } from 'expect-type';
-import type { Collection, Db, Document } from 'mongodb';
-import { isLockError, multiLock, resourceLocks, writeLock, type LockError, type LockHandle, type MultiLock, type WriteLock } from 'monglock';
+import type { Collection, Db, Document, WithId } from 'mongodb';
+import { commit, isLockError, LockHandle, multiLock, resourceLocks, writeLock, type LockError, type MultiLock, type ResourceLockHandle, type WriteLock } from 'monglock';
+import 'monglock/bluebird';
 
 interface Order {
   _id: string;
@@ -20,18 +22,41 @@ export async function typedCollections(db: Db): Promise<void> {
   const lock = writeLock({ collection: orders, locktimeout: 5_000 });
   expectTypeOf(lock).toEqualTypeOf<WriteLock<Order>>();
   const handle = await lock.acquire({ _id: 'o-1' }, { wait: 1_000 });
-  expectTypeOf(handle).toEqualTypeOf<LockHandle>();
+  expectTypeOf(handle).toEqualTypeOf<LockHandle<Order, undefined, never>>();
+  expectTypeOf(handle.document).toEqualTypeOf<undefined>();
   await lock.acquire({ _id: 'o-1', status: 'open', total: { $gt: 10 } });
   // @ts-expect-error: `_id` of an Order is a string
   await lock.acquire({ _id: 42 });
   // @ts-expect-error: `status` is 'open' | 'paid'
   await lock.acquire({ _id: 'o-1', status: 'shipped' });
   await lock.release({ _id: 'o-1' }, { lock: handle, update: { $set: { status: 'paid' } } });
-  await lock.using({ _id: 'o-1' }, { document: true }, async (held, signal) => {
-    expectTypeOf(held).toEqualTypeOf<LockHandle>();
+  // @ts-expect-error: an update is typed by the collection's schema
+  await lock.release({ _id: 'o-1' }, { lock: handle, update: { $set: { status: 'shipped' } } });
+  // @ts-expect-error: so is a handle's
+  await handle.release({ update: { $inc: { status: 1 } } });
+  const fence: number = await lock.using({ _id: 'o-1' }, { document: true }, async (held, signal) => {
+    expectTypeOf(held).toEqualTypeOf<LockHandle<Order, undefined, WithId<Order>>>();
+    expectTypeOf(held.document).toEqualTypeOf<WithId<Order> | undefined>();
     expectTypeOf(signal).toEqualTypeOf<AbortSignal>();
     return held.fence;
   });
+  expectTypeOf(fence).toEqualTypeOf<number>();
+
+  // The document an acquisition returns is typed by its projection.
+  const whole = await lock.acquire({ _id: 'o-1' }, { document: true });
+  expectTypeOf(whole.document).toEqualTypeOf<WithId<Order> | undefined>();
+  const picked = await lock.acquire({ _id: 'o-1' }, { document: { total: 1 } });
+  expectTypeOf(picked.document).toEqualTypeOf<Pick<WithId<Order>, '_id' | 'total'> | undefined>();
+  const withoutId = await lock.acquire({ _id: 'o-1' }, { document: { total: 1, _id: 0 } });
+  expectTypeOf(withoutId.document).toEqualTypeOf<Pick<WithId<Order>, 'total'> | undefined>();
+  const omitted = await lock.acquire({ _id: 'o-1' }, { document: { status: 0 } });
+  expectTypeOf(omitted.document).toEqualTypeOf<Omit<WithId<Order>, 'status'> | undefined>();
+
+  // A commit returned from a typed body is checked against the schema; its value is what using() resolves.
+  const total = await lock.using({ _id: 'o-1' }, { document: { total: 1 } }, (held) => commit({ $set: { total: held.document!.total + 1 } }, held.document!.total + 1));
+  expectTypeOf(total).toEqualTypeOf<number>();
+  // @ts-expect-error: `total` is a number
+  await lock.using({ _id: 'o-1' }, {}, () => commit({ $set: { total: 'many' } }, 1));
 
   const tagged = multiLock({ collection: orders, locktimeouts: { read: 1_000, write: 5_000 }, lockRelationships: { read: { cooperative: ['write'] } } });
   expectTypeOf(tagged).toEqualTypeOf<MultiLock<Order>>();
@@ -40,6 +65,24 @@ export async function typedCollections(db: Db): Promise<void> {
   await tagged.acquire({ _id: 'o-1' });
 
   resourceLocks({ collection: db.collection<{ _id: string }>('locks') });
+}
+
+export async function promiseLibraries(db: Db): Promise<void> {
+  // With `monglock/bluebird` imported, a lock made with `Promise: Bluebird` returns bluebird's promises everywhere.
+  const lock = writeLock({ collection: db.collection('jobs'), Promise: Bluebird });
+  const acquiring = lock.acquire({ _id: 1 });
+  expectTypeOf(acquiring).toEqualTypeOf<Bluebird<LockHandle<Document, typeof Bluebird, never>>>();
+  const handle = await acquiring.timeout(1_000);
+  expectTypeOf(handle.release()).toEqualTypeOf<Bluebird<void>>();
+  expectTypeOf(handle.extend()).toEqualTypeOf<Bluebird<typeof handle>>();
+  expectTypeOf(lock.release({ _id: 1 })).toEqualTypeOf<Bluebird<void>>();
+  expectTypeOf(lock.using({ _id: 1 }, {}, async () => 'x')).toEqualTypeOf<Bluebird<string>>();
+  const tagged = multiLock({ collection: db.collection('jobs'), locktimeout: 1_000, lockRelationships: { run: {} }, Promise: Bluebird });
+  expectTypeOf(tagged.acquire({ _id: 1 }, { tag: 'run' })).toEqualTypeOf<Bluebird<LockHandle<Document, typeof Bluebird, never>>>();
+  const resources = resourceLocks({ collection: db.collection('locks'), Promise: Bluebird });
+  expectTypeOf(resources.xlock('r', 'g')).toEqualTypeOf<Bluebird<ResourceLockHandle<typeof Bluebird>>>();
+  // Without the option: native promises.
+  expectTypeOf(writeLock({ collection: db.collection('jobs') }).acquire({ _id: 1 })).toEqualTypeOf<Promise<LockHandle<Document, undefined, never>>>();
 }
 
 export async function untypedCollections(db: Db): Promise<void> {
@@ -65,4 +108,11 @@ export function errors(error: unknown): void {
     if (error.subtype === 'RessourceNotFound') return;
   }
   if (error instanceof Error && (error as LockError).name === 'LockError') expectTypeOf((error as LockError).statusCode).toEqualTypeOf<number>();
+}
+
+export function internalsStayInternal(handle: LockHandle): void {
+  // @ts-expect-error: handles are made by locks, never constructed by callers
+  new LockHandle({ id: 'x', tag: 'write', timestamp: 0, fence: 0, expiresAt: 0 });
+  const found: unknown = handle;
+  if (found instanceof LockHandle) expectTypeOf(found).toEqualTypeOf<LockHandle<Document, unknown, unknown>>();
 }

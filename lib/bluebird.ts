@@ -1,0 +1,14 @@
+/**
+ * `import 'monglock/bluebird'` (or `import type {} from 'monglock/bluebird'`): types the promises
+ * of a lock made with `Promise: Bluebird` as bluebird's (`Bluebird<LockHandle>`, with `.catch(Class,
+ * handler)`, `.timeout()`, `.cancel()`), instead of `Promise`. Types only: it loads nothing.
+ */
+import type Bluebird from 'bluebird';
+
+declare module './promise-types' {
+  interface PromiseLibraries<T> {
+    bluebird: { library: typeof Bluebird; promise: Bluebird<T> };
+  }
+}
+
+export {};
