@@ -30,6 +30,8 @@ export interface BackendCapabilities {
 /** A running MongoDB backend. */
 export interface MongoBackend {
   readonly kind: BackendKind;
+  /** How it was had (`mongodb-memory-server`, `MONGODB_URI`, `in-memory, the offline fallback`). */
+  readonly origin: string;
   readonly server: ServerKind;
   readonly uri: string;
   /** For example "mongod 7.0.24, single-node replica set rs0 (mongodb-memory-server)" or "FerretDB 2.7.0 (MONGODB_URI)". */
@@ -186,6 +188,14 @@ function waitForReady(child: ChildProcess): Promise<number> {
   });
 }
 
+/**
+ * A backend another process started (`kind`, `uri` and `origin` as that process's backend has them):
+ * the same description and capabilities, and `stop()` leaves it running.
+ */
+export function attachMongoBackend(kind: BackendKind, uri: string, origin: string): Promise<MongoBackend> {
+  return describeBackend(kind, uri, async () => undefined, origin);
+}
+
 /** What answers at `uri`, detected from its replies (and from the host names of hosted services). */
 async function describeBackend(kind: BackendKind, uri: string, stop: () => Promise<void>, origin: string): Promise<MongoBackend> {
   const client = new MongoClient(uri, { serverSelectionTimeoutMS: 10_000 });
@@ -218,6 +228,7 @@ async function describeBackend(kind: BackendKind, uri: string, stop: () => Promi
     const detail = java ? `reports ${reported}, ${origin}` : mongodLike ? `${topology}, ${origin}` : origin;
     return {
       kind,
+      origin,
       server,
       uri,
       version,

@@ -1,27 +1,55 @@
 /**
- * Mocha root hooks: resolves the MongoDB backend once (MONGLOCK_BACKEND, else MONGODB_URI, else a
- * real mongod from mongodb-memory-server, else the offline fallback), prints which one answers and
- * which driver talks to it, gives each test fresh collections and drops them afterwards.
+ * Mocha fixtures. The global setup resolves the MongoDB backend once per run (MONGLOCK_BACKEND,
+ * else MONGODB_URI, else a real mongod from mongodb-memory-server, else the offline fallback),
+ * prints which one answers and which driver talks to it, and stops it at the end. The root hooks
+ * (once per spec file when mocha runs files in parallel worker processes) attach to it, give each
+ * test fresh collections and drop them afterwards.
  */
 import { randomBytes } from 'node:crypto';
 import { BSON, MongoClient, type Collection, type CommandStartedEvent, type Db, type Document } from 'mongodb';
-import { startMongoBackend, type BackendCapabilities, type MongoBackend } from '../../support/mongo-backend';
+import { attachMongoBackend, startMongoBackend, type BackendCapabilities, type BackendKind, type MongoBackend } from '../../support/mongo-backend';
 
+/** How worker processes find the backend the global setup started. */
+const BACKEND_ENV = 'MONGLOCK_SPEC_BACKEND';
+
+let started: MongoBackend | undefined;
 let backend: MongoBackend | undefined;
 let client: MongoClient | undefined;
 let created: string[] = [];
-const started: CommandStartedEvent[] = [];
+const commandsStarted: CommandStartedEvent[] = [];
 const extraClients: MongoClient[] = [];
 
 export const DB_NAME = 'monglock_spec';
 
+/** Starts the backend once per run; worker processes inherit where it is. */
+export async function mochaGlobalSetup(): Promise<void> {
+  started = await startMongoBackend((line) => console.log(`  [backend] ${line}`));
+  console.log(`  [backend] tests run on ${started.description} with the Node.js driver ${driverVersion()}`);
+  process.env[BACKEND_ENV] = JSON.stringify({ kind: started.kind, uri: started.uri, origin: started.origin });
+}
+
+/** Drops the test database and stops the backend. */
+export async function mochaGlobalTeardown(): Promise<void> {
+  if (!started) return;
+  const admin = new MongoClient(started.uri);
+  try {
+    await admin.db(DB_NAME).dropDatabase();
+  } catch {
+    // The backend may be gone already.
+  } finally {
+    await admin.close().catch(() => undefined);
+    await started.stop();
+  }
+}
+
 export const mochaHooks = {
   async beforeAll(this: Mocha.Context): Promise<void> {
     this.timeout(240_000);
-    backend = await startMongoBackend((line) => console.log(`  [backend] ${line}`));
-    console.log(`  [backend] tests run on ${backend.description} with the Node.js driver ${driverVersion()}`);
+    const where = JSON.parse(process.env[BACKEND_ENV] ?? 'null') as { kind: BackendKind; uri: string; origin: string } | null;
+    if (!where) throw new Error('The MongoDB backend is not started (is spec/support/fixture.ts required, so that its global setup runs?)');
+    backend = started ?? (await attachMongoBackend(where.kind, where.uri, where.origin));
     client = new MongoClient(backend.uri, { monitorCommands: true });
-    client.on('commandStarted', (event) => started.push(event));
+    client.on('commandStarted', (event) => commandsStarted.push(event));
     await client.connect();
   },
   async afterEach(): Promise<void> {
@@ -31,10 +59,8 @@ export const mochaHooks = {
   },
   async afterAll(this: Mocha.Context): Promise<void> {
     this.timeout(30_000);
-    await Promise.all(extraClients.map((extra) => extra.close().catch(() => undefined)));
-    await client?.db(DB_NAME).dropDatabase().catch(() => undefined);
+    await Promise.all(extraClients.splice(0).map((extra) => extra.close().catch(() => undefined)));
     await client?.close();
-    await backend?.stop();
   },
 };
 
@@ -85,7 +111,7 @@ export async function newClient(options: ConstructorParameters<typeof MongoClien
 
 /** Runs `body` and returns the commands the shared client sent meanwhile (names, for example `findAndModify`). */
 export async function commandsSentBy<T>(body: () => Promise<T>): Promise<{ result: T | undefined; error: unknown; commands: string[] }> {
-  const from = started.length;
+  const from = commandsStarted.length;
   let result: T | undefined;
   let error: unknown;
   try {
@@ -93,7 +119,7 @@ export async function commandsSentBy<T>(body: () => Promise<T>): Promise<{ resul
   } catch (caught) {
     error = caught;
   }
-  const commands = started.slice(from).map((event) => event.commandName).filter((name) => !['isMaster', 'hello', 'ismaster', 'endSessions'].includes(name));
+  const commands = commandsStarted.slice(from).map((event) => event.commandName).filter((name) => !['isMaster', 'hello', 'ismaster', 'endSessions'].includes(name));
   return { result, error, commands };
 }
 
