@@ -21,7 +21,17 @@ const smoke = process.argv.includes('--smoke');
 const settings = smoke
   ? { rounds: 1, latencyIterations: 10, hotMs: 100, workers: [16], manyResources: [20, 20], manyWorkers: 4, rmwIterations: 5, delays: [0, 5] }
   : { rounds: 2, latencyIterations: 200, hotMs: 1_500, workers: [1, 4, 16, 64], manyResources: [10_000, 1_000], manyWorkers: 16, rmwIterations: 100, delays: [0, 2, 5] };
-const outDir = smoke ? join(__dirname, '..', '.cache', 'bench-smoke') : join(__dirname, 'results');
+/** `--delays 0,5` and `--rounds 3` override the settings (for a before/after comparison at chosen levels). */
+function flag(name: string): string | undefined {
+  const at = process.argv.indexOf(name);
+  return at > 0 ? process.argv[at + 1] : undefined;
+}
+const delaysFlag = flag('--delays');
+if (delaysFlag) Object.assign(settings, { delays: delaysFlag.split(',').map(Number) });
+const roundsFlag = flag('--rounds');
+if (roundsFlag) Object.assign(settings, { rounds: Number(roundsFlag) });
+const outFlag = flag('--out');
+const outDir = outFlag ? join(process.cwd(), outFlag) : smoke ? join(__dirname, '..', '.cache', 'bench-smoke') : join(__dirname, 'results');
 
 function median(values: number[]): number {
   const sorted = [...values].sort((a, b) => a - b);
