@@ -194,10 +194,8 @@ async function release(target: Target & { id?: string; doc?: string; tag?: strin
     let released = 0;
     for (const row of rows) {
       // A lock entry is pulled from its tag; a fair-mode ticket from the queue.
-      // A forced release of an entry is recorded (`forced`): a commit whose reply its holder lost is then not judged applied.
       const path = row.state === 'waiting' ? `${target.field}.queue` : `${target.field}.tags.${row.tag}`;
-      const forced = row.state === 'waiting' ? {} : { $currentDate: { [`${target.field}.forced`]: true } };
-      const result = await collection.updateOne({ _id: row.target, [`${path}.id`]: row.lockId } as Document, { $pull: { [path]: { id: row.lockId } }, ...forced } as Document, {
+      const result = await collection.updateOne({ _id: row.target, [`${path}.id`]: row.lockId } as Document, { $pull: { [path]: { id: row.lockId } } } as Document, {
         writeConcern: { w: 'majority' },
       });
       released += result.modifiedCount;
@@ -226,6 +224,7 @@ export function program(): Command {
   const root = new Command('monglock').exitOverride().version(VERSION).description('See and operate monglock locks in a MongoDB collection').showHelpAfterError();
   const common = (command: Command): Command =>
     command
+      .allowExcessArguments(false) // a stray word (`all` for `--all`, a second _id) is a usage error, never ignored
       .addOption(new Option('--uri <uri>', 'MongoDB connection string').env('MONGODB_URI').makeOptionMandatory())
       .requiredOption('--db <name>', 'database')
       .requiredOption('--collection <name>', 'collection')

@@ -99,7 +99,6 @@ describe('monglock CLI', function () {
     expect(released.code, released.err).to.equal(0);
     expect(released.out).to.match(/released 1 lock/);
     expect(isLockError(await rejectionOf(held.release()), 'LockNotFound')).to.equal(true);
-    expect((await collection.findOne({ _id: 'doc-1000' as never }))?.lock?.forced, 'the forced release is recorded').to.be.instanceOf(Date);
   });
 
   it('a namespace that does not exist, --interval 0 and a --field with $ are errors, not "no locks"', async () => {
@@ -153,5 +152,38 @@ describe('monglock CLI', function () {
       child.kill('SIGINT'); // also when an expectation failed: the watcher never outlives the test
     }
     expect(await exited).to.equal(0);
+  });
+
+  it('release --doc 42 matches the number 42 only: the lock of the document whose _id is the string "42" stays held', async () => {
+    const collection = await freshCollection([{ _id: 42 }, { _id: '42' }]);
+    const where = ['--uri', mongoBackend().uri, '--db', collection.dbName, '--collection', collection.collectionName];
+    const lock = writeLock({ collection, locktimeout: 30_000 });
+    const numeric = await lock.acquire({ _id: 42 });
+    const textual = await lock.acquire({ _id: '42' }); // a client working on document "42"
+
+    const released = await run(['release', ...where, '--doc', '42', '--tag', 'write', '--yes']);
+    console.log(released.out.replace(/^/gm, '      | '));
+    expect(released.code, released.err).to.equal(0);
+    const numericGone = await rejectionOf(numeric.release()); // the lock meant was released
+    expect(isLockError(numericGone, 'LockNotFound') || isLockError(numericGone, 'LockWasReacquired'), String(numericGone)).to.equal(true);
+
+    // Document "42" must still be locked by its holder; nobody else may take it.
+    const intruder = await lock.acquire({ _id: '42' }).catch((error: unknown) => error);
+    const secondHolder = !isLockError(intruder, 'LockAlreadyTaken');
+    if (secondHolder) await (intruder as { release(): Promise<void> }).release();
+    else await textual.release();
+    expect(secondHolder, 'another client acquired document "42" while its holder still held it').to.equal(false);
+  });
+
+  it('a stray word is a usage error, never ignored: `status … all` (meant --all), `release … --doc order-1 --tag write order-2`', async () => {
+    const collection = await freshCollection([{ _id: 'order-1' }, { _id: 'order-2' }]);
+    const where = ['--uri', mongoBackend().uri, '--db', collection.dbName, '--collection', collection.collectionName];
+    const orders = writeLock({ collection, locktimeout: 30_000 });
+    const held = [await orders.acquire({ _id: 'order-1' }), await orders.acquire({ _id: 'order-2' })];
+    const status = await run(['status', ...where, 'all']);
+    const release = await run(['release', ...where, '--doc', 'order-1', '--tag', 'write', 'order-2', '--yes']);
+    expect([status.code, release.code], `${status.err}\n${release.err}`).to.deep.equal([2, 2]);
+    expect(status.err + release.err).to.match(/too many arguments/);
+    for (const handle of held) await handle.release(); // both still held: nothing was released
   });
 });
