@@ -1,3 +1,4 @@
+import { untilServerPassed } from './commit-outcome';
 import { isLockError } from './errors';
 import { lockWrittenBy, type Acquired } from './lock-engine';
 import type { ServerClock } from './server-clock';
@@ -107,9 +108,7 @@ export class Acquisition {
     for (const retryAfter of [...LATE_RELEASE_RETRIES, undefined]) {
       try {
         // Before any reply the lower bound is only the local clock: read the server's first.
-        if (!this.clock.synchronized) await this.readClock();
-        const wait = lock.landsBy === undefined ? 0 : lock.landsBy + 1 - this.clock.lower();
-        if (wait > 0) await sleep(wait);
+        if (lock.landsBy !== undefined) await untilServerPassed({ clock: this.clock, readClock: this.readClock }, lock.landsBy);
         await this.release(lock);
         return;
       } catch (error) {

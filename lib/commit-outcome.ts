@@ -2,57 +2,84 @@ import type { Document } from 'mongodb';
 import { lockError, withDbErrors } from './errors';
 import type { LockData } from './lock-handle';
 import type { ResolvedCallOptions } from './options';
+import type { ServerClock } from './server-clock';
 import type { Inspection, Store } from './store';
-import { allOf, hasEntry, type LockPaths } from './stored-format';
+import { allOf, COMMIT_RECORDS, hasEntry, type LockPaths, type StoredCommit } from './stored-format';
 import { classifyWriteFailure } from './write-failures';
 
 /** What a commit outcome is settled with. */
 export interface CommitSettlement {
   readonly store: Store;
   readonly paths: LockPaths;
+  readonly clock: ServerClock;
+  /** Reads the server's clock into `clock` (when no reply has told it yet). */
+  readonly readClock: () => Promise<void>;
   /** The write concern of a write that carries the caller's data (majority at least). */
   readonly w: ResolvedCallOptions['w'];
+}
+
+/** A commit: the lock it releases (`landsBy` when the lock's own acquisition may still land), and the record it leaves. */
+export interface CommitAttempt {
+  readonly lock: LockData & { readonly landsBy?: number };
+  readonly record: StoredCommit;
 }
 
 /** How often the majority read is tried when it does not yet show what the primary showed, and how long apart (ms). */
 const MAJORITY_READS = 5;
 const MAJORITY_READ_PAUSE = 50;
+/**
+ * How far the server's clock may step back between a record's pruning and the read that settles
+ * it (ms): a read this much before the record's `exp` proves the record was not pruned yet.
+ */
+const CLOCK_STEP_MARGIN = 5_000;
+
+/**
+ * The record a commit of lock `id` leaves: kept until the server's clock passes the time by which
+ * its settling read has certainly been made (the commit's deadline, then the settling write's,
+ * plus a margin), as far as this client can tell; the settlement checks it, so a wrong guess
+ * only makes an outcome unknown, never untrue.
+ */
+export function commitRecord(id: string, clock: ServerClock, timeout: number): StoredCommit {
+  const upper = clock.upper();
+  const now = Number.isFinite(upper) ? upper : clock.lower();
+  return { id, exp: new Date(now + 2 * timeout + 2 * CLOCK_STEP_MARGIN) };
+}
 
 /**
  * Settles a commit (a release that carries an update) that failed with `failure`: resolves when
  * the update landed, rejects with `DbError` whose `data.applied` says the truth otherwise.
  *
- * A commit matches only while its lock entry is in the document, and removes that entry with the
- * update. So the outcome is decided once the entry is gone:
- * 1. The entry is removed by this call (an update sent at majority): if that matched, the commit
+ * A commit matches only while its lock entry is in the document, removes that entry with the
+ * update, and leaves its record in `committed`. So the outcome is decided once the entry is gone:
+ * 1. If the lock's own acquisition may still land (`err.lock` of a lost reply), wait until the
+ *    server's clock has passed the time its stamp allows (it can no longer land after).
+ * 2. The entry is removed by this call (an update sent at majority): if that matched, the commit
  *    had not landed, and now never can, however late it arrives (a slow network, a queued
  *    connection, the driver's retry): `applied: false`, and the lock is released.
- * 2. Otherwise the entry was already gone, and the document is read at majority (a read that a
+ * 3. Otherwise the entry was already gone, and the document is read at majority (a read that a
  *    failover cannot roll back; after the majority removal above it shows every write before it):
- *    - the lock id is in `committed` (the commit's own record): it landed;
- *    - read before the lease ended, and no forced release since the lock was taken: only the
- *      commit can have removed a live entry (pruning removes expired ones only), so it landed;
- *    - after the lease, with the record not found among the last 16 commits kept: the entry may
- *      have been pruned after it expired, or the record evicted: `applied: 'unknown'`.
- * A failure to reach MongoDB while settling is `applied: 'unknown'`, and so is a closed client.
+ *    - the commit's record is there: it landed;
+ *    - the record is not there, and could not have been removed (read before its `exp`, and the
+ *      records kept are fewer than {@link COMMIT_RECORDS} or include one kept for less time):
+ *      the commit never landed (the lock had expired, was taken over, force-released, or never
+ *      written), and never will: `applied: false`;
+ *    - otherwise `applied: 'unknown'`.
+ * A failure to reach MongoDB while settling is `applied: 'unknown'`; a client closed before the
+ * commit was sent is `applied: false` (nothing was sent).
  */
-export async function settleCommit(
-  settlement: CommitSettlement,
-  target: Document,
-  claimed: LockData,
-  failure: Error,
-  call: ResolvedCallOptions,
-): Promise<void> {
+export async function settleCommit(settlement: CommitSettlement, target: Document, commit: CommitAttempt, failure: Error, call: ResolvedCallOptions): Promise<void> {
   const { store, paths } = settlement;
+  const { lock, record } = commit;
   const cause = failure.cause ?? failure;
   const fail = (applied: false | 'unknown', detail: string): Error =>
     lockError('DbError', call.boom, { cause, detail: `${failure.message}; ${detail}`, data: { applied } });
-  if (classifyWriteFailure(cause) === 'closed') throw fail('unknown', 'whether the update was applied cannot be told: the MongoDB client is closed');
+  if (classifyWriteFailure(cause) === 'closed') throw fail(false, 'the update was not applied: the MongoDB client was closed before it was sent (the lock is held until its lease ends)');
 
   let removed: boolean;
   try {
+    if (lock.landsBy !== undefined) await untilServerPassed(settlement, lock.landsBy);
     removed = await withDbErrors(call.boom, () =>
-      store.updateOne(allOf(target, [hasEntry(paths, claimed.tag, { id: claimed.id })]), { $pull: { [paths.tag(claimed.tag)]: { id: claimed.id } } }, call, settlement.w),
+      store.updateOne(allOf(target, [hasEntry(paths, lock.tag, { id: lock.id })]), { $pull: { [paths.tag(lock.tag)]: { id: lock.id } } }, call, settlement.w),
     );
   } catch {
     throw fail('unknown', 'whether the update was applied is unknown: MongoDB could not be reached to settle it (the lock may be held until its lease ends)');
@@ -68,8 +95,9 @@ export async function settleCommit(
     }
     if (!seen.value) throw fail('unknown', 'whether the update was applied is unknown: the document is gone');
     const stored = paths.read(seen.value);
-    if ((stored.committed ?? []).includes(claimed.id)) return;
-    const entryThere = (stored.tags?.[claimed.tag] ?? []).some((entry) => entry.id === claimed.id);
+    const records = Array.isArray(stored.committed) ? stored.committed : [];
+    if (records.some((kept) => kept.id === lock.id)) return;
+    const entryThere = (stored.tags?.[lock.tag] ?? []).some((entry) => entry.id === lock.id);
     if (entryThere) {
       // The primary had removed it; this member's majority view has not caught up yet.
       if (read < MAJORITY_READS) {
@@ -79,8 +107,18 @@ export async function settleCommit(
       throw fail('unknown', 'whether the update was applied is unknown: it is not yet majority-committed');
     }
     const readAt = seen.serverNow?.getTime() ?? Infinity;
-    const forcedSince = stored.forced instanceof Date && stored.forced.getTime() >= claimed.timestamp;
-    if (readAt < claimed.expiresAt && !forcedSince) return;
-    throw fail('unknown', 'whether the update was applied is unknown: its lease had ended, and its record is not among the last commits kept');
+    const notPruned = readAt + CLOCK_STEP_MARGIN < record.exp.getTime();
+    const notEvicted = records.length < COMMIT_RECORDS || records.some((kept) => kept.exp instanceof Date && kept.exp.getTime() < record.exp.getTime());
+    if (notPruned && notEvicted) {
+      throw fail(false, 'the update was not applied, and never will be: the lock was not held when it arrived (expired, taken over, released or never written)');
+    }
+    throw fail('unknown', `whether the update was applied is unknown: its record is not among the ${records.length} commits the document keeps`);
   }
+}
+
+/** Resolves once the lower bound of the server's clock is past `ms` (reading the server's clock first if this client has not). */
+export async function untilServerPassed(settlement: Pick<CommitSettlement, 'clock' | 'readClock'>, ms: number): Promise<void> {
+  if (!settlement.clock.synchronized) await settlement.readClock();
+  const wait = ms + 1 - settlement.clock.lower();
+  if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
 }

@@ -162,7 +162,7 @@ export class DocumentLock implements HandleOwner {
         }
         if (registered && isLockError(error, 'LockNotFound')) registered = undefined;
         const written = lockWrittenBy(error);
-        if (written) (error as { lock: unknown }).lock = new Handle(written.lock, this, written.target, { unconfirmed: true });
+        if (written) (error as { lock: unknown }).lock = new Handle(written.lock, this, written.target, { unconfirmed: true, landsBy: written.landsBy });
         throw error;
       }
       if (outcome instanceof AssertivePending) {
@@ -211,15 +211,16 @@ export class DocumentLock implements HandleOwner {
   }
 
   /**
-   * Acquires (honouring `params.wait`/`params.signal`), runs `body` while extending the lease
+   * Acquires (honouring `params.wait`/`params.signal`; with `lock`, continues that assertive
+   * registration), runs `body` while extending the lease
    * before it can expire, aborts the body's signal when an extension fails or the lease may have
    * ended, and always releases. Resolves the body's result; a body error is never masked by a
    * release failure. After it settles no timer is left.
    */
-  async using<T>(filter: unknown, tag: string | undefined, params: unknown, body: unknown, cancellation?: Cancellation): Promise<T> {
+  async using<T>(filter: unknown, tag: string | undefined, params: unknown, body: unknown, cancellation?: Cancellation, lock?: LockData): Promise<T> {
     const work = expectFunction<UsingBody<T, Handle, Document>>('body', body);
     const maxHoldMs = expectMaxHold('params.maxHold', params === undefined ? undefined : expectObject('params', params).maxHold, DEFAULT_MAX_HOLD);
-    const handle = await this.acquire(filter, tag, params, undefined, cancellation);
+    const handle = await this.acquire(filter, tag, params, lock, cancellation);
     const { params: p, call } = this.callOptions(params);
     return holdWhile(
       handle,

@@ -1,5 +1,5 @@
 import type { Document } from 'mongodb';
-import { settleCommit } from './commit-outcome';
+import { commitRecord, settleCommit } from './commit-outcome';
 import { isLockError, lockError, withDbErrors, type LockErrorSubtype } from './errors';
 import type { LockData } from './lock-handle';
 import { newLockId } from './lock-ids';
@@ -9,7 +9,7 @@ import type { ServerClock } from './server-clock';
 export type { Proof } from './proofs';
 import { ambiguous, matchesProof, proofMatch, type Proof } from './proofs';
 import { stampLag, stampRefused, type Verdict } from './stamp-refusals';
-import type { Inspection, Store, Timed } from './store';
+import { namesField, type Inspection, type Store, type Timed } from './store';
 import { classifyWriteFailure, describeWriteFailure } from './write-failures';
 import {
   allOf,
@@ -19,7 +19,9 @@ import {
   liveEntries,
   LockPaths,
   noLiveEntry,
+  pruneCommits,
   pruneTags,
+  recordCommit,
   earlierTickets,
   noEarlierTicket,
   noEntryLiveOnServer,
@@ -368,24 +370,24 @@ export class LockEngine {
   ): Promise<void> {
     const { paths, store } = this.settings;
     if (!proof) {
-      // Forced: the time is recorded, so that a commit whose reply was lost is not judged applied by its entry's absence.
-      const forced = { $set: { [paths.tag(tag)]: [] }, $currentDate: { [paths.forced]: true } };
+      const forced = { $set: { [paths.tag(tag)]: [] } };
       const matched = await this.db(call, () => store.updateOne(target, forced, call, call.releaseW));
       if (!matched) throw lockError('RessourceNotFound', call.boom, { detail: 'no document matches the filter' });
       return;
     }
     const match = proofMatch(proof);
     const conditions = [hasEntry(paths, tag, match), ...this.uniquely(tag, proof), ...(update ? this.commitConditions(tag, proof) : [])];
-    const committed = update && 'id' in proof ? { $push: { [paths.committed]: { $each: [proof.id], $slice: -16 } } } : undefined;
-    const write = mergeUpdates(mergeUpdates(update ?? {}, { $pull: { [paths.tag(tag)]: match } }), committed);
+    const record = update && 'id' in proof ? commitRecord(proof.id, this.settings.clock, call.timeout) : undefined;
+    const write = mergeUpdates(mergeUpdates(update ?? {}, { $pull: { [paths.tag(tag)]: match } }), record && { $push: recordCommit(paths, record) });
     let matched: boolean;
     try {
       matched = await this.db(call, () => store.updateOne(allOf(target, conditions), write, call, update ? dataWriteConcern(call.w) : call.releaseW));
     } catch (error) {
       if (!update || !isLockError(error, 'DbError')) throw error;
-      if ('id' in proof) {
-        const lock = claimed ?? { id: proof.id, tag, timestamp: 0, fence: 0, expiresAt: 0 };
-        return settleCommit({ store, paths, w: dataWriteConcern(call.w) }, target, lock, error, call);
+      if (record) {
+        const lock = claimed ?? { id: record.id, tag, timestamp: 0, fence: 0, expiresAt: 0 };
+        const settlement = { store, paths, clock: this.settings.clock, w: dataWriteConcern(call.w), readClock: () => this.readClock({}, call) };
+        return settleCommit(settlement, target, { lock, record }, error, call);
       }
       // A v2 timestamp proof: no record of the commit to read back.
       const refused = classifyWriteFailure(error.cause) !== 'unknown';
@@ -397,14 +399,6 @@ export class LockEngine {
     }
     if (matched) return;
     const seen = await this.db(call, () => store.inspect(target, call));
-    if (update && seen.value) {
-      const stored = paths.read(seen.value);
-      const asserted = this.rule(tag).assertive.filter((other) => liveEntries(stored, other, seen.serverNow?.getTime() ?? 0).length > 0);
-      const own = (stored.tags?.[tag] ?? []).some((entry) => matchesProof(entry, proof));
-      if (own && asserted.length > 0) {
-        throw lockError('AssertiveLock', call.boom, { detail: `the update was not applied: tag ${asserted.join(', ')}, which this lock asserts over, is still held (continue the acquisition first)` });
-      }
-    }
     const lost = this.explainLost(seen, claimed ?? { id: '', tag, timestamp: 0, fence: 0, expiresAt: 0 }, proof, call, 0, 0, 0, update !== undefined);
     throw lost.error ?? lockError('LockNotFound', call.boom, { detail: 'the lock is not held' });
   }
@@ -454,7 +448,7 @@ export class LockEngine {
       if (!reply.value) return undefined;
       const appliedAt = this.observeWrite(reply.value, reply);
       return { lock: { ...lock, expiresAt: exp.getTime() }, target: { _id: reply.value._id }, appliedAt };
-    }, (seen, stamp, tolerance) => this.explainLost(seen, lock, proof, call, stamp, tolerance, lease));
+    }, (seen, stamp, tolerance) => this.explainLost(seen, lock, proof, call, stamp, tolerance, lease, update !== undefined));
   }
 
   /** Reads the server's clock (`$$NOW`, beside the first document `target` selects) into the bounds. */
@@ -487,10 +481,10 @@ export class LockEngine {
     return blockedBy.length > 0 ? new AssertivePending(data, target, blockedBy) : { lock: data, target };
   }
 
-  /** `$pull` of the expired entries of every tag but `tag` (whose array the update writes). */
-  private pruneOthers(tag: string, at: Date): { $pull?: Document } {
+  /** `$pull` of the expired entries of every tag but `tag` (whose array the update writes), and of the commit records kept until `at`. */
+  private pruneOthers(tag: string, at: Date): { $pull: Document } {
     const others = [...this.tags].filter((other) => other !== tag);
-    return others.length > 0 ? { $pull: pruneTags(this.settings.paths, others, at) } : {};
+    return { $pull: { ...pruneTags(this.settings.paths, others, at), ...pruneCommits(this.settings.paths, at) } };
   }
 
   /**
@@ -519,6 +513,14 @@ export class LockEngine {
     }
     const entries = stored.tags?.[lock.tag] ?? [];
     const own = entries.find((entry) => matchesProof(entry, proof));
+    if (own && withUpdate) {
+      // A write that carries an update also needs the tags this lock asserts over to be gone.
+      const asserted = this.rule(lock.tag).assertive.filter((other) => liveEntries(stored, other, seen.serverNow?.getTime() ?? 0).length > 0);
+      if (asserted.length > 0) {
+        const detail = `the update was not applied: tag ${asserted.join(', ')}, which this lock asserts over, is still held (continue the acquisition first)`;
+        return { retry: false, error: lockError('AssertiveLock', call.boom, { detail }) };
+      }
+    }
     if (own && seen.serverNow && own.exp.getTime() > seen.serverNow.getTime()) return { retry: true, why: stampLag(seen, stamp, tolerance, lease) };
     // Reacquired: the document has issued a later lock than this one (its fence moved on). A lock
     // whose reply was lost has no known fence (0): nothing tells whether anyone acquired after it.
@@ -588,7 +590,7 @@ function withDocument(outcome: Acquired | AssertivePending, document: Document):
 /** The document as the caller asked for it: without the lock's `field` unless its projection names it, without `_id` if it excluded it. */
 function documentOf(doc: Document, field: string, asked: Document | true): Document {
   const rest: Document = { ...doc };
-  if (asked === true || !asked[field]) delete rest[field];
+  if (asked === true || !Object.entries(asked).some(([path, mode]) => mode && namesField(path, field))) delete rest[field];
   if (asked !== true && '_id' in asked && !asked._id) delete rest._id;
   return rest;
 }

@@ -114,6 +114,8 @@ export class Handle implements LockHandle<Document, unknown, Document> {
   readonly #target: Document;
   readonly #watchers = new Set<() => void>();
   readonly #unconfirmed: boolean;
+  /** For a lock whose reply was lost: the server time after which its write can no longer land. */
+  readonly #landsBy: number | undefined;
   /**
    * The locked document as the acquisition left it (without the lock field), when `document` was
    * asked for; undefined otherwise.
@@ -126,9 +128,10 @@ export class Handle implements LockHandle<Document, unknown, Document> {
    * @param target the locked document's `{ _id }` (`{}` for a lock whose reply was lost: its id finds it)
    * @param more `unconfirmed`: a lock whose reply was lost (`err.lock` of a `DbError`): maybe never
    *   written, maybe already released by monglock itself, so releasing it succeeds when it is not
-   *   held; `document`: the locked document, when the acquisition returned it
+   *   held; `landsBy`: for such a lock, the server time after which its write can no longer land;
+   *   `document`: the locked document, when the acquisition returned it
    */
-  constructor(data: LockData, owner: HandleOwner, target: Document, more: { unconfirmed?: boolean; document?: Document } = {}) {
+  constructor(data: LockData, owner: HandleOwner, target: Document, more: { unconfirmed?: boolean; landsBy?: number; document?: Document } = {}) {
     this.id = data.id;
     this.tag = data.tag;
     this.timestamp = data.timestamp;
@@ -137,16 +140,16 @@ export class Handle implements LockHandle<Document, unknown, Document> {
     this.#owner = owner;
     this.#target = target;
     this.#unconfirmed = more.unconfirmed ?? false;
+    this.#landsBy = more.landsBy;
     this.document = more.document;
   }
 
-
-  /** When the lease ends, ms since the epoch by the server's clock. */
   /** The locked collection, `db.collection` (for logs and events; not part of the JSON). */
   get namespace(): string {
     return this.#owner.namespace;
   }
 
+  /** When the lease ends, ms since the epoch by the server's clock. */
   get expiresAt(): number {
     return this.#expiresAt;
   }
@@ -191,7 +194,9 @@ export class Handle implements LockHandle<Document, unknown, Document> {
    * held (else `LockNotFound`/`LockWasReacquired`, and nothing is written).
    */
   release(params?: HandleParams): Promise<void> {
-    const released = this.#owner.release(this.#target, this.toJSON(), params);
+    // A commit settled after a lost reply waits until the lock's own write can no longer land.
+    const claim = this.#landsBy === undefined ? this.toJSON() : { ...this.toJSON(), landsBy: this.#landsBy };
+    const released = this.#owner.release(this.#target, claim, params);
     // A lock whose reply was lost may never have been written: not finding it is no failure,
     // unless the release carries an update, which must never be reported applied when it was not.
     if (!this.#unconfirmed || (params as { update?: unknown } | undefined)?.update !== undefined) return released;

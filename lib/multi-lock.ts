@@ -7,6 +7,7 @@ import type { PromiseOf } from './promise-types';
 import { knownKeys } from './known-keys';
 import {
   CALL_KEYS,
+  describe,
   expectFilter,
   expectSafeName,
   FIXED_PER_LOCK,
@@ -76,8 +77,9 @@ export interface MultiLock<TSchema extends Document = Document, P = undefined> {
   /** Pushes `params.lock`'s lease forward from the server's now; rejects with `LockNotFound` if it was lost. */
   extend(filter: LockFilter<TSchema>, params: MultiLockExtendParams<TSchema>): PromiseOf<P, LockHandle<TSchema, P, never>>;
   /**
-   * Acquires `params.tag` (waiting per `params.wait`, assertive continuations included), runs
-   * `body` while extending the lease, aborts `signal` if the lease is lost, always releases.
+   * Acquires `params.tag`, or with `params.lock` continues that assertive registration (waiting
+   * per `params.wait`, assertive continuations included), runs `body` while extending the lease,
+   * aborts `signal` if the lease is lost, always releases.
    */
   using<T, A extends MultiLockAcquireParams & HoldParams = MultiLockAcquireParams & HoldParams>(
     filter: LockFilter<TSchema>,
@@ -138,11 +140,26 @@ export function multiLock<TSchema extends Document = Document, P extends Promise
     return { lock: core.lockData('params.lock', p.lock), target };
   };
 
+  /** The assertive registration `params.lock` continues, if any; a `tag` beside it must be its tag. */
+  const continuedOf = (params: Record<string, unknown>): LockData | undefined => {
+    if (params.lock === undefined) return undefined;
+    const continued = core.lockData('params.lock', params.lock);
+    if (params.tag !== undefined && params.tag !== continued.tag) {
+      throw new TypeError(`Expected \`params.tag\` to be the tag of \`params.lock\` (\`${continued.tag}\`), got ${describe(params.tag)}: a continuation keeps its lock's tag`);
+    }
+    return continued;
+  };
+
   const lock = {
     acquire: (filter: unknown, params: MultiLockAcquireParams) => {
       // A continuation's lock is the caller's already: a cancelled continuation leaves it to them.
       const continued = typeof params === 'object' && params !== null && (params as { lock?: unknown }).lock !== undefined;
-      if (continued) return core.run((cancellation) => core.acquire(filter, undefined, readParams('params', params, ACQUIRE), params.lock, cancellation));
+      if (continued) {
+        return core.run(async (cancellation) => {
+          const p = readParams('params', params, ACQUIRE);
+          return core.acquire(filter, undefined, p, continuedOf(p), cancellation);
+        });
+      }
       return core.runAcquisition(async (cancellation) => {
         const p = readParams('params', params, ACQUIRE, true);
         return core.acquire(filter, tagOf(p), p, undefined, cancellation);
@@ -151,7 +168,8 @@ export function multiLock<TSchema extends Document = Document, P extends Promise
     using: (filter: unknown, params: unknown, body: unknown) =>
       core.run((cancellation) => {
         const p = readParams('params', params, USING, true);
-        return core.using(filter, tagOf(p), p, body, cancellation);
+        const continued = continuedOf(p);
+        return core.using(filter, continued?.tag ?? tagOf(p), p, body, cancellation, continued);
       }),
     release: (filter: unknown, params: unknown) =>
       core.run(async () => {

@@ -30,11 +30,11 @@ export interface TagRule {
 }
 
 /**
- * Validates tags, leases and relationships, and returns one rule per tag. A tag is declared by
- * being a key of `locktimeouts` or `lockRelationships` (monglock v2 declared tags by their
- * `locktimeouts` keys); a relationship list may only name declared tags, so that a misspelled
- * name (`wirte`) is refused instead of becoming a tag nobody holds, which would switch exclusion
- * off. Refused with a TypeError/RangeError: unsafe tag names, tags without a lease, undeclared
+ * Validates tags, leases and relationships, and returns one rule per tag. The keys of
+ * `locktimeouts` declare the tags (as in monglock v2); without `locktimeouts`, the keys of
+ * `lockRelationships` do (each with the default `locktimeout`). A relationship may only name
+ * declared tags, as its key or in its lists, so that a misspelled name (`wirte`) is refused
+ * instead of becoming a tag nobody holds, which would switch exclusion off. Refused with a TypeError/RangeError: unsafe tag names, tags without a lease, undeclared
  * tags in relationship lists, unknown keys, a tag both cooperative with and assertive over
  * another, and any cycle of assertive relationships (a tag over itself included), which can deadlock.
  */
@@ -49,7 +49,13 @@ export function resolveTagRules(
 
   const declared = new Set<string>();
   for (const tag of Object.keys(leases)) declared.add(expectSafeName(`options.locktimeouts key`, tag));
-  for (const tag of Object.keys(relationships)) declared.add(expectSafeName(`options.lockRelationships key`, tag));
+  for (const tag of Object.keys(relationships)) {
+    expectSafeName(`options.lockRelationships key`, tag);
+    // With `locktimeouts`, its keys are the tags (monglock v2): a relationship key outside them is a
+    // misspelling (`wirte`), which would otherwise become a tag nobody holds and leave `write` unrelated.
+    if (locktimeouts !== undefined && !declared.has(tag)) throw undeclared(tag, `\`options.lockRelationships\``, declared);
+  }
+  if (locktimeouts === undefined) for (const tag of Object.keys(relationships)) declared.add(tag);
 
   const lists = new Map<string, { cooperative: string[]; assertive: string[] }>();
   for (const [tag, value] of Object.entries(relationships)) {
@@ -92,17 +98,20 @@ function tagList(name: string, value: unknown, declared: ReadonlySet<string>): s
     ...new Set(
       value.map((tag, index) => {
         const safe = expectSafeName(`${name}[${index}]`, tag);
-        if (!declared.has(safe)) {
-          const nearest = nearestKey(safe, [...declared]);
-          throw new TypeError(
-            `Tag \`${safe}\` in \`${name}\` is not declared${nearest === undefined ? '' : ` (did you mean \`${nearest}\`?)`}: ` +
-              'declare every tag as a key of `options.locktimeouts` or `options.lockRelationships`',
-          );
-        }
+        if (!declared.has(safe)) throw undeclared(safe, `\`${name}\``, declared);
         return safe;
       }),
     ),
   ];
+}
+
+/** The error for a tag named in `where` that is not declared. */
+function undeclared(tag: string, where: string, declared: ReadonlySet<string>): TypeError {
+  const nearest = nearestKey(tag, [...declared]);
+  return new TypeError(
+    `Tag \`${tag}\` in ${where} is not declared${nearest === undefined ? '' : ` (did you mean \`${nearest}\`?)`}: ` +
+      'the keys of `options.locktimeouts` declare the tags (without it, the keys of `options.lockRelationships` do); a relationship may only name declared tags',
+  );
 }
 
 function rejectAssertiveCycles(rules: ReadonlyMap<string, TagRule>): void {

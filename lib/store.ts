@@ -1,5 +1,6 @@
 import type { Collection, Document, UpdateFilter, WriteConcernSettings } from 'mongodb';
 import type { ResolvedCallOptions } from './options';
+import { LockPaths } from './stored-format';
 
 /** A database call that outlived its `timeout`: the client-side deadline fired first. */
 export class DeadlineExceededError extends Error {
@@ -34,11 +35,15 @@ export const SERVER_NOW = '__monglockServerNow';
  * secondary would return stale locks and its own clock.
  */
 export class Store {
+  private readonly paths: LockPaths;
+
   constructor(
     readonly collection: Collection<Document>,
     readonly field: string,
     protected readonly localNow: () => number,
-  ) {}
+  ) {
+    this.paths = new LockPaths(field);
+  }
 
   /**
    * One atomic update of the first matching document; resolves it after the update (its lock
@@ -93,17 +98,22 @@ export class Store {
   /**
    * The projection option: the lock only, the whole document, or the caller's projection with the
    * lock; always with `_id`, which addresses the locked document afterwards (a caller who excluded
-   * it gets its document without it).
+   * it gets its document without it), and never with the commit records (only a settling read
+   * needs them), unless the caller's projection names the lock field itself.
    */
-  private projection(document: Document | true | undefined): { projection?: Document } {
-    if (document === true) return {};
-    if (document === undefined) return { projection: { [this.field]: 1 } };
+  private projection(document: Document | true | undefined): { projection: Document } {
+    const { reply, committed } = this.paths;
+    if (document === undefined) return { projection: reply };
+    if (document === true) return { projection: { [committed]: 0 } };
     const asked = { ...document };
     if ('_id' in asked && !asked._id) delete asked._id;
     const modes = Object.values(asked);
-    if (modes.length === 0) return {};
-    const excluding = modes.every((mode) => !mode);
-    return { projection: excluding ? asked : { ...asked, [this.field]: 1 } };
+    if (modes.length === 0) return { projection: { [committed]: 0 } };
+    if (modes.every((mode) => !mode)) return { projection: { ...asked, [committed]: 0 } };
+    const others = Object.entries(asked).filter(([path]) => !namesField(path, this.field));
+    const namesLock = others.length < modes.length;
+    // The whole lock when the caller asked for part of it (a path and its parent may not both be projected).
+    return { projection: namesLock ? { ...Object.fromEntries(others), [this.field]: 1 } : { ...asked, ...reply } };
   }
 
   /** Runs `operation` within the call's deadline and notes when it left and when its reply arrived. */
@@ -112,6 +122,11 @@ export class Store {
     const value = await withDeadline(name, call.timeout, operation);
     return { value, sentAt, arrivedAt: this.localNow() };
   }
+}
+
+/** True when `path` is `field` or a path inside it. */
+export function namesField(path: string, field: string): boolean {
+  return path === field || path.startsWith(`${field}.`);
 }
 
 /** The write concern of a lock write: `w` (the call's, unless given), and `wtimeoutMS` bounded by the call's timeout. */

@@ -9,8 +9,8 @@ import type { Document } from 'mongodb';
  *   now: ISODate,                   // the server's clock at the last acquire/extend ($currentDate)
  *   recent: { write: [ISODate, ISODate] },  // exclusive tags: the last two acquisition stamps (never decreasing)
  *   queue: [ { id: '7a…', tag: 'write', at: ISODate, exp: ISODate }, … ],  // fair mode: waiters' tickets
- *   committed: ['9f…', …],          // the ids of the last 16 locks released by a commit
- *   forced: ISODate,                // the server's clock at the last forced release
+ *   committed: [ { id: '9f…', exp: ISODate }, … ],  // records of recent commits (the lock each
+ *                                   // released), kept until exp, at most 64: how a lost reply is settled
  *   until: ISODate,                 // the latest expiry ever written (locks and tickets): a document
  *                                   // whose until has passed holds nothing live (the CLI lists by it)
  *   tags: {
@@ -39,6 +39,19 @@ export interface StoredTicket {
   exp: Date;
 }
 
+/**
+ * The record a commit leaves: the id of the lock it released, and the server time until which the
+ * record is kept (acquisitions prune it after). Records are kept sorted by `exp`, at most
+ * {@link COMMIT_RECORDS} of them, so one can only be evicted early by as many with a later `exp`.
+ */
+export interface StoredCommit {
+  id: string;
+  exp: Date;
+}
+
+/** The most commit records a document keeps: the bound on its size on a hot document (about 4 kB). */
+export const COMMIT_RECORDS = 64;
+
 /** The stored lock property. */
 export interface StoredLock {
   fence?: number;
@@ -50,10 +63,8 @@ export interface StoredLock {
   born?: Date;
   /** Fair mode: the tickets of waiters, first come first served. */
   queue?: StoredTicket[];
-  /** The ids of the last 16 locks released by a commit (release with an update): how a lost reply is told apart. */
-  committed?: string[];
-  /** The server's clock at the last forced release (a release without proof, or the CLI's): a live entry may have been removed then. */
-  forced?: Date;
+  /** Records of recent commits (releases with an update): how a commit whose reply was lost is settled. */
+  committed?: StoredCommit[];
   /** The latest expiry written (`$max`), of a lock or a ticket: nothing in the document is live once the server's clock passes it. */
   until?: Date;
   tags?: Record<string, StoredEntry[] | undefined>;
@@ -64,7 +75,7 @@ export interface StoredLock {
  * `active`/`timestamp`). monglock v2 stored a tag's entries at `lock.<tag>`, so a v2 document with
  * a tag of one of these names collides with this layout (an acquisition fails with DbError).
  */
-export const RESERVED_TAG_NAMES: ReadonlySet<string> = new Set(['fence', 'now', 'recent', 'born', 'queue', 'committed', 'forced', 'until', 'tags', 'active', 'timestamp']);
+export const RESERVED_TAG_NAMES: ReadonlySet<string> = new Set(['fence', 'now', 'recent', 'born', 'queue', 'committed', 'until', 'tags', 'active', 'timestamp']);
 
 /** Dot paths into the stored lock property. */
 export class LockPaths {
@@ -73,8 +84,9 @@ export class LockPaths {
   readonly born: string;
   readonly queue: string;
   readonly committed: string;
-  readonly forced: string;
   readonly until: string;
+  /** The projection of a write's reply: every part of the lock but the commit records, which only settling reads. */
+  readonly reply: Readonly<Record<string, 1>>;
 
   constructor(readonly field: string) {
     this.fence = `${field}.fence`;
@@ -82,8 +94,8 @@ export class LockPaths {
     this.born = `${field}.born`;
     this.queue = `${field}.queue`;
     this.committed = `${field}.committed`;
-    this.forced = `${field}.forced`;
     this.until = `${field}.until`;
+    this.reply = Object.fromEntries([this.fence, this.now, this.born, this.queue, this.until, `${field}.recent`, `${field}.tags`].map((path) => [path, 1]));
   }
 
   /** The last two acquisition stamps of an exclusive tag. */
@@ -204,6 +216,16 @@ export function pruneTags(paths: LockPaths, tags: Iterable<string>, stamp: Date)
   const pull: Document = {};
   for (const tag of tags) pull[paths.tag(tag)] = { exp: { $lte: stamp } };
   return pull;
+}
+
+/** Update (`$pull`): remove the commit records kept until `stamp` or earlier (a stamp the server has passed). */
+export function pruneCommits(paths: LockPaths, stamp: Date): Document {
+  return { [paths.committed]: { exp: { $lte: stamp } } };
+}
+
+/** Update (`$push`): records a commit, keeping the records sorted by `exp` and at most {@link COMMIT_RECORDS}. */
+export function recordCommit(paths: LockPaths, record: StoredCommit): Document {
+  return { [paths.committed]: { $each: [record], $sort: { exp: 1 }, $slice: -COMMIT_RECORDS } };
 }
 
 /**

@@ -6,19 +6,23 @@
  *   a lost first reply would have met the same refusal, so the first attempt applied nothing either.
  * - `not-sent`: the driver refused it before sending (an invalid argument, a value BSON cannot
  *   serialize).
- * - `closed`: the client is closed (or was never connected): nothing was sent, unless the client
- *   was closed while the write was on its way, in which case a lock it wrote ends with its lease
- *   (a closed client cannot release it anyway).
+ * - `closed`: the client was closed (or never connected) before the command left: nothing was sent.
  * - `unknown`: a network error, a lost or late reply (the client-side deadline), a write concern
- *   error (the write was applied but not confirmed as asked), or an error that may come from the
- *   driver's retry of a write whose first reply was lost.
+ *   error (the write was applied but not confirmed as asked), an error that may come from the
+ *   driver's retry of a write whose first reply was lost, or a client closed while the command
+ *   awaited its reply (`MongoClientClosedError`: the driver fails the commands in flight with it,
+ *   and the server may have applied them).
  */
 export type WriteFailure = 'refused' | 'not-sent' | 'closed' | 'unknown';
 
 /** Driver errors thrown before a command is sent. */
 const NOT_SENT = new Set(['MongoInvalidArgumentError', 'MongoAPIError', 'MongoParseError', 'MongoCompatibilityError', 'MongoMissingDependencyError', 'BSONError', 'BSONVersionError']);
-/** Driver errors of a client that is closed or not connected. */
-const CLOSED = new Set(['MongoNotConnectedError', 'MongoTopologyClosedError', 'MongoClientClosedError']);
+/**
+ * Driver errors of a client that is closed or not connected, raised before the command is sent
+ * (while selecting a server or checking out a connection). Not `MongoClientClosedError`: the
+ * driver also fails the commands already sent with it when the client closes.
+ */
+const CLOSED = new Set(['MongoNotConnectedError', 'MongoTopologyClosedError', 'MongoPoolClosedError']);
 /**
  * Server error codes that do not prove the write was refused: they may be a retry's answer after a
  * lost first reply (the driver's retryable codes), or arrive after the write was applied
@@ -52,7 +56,7 @@ export function describeWriteFailure(failure: WriteFailure, what: string): strin
     case 'not-sent':
       return `the driver refused the command before sending it: nothing was written`;
     case 'closed':
-      return `the MongoDB client is closed: nothing was sent (a ${what} sent while it was closing ends with its lease)`;
+      return `the MongoDB client is closed: nothing was sent`;
     case 'unknown':
       return `the ${what} may have been written`;
   }

@@ -38,26 +38,50 @@ describe('a commit whose outcome is not known at once', () => {
     expect((await collection.findOne({ _id: 'acc' as never }))?.history).to.deep.equal([-30]);
   });
 
-  it('a commit that landed is told apart within its lease even after more than 16 commits followed it', async function () {
-    this.timeout(20_000);
+  /**
+   * Our commit lands but its reply never comes; its settling write waits until `others` more
+   * commits landed on the same document. Resolves how our call settled and the document after.
+   */
+  async function commitSettledAfter(others: number): Promise<{ outcome: unknown; doc: Document | null }> {
     const collection = await freshCollection([{ _id: 'acc', balance: 1_000, history: [] }]);
-    const others = gate();
-    // Our commit lands; its reply is held past the deadline; the settling write waits until 20 more commits landed.
+    const committed = gate();
     const slow = delayedCollection(collection, {
       reply: (method, n) => (method === 'updateOne' && n === 1 ? new Promise(() => undefined) : 0),
-      request: (method, n) => (method === 'updateOne' && n === 2 ? others.opened : 0),
+      request: (method, n) => (method === 'updateOne' && n === 2 ? committed.opened : 0),
     });
     const accounts = writeLock({ collection: slow, locktimeout: 10_000, timeout: 500 });
-    const ours = accounts.using({ _id: 'acc' }, { document: { balance: 1 } }, (lock) => commit(debit(lock), 'ours'));
+    const ours = accounts.using({ _id: 'acc' }, { document: { balance: 1 } }, (lock) => commit(debit(lock), 'ours')).catch((error: unknown) => error);
     const plain = writeLock({ collection });
-    for (let i = 0; i < 20; i++) await plain.using({ _id: 'acc' }, { wait: 5_000, document: { balance: 1 } }, () => commit({ $inc: { balance: -1 }, $push: { history: -1 } }, i));
-    others.open();
-    expect(await ours).to.equal('ours');
-    const doc = await collection.findOne({ _id: 'acc' as never });
-    expect(doc?.history.filter((entry: number) => entry === -30)).to.have.length(1);
+    for (let i = 0; i < others; i++) await plain.using({ _id: 'acc' }, { wait: 5_000 }, () => commit({ $inc: { balance: -1 } }, i));
+    committed.open();
+    const outcome = await ours;
+    return { outcome, doc: await collection.findOne({ _id: 'acc' as never }) };
+  }
+
+  it('a commit that landed is told apart even after more than 16 commits followed it', async function () {
+    this.timeout(20_000);
+    const { outcome, doc } = await commitSettledAfter(20);
+    expect(outcome).to.equal('ours');
+    expect(doc?.history).to.deep.equal([-30]);
   });
 
-  it('a forced release while the reply was lost makes the outcome unknown, never "applied"', async function () {
+  it('a commit whose record was evicted by 64 later commits is unknown, never "not applied"; the document keeps 64 records', async function () {
+    this.timeout(60_000);
+    const { outcome, doc } = await commitSettledAfter(70);
+    expect((outcome as { data?: { applied?: unknown } }).data?.applied, String(outcome)).to.equal('unknown');
+    expect(doc?.history, 'our commit landed').to.deep.equal([-30]);
+    expect(doc?.lock?.committed).to.have.length(64);
+  });
+
+  it('an acquisition prunes the commit records kept past their time, and keeps the others', async () => {
+    const kept = new Date(Date.now() + 3_600_000);
+    const collection = await freshCollection([{ _id: 'acc', lock: { committed: [{ id: 'old', exp: new Date(Date.now() - 60_000) }, { id: 'new', exp: kept }] } }]);
+    const handle = await writeLock({ collection }).acquire({ _id: 'acc' });
+    await handle.release();
+    expect((await collection.findOne({ _id: 'acc' as never }))?.lock?.committed).to.deep.equal([{ id: 'new', exp: kept }]);
+  });
+
+  it('a forced release while the reply was lost: not applied, and the late commit can no longer land', async function () {
     this.timeout(20_000);
     const collection = await freshCollection([{ _id: 'acc', balance: 100, history: [] }]);
     const late = gate();
@@ -70,7 +94,8 @@ describe('a commit whose outcome is not known at once', () => {
     const error = await committing;
     late.open();
     await sleep(300);
-    expect((error.data as { applied?: unknown }).applied).to.equal('unknown');
+    expect((error.data as { applied?: unknown }).applied).to.equal(false);
+    expect(error.message).to.match(/not applied, and never will be: the lock was not held/);
     expect((await collection.findOne({ _id: 'acc' as never }))?.balance, 'the late commit could not land').to.equal(100);
   });
 

@@ -229,6 +229,48 @@ describe('multiLock', () => {
     });
   });
 
+  describe('an assertive registration that still waits', () => {
+    /** A read/write multiLock, and a write registration that asserts over a held read lock. */
+    async function registeredOverReader(): Promise<{ collection: Collection<Document>; rw: MultiLock; reader: LockHandle; registered: LockHandle }> {
+      const collection = await freshCollection([{ _id: 'doc' }]);
+      const rw = multiLock({
+        collection,
+        locktimeouts: { read: 10_000, write: 10_000 },
+        lockRelationships: { read: { cooperative: ['write'] }, write: { cooperative: ['write'], assertive: ['read'] } },
+      });
+      const reader = await rw.acquire({ _id: 'doc' }, { tag: 'read' });
+      const registration = await rejectionOf(rw.acquire({ _id: 'doc' }, { tag: 'write' }));
+      expect(isLockError(registration, 'AssertiveLock')).to.equal(true);
+      return { collection, rw, reader, registered: registration.lock as LockHandle };
+    }
+
+    it('an extension with an update says AssertiveLock (as a release with that update does), not a refused time stamp', async () => {
+      const { collection, reader, registered } = await registeredOverReader();
+      const viaRelease = await rejectionOf(registered.release({ update: { $set: { x: 1 } } }));
+      expect(isLockError(viaRelease, 'AssertiveLock'), viaRelease.message).to.equal(true);
+      const viaExtend = await rejectionOf(registered.extend(undefined, { update: { $set: { x: 1 } } }));
+      expect((await collection.findOne({ _id: 'doc' as never }))?.x, 'nothing was applied').to.equal(undefined);
+      await reader.release();
+      await registered.release();
+      expect(viaExtend.message).not.to.match(/time stamp/);
+      expect(isLockError(viaExtend, 'AssertiveLock'), viaExtend.message).to.equal(true);
+    });
+
+    it('using(filter, { lock }) continues that registration, never silently takes a new lock', async () => {
+      const { collection, rw, reader, registered } = await registeredOverReader();
+      await reader.release(); // the write lock may now be continued
+      let used: string | undefined;
+      await rw.using({ _id: 'doc' }, { lock: registered }, (handle) => {
+        used = handle.id;
+      });
+      const left = ((await collection.findOne({ _id: 'doc' as never }))?.lock?.tags?.write ?? []).map((entry: { id: string }) => entry.id);
+      expect({ used, left }).to.deep.equal({ used: registered.id, left: [] });
+      const mismatch = await rejectionOf(rw.using({ _id: 'doc' }, { tag: 'read', lock: registered }, () => undefined));
+      expect(mismatch).to.be.instanceOf(TypeError);
+      expect(mismatch.message).to.match(/the tag of `params.lock` \(`write`\)/);
+    });
+  });
+
   describe('validation', () => {
     it('rejects unsafe tags, missing or non-positive leases, assertive cycles and contradictions', async () => {
       const collection = await freshCollection();
@@ -241,8 +283,10 @@ describe('multiLock', () => {
         [{ locktimeouts: { a: 0 } }, /options.locktimeouts.a/],
         [{ locktimeouts: { a: -1 } }, /options.locktimeouts.a/],
         [{ lockRelationships: { a: {} } }, /Tag `a` has no lease/],
-        [{ locktimeouts: { a: 10 }, lockRelationships: { a: { cooperative: ['b'] }, b: {} } }, /Tag `b` has no lease/],
+        [{ locktimeouts: { a: 10 }, lockRelationships: { a: { cooperative: ['b'] }, b: {} } }, /Tag `b` in `options.lockRelationships` is not declared/],
         [{ locktimeouts: { a: 10 }, lockRelationships: { a: { cooperative: ['b'] } } }, /Tag `b` in `options.lockRelationships.a.cooperative` is not declared/],
+        // A misspelled relationship key would be a tag of its own, leaving `write` unrelated (two writers at once).
+        [{ locktimeouts: { read: 10, write: 10 }, locktimeout: 10, lockRelationships: { read: { cooperative: ['write'] }, wirte: { cooperative: ['write', 'read'] } } }, /Tag `wirte` in `options.lockRelationships` is not declared \(did you mean `write`\?\)/],
         [{ locktimeout: 10, lockRelationships: { a: { cooperative: 'b' } } }, /cooperative` to be an array/],
         [{ locktimeout: 10, lockRelationships: { a: { cooperative: ['b.c'] } } }, /cooperative\[0\]/],
         [{ locktimeout: 10, lockRelationships: { a: { assertive: ['a'] } } }, /cycle \(a over a\)/],
