@@ -2,8 +2,9 @@ import type { Document } from 'mongodb';
 import { lockError, withDbErrors } from './errors';
 import type { LockData } from './lock-handle';
 import type { ResolvedCallOptions } from './options';
-import type { ServerClock } from './server-clock';
 import type { Inspection, Store } from './store';
+import { newLockId } from './lock-ids';
+import { MAX_TOLERANCE, type ServerClock } from './server-clock';
 import { allOf, COMMIT_RECORDS, hasEntry, type LockPaths, type StoredCommit } from './stored-format';
 import { classifyWriteFailure } from './write-failures';
 
@@ -18,7 +19,12 @@ export interface CommitSettlement {
   readonly w: ResolvedCallOptions['w'];
 }
 
-/** A commit: the lock it releases (`landsBy` when the lock's own acquisition may still land), and the record it leaves. */
+/**
+ * A commit: the lock it releases, and the record it leaves. `landsBy` is the server time after
+ * which the lock's own acquisition can no longer land: 0 for a lock whose acquisition was
+ * confirmed; unknown (undefined) for a lock passed back as data, which is then bounded by its
+ * stamp (`timestamp` + {@link MAX_TOLERANCE}).
+ */
 export interface CommitAttempt {
   readonly lock: LockData & { readonly landsBy?: number };
   readonly record: StoredCommit;
@@ -39,10 +45,10 @@ const CLOCK_STEP_MARGIN = 5_000;
  * plus a margin), as far as this client can tell; the settlement checks it, so a wrong guess
  * only makes an outcome unknown, never untrue.
  */
-export function commitRecord(id: string, clock: ServerClock, timeout: number): StoredCommit {
+export function commitRecord(lockId: string, clock: ServerClock, timeout: number): StoredCommit {
   const upper = clock.upper();
   const now = Number.isFinite(upper) ? upper : clock.lower();
-  return { id, exp: new Date(now + 2 * timeout + 2 * CLOCK_STEP_MARGIN) };
+  return { id: newLockId(), lock: lockId, exp: new Date(now + 2 * timeout + 2 * CLOCK_STEP_MARGIN) };
 }
 
 /**
@@ -51,14 +57,18 @@ export function commitRecord(id: string, clock: ServerClock, timeout: number): S
  *
  * A commit matches only while its lock entry is in the document, removes that entry with the
  * update, and leaves its record in `committed`. So the outcome is decided once the entry is gone:
- * 1. If the lock's own acquisition may still land (`err.lock` of a lost reply), wait until the
- *    server's clock has passed the time its stamp allows (it can no longer land after).
+ * 1. If the lock's own acquisition may still land (`err.lock` of a lost reply, or a lock passed
+ *    back as data), wait until the server's clock has passed the time its stamp allows (it can no
+ *    longer land after).
  * 2. The entry is removed by this call (an update sent at majority): if that matched, the commit
  *    had not landed, and now never can, however late it arrives (a slow network, a queued
  *    connection, the driver's retry): `applied: false`, and the lock is released.
- * 3. Otherwise the entry was already gone, and the document is read at majority (a read that a
- *    failover cannot roll back; after the majority removal above it shows every write before it):
- *    - the commit's record is there: it landed;
+ * 3. Otherwise the entry was already gone, and the locked document is read at majority (a read
+ *    that a failover cannot roll back; after the majority removal above it shows every write
+ *    before it). Only a `target` that names its `_id` identifies it; any other filter may select
+ *    another document now, so then the document holding the entry or the record is read (when
+ *    neither is found, the outcome is unknown):
+ *    - the commit's record (its own id, not only its lock's) is there: it landed;
  *    - the record is not there, and could not have been removed (read before its `exp`, and the
  *      records kept are fewer than {@link COMMIT_RECORDS} or include one kept for less time):
  *      the commit never landed (the lock had expired, was taken over, force-released, or never
@@ -75,9 +85,11 @@ export async function settleCommit(settlement: CommitSettlement, target: Documen
     lockError('DbError', call.boom, { cause, detail: `${failure.message}; ${detail}`, data: { applied } });
   if (classifyWriteFailure(cause) === 'closed') throw fail(false, 'the update was not applied: the MongoDB client was closed before it was sent (the lock is held until its lease ends)');
 
+  // When the lock's acquisition could land is unknown without a stamp: then an absent entry proves nothing.
+  const landsBy = lock.landsBy ?? (lock.timestamp > 0 ? lock.timestamp + MAX_TOLERANCE : undefined);
   let removed: boolean;
   try {
-    if (lock.landsBy !== undefined) await untilServerPassed(settlement, lock.landsBy);
+    if (landsBy !== undefined && landsBy > 0) await untilServerPassed(settlement, landsBy);
     removed = await withDbErrors(call.boom, () =>
       store.updateOne(allOf(target, [hasEntry(paths, lock.tag, { id: lock.id })]), { $pull: { [paths.tag(lock.tag)]: { id: lock.id } } }, call, settlement.w),
     );
@@ -86,17 +98,22 @@ export async function settleCommit(settlement: CommitSettlement, target: Documen
   }
   if (removed) throw fail(false, 'the update was not applied, and never will be: the lock was released');
 
+  const identified = namesOneDocument(target);
+  // The lock's and the commit's ids are random: the document holding either is the locked one, wherever the filter points now.
+  const locked = identified ? target : { $or: [hasEntry(paths, lock.tag, { id: lock.id }), { [paths.committed]: { $elemMatch: { id: record.id } } }] };
   for (let read = 1; ; read++) {
     let seen: Inspection;
     try {
-      seen = await withDbErrors(call.boom, () => store.inspect(target, call, 'majority'));
+      seen = await withDbErrors(call.boom, () => store.inspect(locked, call, 'majority'));
     } catch {
       throw fail('unknown', 'whether the update was applied is unknown: MongoDB could not be read to settle it');
     }
-    if (!seen.value) throw fail('unknown', 'whether the update was applied is unknown: the document is gone');
+    if (!seen.value) {
+      throw fail('unknown', `whether the update was applied is unknown: ${identified ? 'the document is gone' : 'no document holds the lock or the commit\'s record, and the filter does not name the locked document'}`);
+    }
     const stored = paths.read(seen.value);
     const records = Array.isArray(stored.committed) ? stored.committed : [];
-    if (records.some((kept) => kept.id === lock.id)) return;
+    if (records.some((kept) => kept.id === record.id)) return;
     const entryThere = (stored.tags?.[lock.tag] ?? []).some((entry) => entry.id === lock.id);
     if (entryThere) {
       // The primary had removed it; this member's majority view has not caught up yet.
@@ -109,11 +126,19 @@ export async function settleCommit(settlement: CommitSettlement, target: Documen
     const readAt = seen.serverNow?.getTime() ?? Infinity;
     const notPruned = readAt + CLOCK_STEP_MARGIN < record.exp.getTime();
     const notEvicted = records.length < COMMIT_RECORDS || records.some((kept) => kept.exp instanceof Date && kept.exp.getTime() < record.exp.getTime());
-    if (notPruned && notEvicted) {
+    if (notPruned && notEvicted && landsBy !== undefined) {
       throw fail(false, 'the update was not applied, and never will be: the lock was not held when it arrived (expired, taken over, released or never written)');
     }
-    throw fail('unknown', `whether the update was applied is unknown: its record is not among the ${records.length} commits the document keeps`);
+    const why = landsBy === undefined ? 'the lock, passed back without its timestamp, may still be written' : `its record is not among the ${records.length} commits the document keeps`;
+    throw fail('unknown', `whether the update was applied is unknown: ${why}`);
   }
+}
+
+/** True when `target` is `{ _id }` with a plain value: it addresses one document, whatever the document becomes. */
+function namesOneDocument(target: Document): boolean {
+  const keys = Object.keys(target);
+  const id: unknown = target._id;
+  return keys.length === 1 && keys[0] === '_id' && id !== null && !(typeof id === 'object' && Object.getPrototypeOf(id) === Object.prototype);
 }
 
 /** Resolves once the lower bound of the server's clock is past `ms` (reading the server's clock first if this client has not). */

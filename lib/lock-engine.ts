@@ -385,7 +385,7 @@ export class LockEngine {
     } catch (error) {
       if (!update || !isLockError(error, 'DbError')) throw error;
       if (record) {
-        const lock = claimed ?? { id: record.id, tag, timestamp: 0, fence: 0, expiresAt: 0 };
+        const lock = claimed ?? { id: record.lock, tag, timestamp: 0, fence: 0, expiresAt: 0 };
         const settlement = { store, paths, clock: this.settings.clock, w: dataWriteConcern(call.w), readClock: () => this.readClock({}, call) };
         return settleCommit(settlement, target, { lock, record }, error, call);
       }

@@ -170,6 +170,15 @@ export class Handle implements LockHandle<Document, unknown, Document> {
   }
 
   /**
+   * The lock `handle` holds, as data, with when its acquisition can no longer land (`landsBy`: 0
+   * for a confirmed lock), which a commit settled after a lost reply waits for.
+   * @internal
+   */
+  static claim(handle: Handle): LockData & { readonly landsBy?: number } {
+    return { ...handle.toJSON(), landsBy: handle.#unconfirmed ? handle.#landsBy : 0 };
+  }
+
+  /**
    * Calls `watcher` whenever `handle`'s lease end changes (the lease keeper replans); returns the
    * function that stops watching.
    * @internal
@@ -194,9 +203,7 @@ export class Handle implements LockHandle<Document, unknown, Document> {
    * held (else `LockNotFound`/`LockWasReacquired`, and nothing is written).
    */
   release(params?: HandleParams): Promise<void> {
-    // A commit settled after a lost reply waits until the lock's own write can no longer land.
-    const claim = this.#landsBy === undefined ? this.toJSON() : { ...this.toJSON(), landsBy: this.#landsBy };
-    const released = this.#owner.release(this.#target, claim, params);
+    const released = this.#owner.release(this.#target, Handle.claim(this), params);
     // A lock whose reply was lost may never have been written: not finding it is no failure,
     // unless the release carries an update, which must never be reported applied when it was not.
     if (!this.#unconfirmed || (params as { update?: unknown } | undefined)?.update !== undefined) return released;
@@ -245,11 +252,11 @@ const LOCK_ID = /^[A-Za-z0-9_-]{1,64}$/;
  * Validates a lock passed back by a caller (a handle, or its JSON) and returns its data.
  * Throws a TypeError naming `name` for anything else, including handles edited by hand.
  */
-export function readLockData(name: string, value: unknown, knownTags: ReadonlySet<string>): LockData {
+export function readLockData(name: string, value: unknown, knownTags: ReadonlySet<string>): LockData & { readonly landsBy?: number } {
   if (typeof value !== 'object' || value === null) {
     throw new TypeError(`Expected \`${name}\` to be a lock returned by acquire, got ${value === null ? 'null' : typeof value}`);
   }
-  const lock = (value instanceof Handle ? value.toJSON() : value) as Partial<Record<keyof LockData, unknown>>;
+  const lock = (value instanceof Handle ? Handle.claim(value) : value) as Partial<Record<keyof LockData, unknown>>;
   if (typeof lock.id !== 'string' || !LOCK_ID.test(lock.id)) {
     throw new TypeError(`Expected \`${name}.id\` to be the id string of a lock returned by acquire`);
   }
@@ -263,13 +270,15 @@ export function readLockData(name: string, value: unknown, knownTags: ReadonlySe
       throw new TypeError(`Expected \`${name}.${key}\` to be a non-negative integer`);
     }
   }
-  return {
+  const data = {
     id: lock.id,
     tag: lock.tag,
     timestamp: (lock.timestamp as number | undefined) ?? 0,
     fence: (lock.fence as number | undefined) ?? 0,
     expiresAt: (lock.expiresAt as number | undefined) ?? 0,
   };
+  // A handle knows whether its acquisition landed; a lock passed as JSON is bounded by its stamp.
+  return value instanceof Handle ? { ...data, landsBy: Handle.claim(value).landsBy } : data;
 }
 
 /** Releases the lock an acquisition's unseen outcome carries (its caller cancelled): the handle it won, or one its error hands over. */

@@ -9,8 +9,9 @@ import type { Document } from 'mongodb';
  *   now: ISODate,                   // the server's clock at the last acquire/extend ($currentDate)
  *   recent: { write: [ISODate, ISODate] },  // exclusive tags: the last two acquisition stamps (never decreasing)
  *   queue: [ { id: '7a…', tag: 'write', at: ISODate, exp: ISODate }, … ],  // fair mode: waiters' tickets
- *   committed: [ { id: '9f…', exp: ISODate }, … ],  // records of recent commits (the lock each
- *                                   // released), kept until exp, at most 64: how a lost reply is settled
+ *   committed: [ { id: '5d…', lock: '9f…', exp: ISODate }, … ],  // records of recent commits (each
+ *                                   // commit's own id, the lock it released), kept until exp, at
+ *                                   // most 64: how a lost reply is settled
  *   until: ISODate,                 // the latest expiry ever written (locks and tickets): a document
  *                                   // whose until has passed holds nothing live (the CLI lists by it)
  *   tags: {
@@ -40,12 +41,14 @@ export interface StoredTicket {
 }
 
 /**
- * The record a commit leaves: the id of the lock it released, and the server time until which the
- * record is kept (acquisitions prune it after). Records are kept sorted by `exp`, at most
- * {@link COMMIT_RECORDS} of them, so one can only be evicted early by as many with a later `exp`.
+ * The record a commit leaves: the commit's own id (two commits of one lock are told apart), the id
+ * of the lock it released, and the server time until which the record is kept (acquisitions prune
+ * it after). Records are kept sorted by `exp`, at most {@link COMMIT_RECORDS} of them, so one can
+ * only be evicted early by as many with a later `exp`.
  */
 export interface StoredCommit {
   id: string;
+  lock: string;
   exp: Date;
 }
 

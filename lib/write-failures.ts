@@ -6,23 +6,25 @@
  *   a lost first reply would have met the same refusal, so the first attempt applied nothing either.
  * - `not-sent`: the driver refused it before sending (an invalid argument, a value BSON cannot
  *   serialize).
- * - `closed`: the client was closed (or never connected) before the command left: nothing was sent.
+ * - `closed`: the client was closed before the call (`MongoNotConnectedError`): nothing was sent.
  * - `unknown`: a network error, a lost or late reply (the client-side deadline), a write concern
  *   error (the write was applied but not confirmed as asked), an error that may come from the
  *   driver's retry of a write whose first reply was lost, or a client closed while the command
- *   awaited its reply (`MongoClientClosedError`: the driver fails the commands in flight with it,
- *   and the server may have applied them).
+ *   awaited its reply or its retry (`MongoClientClosedError`, `MongoTopologyClosedError`,
+ *   `MongoPoolClosedError`: the server may have applied the first attempt).
  */
 export type WriteFailure = 'refused' | 'not-sent' | 'closed' | 'unknown';
 
 /** Driver errors thrown before a command is sent. */
 const NOT_SENT = new Set(['MongoInvalidArgumentError', 'MongoAPIError', 'MongoParseError', 'MongoCompatibilityError', 'MongoMissingDependencyError', 'BSONError', 'BSONVersionError']);
 /**
- * Driver errors of a client that is closed or not connected, raised before the command is sent
- * (while selecting a server or checking out a connection). Not `MongoClientClosedError`: the
- * driver also fails the commands already sent with it when the client closes.
+ * Driver errors of a client that was closed before the call: raised before any attempt is sent.
+ * Not `MongoClientClosedError` (the driver fails the commands already sent with it when the client
+ * closes), nor `MongoTopologyClosedError`/`MongoPoolClosedError`: a retryable write selects a
+ * server and checks out a connection again for its retry, after a first attempt that may have
+ * been applied, and a client closed meanwhile fails that retry with them.
  */
-const CLOSED = new Set(['MongoNotConnectedError', 'MongoTopologyClosedError', 'MongoPoolClosedError']);
+const CLOSED = new Set(['MongoNotConnectedError']);
 /**
  * Server error codes that do not prove the write was refused: they may be a retry's answer after a
  * lost first reply (the driver's retryable codes), or arrive after the write was applied

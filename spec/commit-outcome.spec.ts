@@ -8,13 +8,7 @@ import type { CommandStartedEvent, Document } from 'mongodb';
 import { commit, isLockError, writeLock, type LockHandle } from '../lib';
 import { delayedCollection } from '../stress/delayed-collection';
 import { freshCollection, newClient, rejectionOf, sleep } from './support/fixture';
-
-/** A promise and the function that settles it: a gate a wrapped call waits at. */
-function gate(): { opened: Promise<void>; open: () => void } {
-  let open!: () => void;
-  const opened = new Promise<void>((resolve) => (open = resolve));
-  return { opened, open };
-}
+import { gate } from './support/lock-commands';
 
 const debit = (lock: LockHandle<Document, undefined, Document>): Document => ({ $set: { balance: (lock.document?.balance as number) - 30 }, $push: { history: -30 } });
 
@@ -24,7 +18,7 @@ describe('a commit whose outcome is not known at once', () => {
     const collection = await freshCollection([{ _id: 'acc', balance: 100, history: [] }]);
     // The commit (the first updateOne) reaches the server only after the call's deadline, and after the settling write.
     const late = gate();
-    const slow = delayedCollection(collection, { request: (method, n) => (method === 'updateOne' && n === 1 ? late.opened : 0) });
+    const slow = delayedCollection(collection, { request: (method, n) => (method === 'updateOne' && n === 1 ? late.promise : 0) });
     const accounts = writeLock({ collection: slow, locktimeout: 10_000, timeout: 500 });
     const error = await rejectionOf(accounts.using({ _id: 'acc' }, { document: { balance: 1 } }, (lock) => commit(debit(lock), 'done')));
     late.open();
@@ -47,7 +41,7 @@ describe('a commit whose outcome is not known at once', () => {
     const committed = gate();
     const slow = delayedCollection(collection, {
       reply: (method, n) => (method === 'updateOne' && n === 1 ? new Promise(() => undefined) : 0),
-      request: (method, n) => (method === 'updateOne' && n === 2 ? committed.opened : 0),
+      request: (method, n) => (method === 'updateOne' && n === 2 ? committed.promise : 0),
     });
     const accounts = writeLock({ collection: slow, locktimeout: 10_000, timeout: 500 });
     const ours = accounts.using({ _id: 'acc' }, { document: { balance: 1 } }, (lock) => commit(debit(lock), 'ours')).catch((error: unknown) => error);
@@ -85,7 +79,7 @@ describe('a commit whose outcome is not known at once', () => {
     this.timeout(20_000);
     const collection = await freshCollection([{ _id: 'acc', balance: 100, history: [] }]);
     const late = gate();
-    const slow = delayedCollection(collection, { request: (method, n) => (method === 'updateOne' && n === 1 ? late.opened : 0) });
+    const slow = delayedCollection(collection, { request: (method, n) => (method === 'updateOne' && n === 1 ? late.promise : 0) });
     const accounts = writeLock({ collection: slow, locktimeout: 10_000, timeout: 500 });
     const held = await accounts.acquire({ _id: 'acc' }, { document: true });
     const committing = rejectionOf(held.release({ update: debit(held) }));

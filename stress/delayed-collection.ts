@@ -3,8 +3,11 @@ import type { Collection, Document } from 'mongodb';
 /** A driver call a delay can apply to. */
 export type DelayedMethod = 'findOneAndUpdate' | 'updateOne' | 'updateMany' | 'deleteMany' | 'aggregate';
 
-/** ms to hold a call back (or a promise to wait for), by method and by the call's number (1-based, per method). */
-export type DelayPlan = (method: DelayedMethod, call: number) => number | Promise<unknown>;
+/**
+ * ms to hold a call back (or a promise to wait for; undefined: not at all), by method, by the
+ * call's number (1-based, per method) and by its arguments (filter, update, options).
+ */
+export type DelayPlan = (method: DelayedMethod, call: number, args: readonly unknown[]) => number | Promise<unknown> | undefined;
 
 /** When to hold calls back: before the request is sent, and before the reply is handed over. */
 export interface Delays {
@@ -22,8 +25,8 @@ const METHODS: ReadonlySet<string> = new Set(['findOneAndUpdate', 'updateOne', '
  */
 export function delayedCollection(collection: Collection<Document>, delays: Delays): Collection<Document> {
   const counts = new Map<string, number>();
-  const hold = async (plan: DelayPlan | undefined, method: DelayedMethod, n: number): Promise<void> => {
-    const ms = plan?.(method, n) ?? 0;
+  const hold = async (plan: DelayPlan | undefined, method: DelayedMethod, n: number, args: readonly unknown[]): Promise<void> => {
+    const ms = plan?.(method, n, args) ?? 0;
     if (typeof ms !== 'number') await ms;
     else if (ms > 0) await new Promise((resolve) => setTimeout(resolve, ms));
   };
@@ -43,9 +46,9 @@ export function delayedCollection(collection: Collection<Document>, delays: Dela
           const cursor = (value as (...a: unknown[]) => { toArray(): Promise<Document[]> }).apply(target, args);
           return {
             toArray: async () => {
-              await hold(delays.request, 'aggregate', n);
+              await hold(delays.request, 'aggregate', n, args);
               const docs = await cursor.toArray();
-              await hold(delays.reply, 'aggregate', n);
+              await hold(delays.reply, 'aggregate', n, args);
               return docs;
             },
           };
@@ -54,9 +57,9 @@ export function delayedCollection(collection: Collection<Document>, delays: Dela
       if (!METHODS.has(method)) return (value as (...a: unknown[]) => unknown).bind(target);
       return async (...args: unknown[]) => {
         const n = next(method);
-        await hold(delays.request, method as DelayedMethod, n);
+        await hold(delays.request, method as DelayedMethod, n, args);
         const result: unknown = await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args);
-        await hold(delays.reply, method as DelayedMethod, n);
+        await hold(delays.reply, method as DelayedMethod, n, args);
         return result;
       };
     },

@@ -1,0 +1,42 @@
+/**
+ * Which lock write a driver call is, told from its arguments (`findOneAndUpdate`/`updateOne`:
+ * filter, update, options), for fault plans that hold one kind of write back
+ * (`delayedCollection(collection, { request: (method, n, args) => … })`).
+ */
+import type { Document } from 'mongodb';
+
+/** A promise that never settles: a request or reply lost for good. */
+export const never = new Promise<never>(() => undefined);
+
+const updateOf = (args: readonly unknown[]): Document => (args[1] ?? {}) as Document;
+
+/** An acquisition: it increments the fence. */
+export const isAcquisition = (method: string, args: readonly unknown[]): boolean => method === 'findOneAndUpdate' && updateOf(args).$inc?.['lock.fence'] === 1;
+
+/** An extension: it sets its own entry's expiry. */
+export const isExtension = (method: string, args: readonly unknown[]): boolean =>
+  method === 'findOneAndUpdate' && Object.keys(updateOf(args).$set ?? {}).some((path) => path.endsWith('.$[mine].exp'));
+
+/** A commit: a release that leaves its record. */
+export const isCommit = (method: string, args: readonly unknown[]): boolean => method === 'updateOne' && updateOf(args).$push?.['lock.committed'] !== undefined;
+
+/** A plain release at w: 1 (the settling removal of a commit is sent at majority). */
+export const isPlainRelease = (method: string, args: readonly unknown[]): boolean =>
+  method === 'updateOne' && updateOf(args).$push === undefined && (args[2] as { writeConcern?: { w?: unknown } } | undefined)?.writeConcern?.w !== 'majority';
+
+/** A promise and the function that settles it: a gate a held request waits at. */
+export function gate(): { promise: Promise<void>; open: () => void } {
+  let open!: () => void;
+  const promise = new Promise<void>((resolve) => (open = resolve));
+  return { promise, open };
+}
+
+/** How a call settled: 'resolved', or its error. */
+export async function outcomeOf(promise: PromiseLike<unknown>): Promise<'resolved' | (Error & { data?: { applied?: unknown } } & Record<string, unknown>)> {
+  try {
+    await promise;
+    return 'resolved';
+  } catch (error) {
+    return error as Error & { data?: { applied?: unknown } } & Record<string, unknown>;
+  }
+}
