@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Collection, Db, Document } from 'mongodb';
 import { commit, isLockError, multiLock, resourceLocks, writeLock } from '../lib';
-import { retryDelay } from '../lib/waiting';
+import { retryDelay } from '../lib/waiting/wait-options';
 import { callbackCollection } from './callback-adapter';
 
 /** Releases a held lock. */

@@ -8,10 +8,10 @@
 import { tracingChannel } from 'node:diagnostics_channel';
 import { randomBytes } from 'node:crypto';
 import { MongoClient } from 'mongodb';
-import { CHANNELS } from '../lib/diagnostics';
-import { DocumentLock } from '../lib/document-lock';
-import { resolveTagRules } from '../lib/relationships';
-import { knownKeys } from '../lib/known-keys';
+import { CHANNELS } from '../lib/common/diagnostics';
+import { DocumentLock } from '../lib/locks/document-lock';
+import { resolveTagRules } from '../lib/locks/relationships';
+import { knownKeys } from '../lib/common/known-keys';
 import { startMongoBackend } from '../support/mongo-backend';
 import { stubCollection } from './client-cost';
 

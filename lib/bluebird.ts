@@ -5,7 +5,7 @@
  */
 import type Bluebird from 'bluebird';
 
-declare module './promise-types' {
+declare module './common/promise-types' {
   interface PromiseLibraries<T> {
     bluebird: { library: typeof Bluebird; promise: Bluebird<T> };
   }

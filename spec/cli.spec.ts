@@ -7,7 +7,7 @@ import { resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { expect } from 'chai';
 import { isLockError, multiLock, resourceLocks, writeLock } from '../lib';
-import type { ListedLock } from '../lib/lock-listing';
+import type { ListedLock } from '../lib/integrations/cli/lock-listing';
 import { freshCollection, mongoBackend, rejectionOf, sleep } from './support/fixture';
 
 const ROOT = resolve(__dirname, '..');

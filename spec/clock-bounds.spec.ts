@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import { MongoClient } from 'mongodb';
 import { writeLock } from '../lib';
-import { ServerClock } from '../lib/server-clock';
+import { ServerClock } from '../lib/protocol/server-clock';
 import { FaultProxy } from '../stress/fault-proxy';
 import { freshCollection, mongoBackend } from './support/fixture';
 

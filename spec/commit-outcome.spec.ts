@@ -45,6 +45,8 @@ describe('a commit whose outcome is not known at once', () => {
     });
     const accounts = writeLock({ collection: slow, locktimeout: 10_000, timeout: 500 });
     const ours = accounts.using({ _id: 'acc' }, { document: { balance: 1 } }, (lock) => commit(debit(lock), 'ours')).catch((error: unknown) => error);
+    // Ours lands first (its reply is what is lost), then the others follow it.
+    for (let i = 0; i < 400 && ((await collection.findOne({ _id: 'acc' as never }))?.history?.length ?? 0) === 0; i++) await sleep(10);
     const plain = writeLock({ collection });
     for (let i = 0; i < others; i++) await plain.using({ _id: 'acc' }, { wait: 5_000 }, () => commit({ $inc: { balance: -1 } }, i));
     committed.open();

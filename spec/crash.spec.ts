@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { expect } from 'chai';
 import { writeLock, type LockData } from '../lib';
-import { MAX_RETRY_DELAY } from '../lib/waiting';
+import { MAX_RETRY_DELAY } from '../lib/waiting/wait-options';
 import { freshCollection, mongoBackend, rejectionOf, sleep } from './support/fixture';
 
 const ROOT = join(__dirname, '..');

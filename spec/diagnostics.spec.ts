@@ -8,7 +8,7 @@ import Hapi from '@hapi/hapi';
 import { expect } from 'chai';
 import { MongoNetworkError, type Collection, type Document } from 'mongodb';
 import { isLockError, writeLock } from '../lib';
-import { CHANNELS, type ExtensionFailedEvent, type LeaseLostEvent, type LockCallContext, type WaitEvent } from '../lib/diagnostics';
+import { CHANNELS, type ExtensionFailedEvent, type LeaseLostEvent, type LockCallContext, type WaitEvent } from '../lib/common/diagnostics';
 import { lockOf, monglockPlugin } from '../lib/hapi';
 import { freshCollection, rejectionOf, sleep } from './support/fixture';
 

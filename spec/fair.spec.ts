@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { expect } from 'chai';
 import type { Collection, Document } from 'mongodb';
 import { writeLock } from '../lib';
-import { TICKET_LEASE } from '../lib/waiting-place';
+import { TICKET_LEASE } from '../lib/waiting/waiting-place';
 import { freshCollection, mongoBackend, rejectionOf, sleep } from './support/fixture';
 
 async function queueOf(collection: Collection<Document>, id: unknown): Promise<Array<{ id: string; exp: Date }>> {

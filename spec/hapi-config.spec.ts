@@ -7,7 +7,7 @@ import { expect } from 'chai';
 import type { Collection, Document } from 'mongodb';
 import { multiLock, writeLock } from '../lib';
 import { lockOf, monglockPlugin } from '../lib/hapi';
-import { describeLock } from '../lib/lock-kind';
+import { describeLock } from '../lib/locks/lock-kind';
 import { freshCollection, rejectionOf } from './support/fixture';
 
 const rw = (collection: Collection<Document>) => ({

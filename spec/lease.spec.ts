@@ -2,7 +2,7 @@ import Bluebird from 'bluebird';
 import { expect } from 'chai';
 import { isLockError, LockError, LockHandle, multiLock, writeLock } from '../lib';
 import '../lib/bluebird';
-import { MAX_RETRY_DELAY, MIN_RETRY_DELAY, retryDelay } from '../lib/waiting';
+import { MAX_RETRY_DELAY, MIN_RETRY_DELAY, retryDelay } from '../lib/waiting/wait-options';
 import { commandsSentBy, freshCollection, rejectionOf, sleep } from './support/fixture';
 
 const MINUTES_5 = 5 * 60_000;

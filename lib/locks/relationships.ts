@@ -1,6 +1,6 @@
-import { RESERVED_TAG_NAMES } from './stored-format';
-import { knownKeys, nearestKey } from './known-keys';
-import { describe, expectMs, expectObject, expectSafeName, readParams } from './options';
+import { RESERVED_TAG_NAMES } from '../protocol/stored-format';
+import { knownKeys, nearestKey } from '../common/known-keys';
+import { describe, expectMs, expectObject, expectSafeName, readParams } from '../common/options';
 
 /** How locks of one tag treat locks of other tags. Tags not named are concurrent (ignored). */
 export interface TagRelationship {

@@ -1,10 +1,10 @@
-import { publish } from './diagnostics';
+import { publish } from '../common/diagnostics';
 import type { Document } from 'mongodb';
-import { isLockError, lockError } from './errors';
-import { refusedDocumentOf, type LockEngine, type Ticket } from './lock-engine';
+import { isLockError, lockError } from '../common/errors';
+import { refusedDocumentOf, type LockEngine, type Ticket } from '../engine/lock-engine';
 import type { LocalWaiters, Waiter } from './local-waiters';
-import type { ResolvedCallOptions } from './options';
-import { delay, MAX_RETRY_DELAY } from './waiting';
+import type { ResolvedCallOptions } from '../common/options';
+import { delay, MAX_RETRY_DELAY } from './wait-options';
 
 /** How long a fair waiter's ticket lives unless renewed, in ms: a crashed waiter leaves the queue by then. */
 export const TICKET_LEASE = 2_000;

@@ -1,6 +1,6 @@
 import type { Document } from 'mongodb';
-import { Handle, type HandleOwner, type HandleParams, type LockData, type LockHandle } from './lock-handle';
-import type { PromiseOf } from './promise-types';
+import { Handle, type HandleOwner, type HandleParams, type LockData, type LockHandle } from '../locks/lock-handle';
+import type { PromiseOf } from '../common/promise-types';
 
 /** The two tags of a resource: exclusive (cooperative with both) and shared (cooperative with exclusive). */
 export type ResourceLockType = 'exclusive' | 'shared';

@@ -1,11 +1,11 @@
 import type { Document } from 'mongodb';
-import { lockError, withDbErrors } from './errors';
-import type { LockData } from './lock-handle';
-import type { ResolvedCallOptions } from './options';
+import { lockError, withDbErrors } from '../common/errors';
+import type { LockData } from '../locks/lock-handle';
+import type { ResolvedCallOptions } from '../common/options';
 import type { Inspection, Store } from './store';
-import { newLockId } from './lock-ids';
-import { MAX_TOLERANCE, type ServerClock } from './server-clock';
-import { allOf, COMMIT_RECORDS, hasEntry, type LockPaths, type StoredCommit } from './stored-format';
+import { newLockId } from '../protocol/lock-ids';
+import { MAX_TOLERANCE, type ServerClock } from '../protocol/server-clock';
+import { allOf, COMMIT_RECORDS, hasEntry, type LockPaths, type StoredCommit } from '../protocol/stored-format';
 import { classifyWriteFailure } from './write-failures';
 
 /** What a commit outcome is settled with. */

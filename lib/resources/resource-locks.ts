@@ -1,16 +1,16 @@
 import type { Document } from 'mongodb';
-import type { LockOptions, CallOptions, HoldParams, PromiseLibrary } from './options';
-import type { PromiseOf } from './promise-types';
-import { ResourceLockClient } from './resource-lock-client';
-import type { ResourceLockHandle } from './resource-lock-handle';
-import type { LockDetails, StatusFilter } from './resource-params';
-import type { LockStatus } from './resource-status';
-import type { UsingBody } from './scoped-hold';
-import type { WaitOptions } from './waiting';
+import type { LockOptions, CallOptions, HoldParams, PromiseLibrary } from '../common/options';
+import type { PromiseOf } from '../common/promise-types';
+import { ResourceLockClient } from './client';
+import type { ResourceLockHandle } from './handle';
+import type { LockDetails, StatusFilter } from './params';
+import type { LockStatus } from './status';
+import type { UsingBody } from '../locks/scoped-hold';
+import type { WaitOptions } from '../waiting/wait-options';
 
-export { ResourceLockHandle, type ResourceLockType } from './resource-lock-handle';
-export type { LockDetails, StatusFilter } from './resource-params';
-export type { LockStatus } from './resource-status';
+export { ResourceLockHandle, type ResourceLockType } from './handle';
+export type { LockDetails, StatusFilter } from './params';
+export type { LockStatus } from './status';
 
 /** Options of {@link resourceLocks}. */
 export interface ResourceLocksOptions<TSchema extends Document = Document, P extends PromiseLibrary | undefined = undefined> extends Omit<LockOptions<TSchema, P>, 'field' | 'fair'> {

@@ -1,9 +1,9 @@
 import type { Document } from 'mongodb';
-import { Acquisition } from './acquisition';
-import { traced } from './diagnostics';
-import { isLockError, lockError, withDbErrors } from './errors';
-import { fenceOf, LockEngine, lockWrittenBy, NEVER, type AcquireExtras, type Acquired } from './lock-engine';
-import { extensionOf, HANDLE_PARAMS, Handle, releaseUnclaimed, type Extension, type HandleOwner, type LockData } from './lock-handle';
+import { Acquisition } from '../locks/acquisition';
+import { traced } from '../common/diagnostics';
+import { isLockError, lockError, withDbErrors } from '../common/errors';
+import { fenceOf, LockEngine, lockWrittenBy, NEVER, type AcquireExtras, type Acquired } from '../engine/lock-engine';
+import { extensionOf, HANDLE_PARAMS, Handle, releaseUnclaimed, type Extension, type HandleOwner, type LockData } from '../locks/lock-handle';
 import {
   expectMaxHold,
   expectFunction,
@@ -16,20 +16,20 @@ import {
   resolveLockOptions,
   type PromiseLibrary,
   type ResolvedCallOptions,
-} from './options';
-import { resolveTagRules } from './relationships';
-import { inPromiseLibrary, uncancellableWaitWarning, type Cancellation } from './promise-library';
-import { ResourceHandle, type ResourceLockType } from './resource-lock-handle';
+} from '../common/options';
+import { resolveTagRules } from '../locks/relationships';
+import { inPromiseLibrary, uncancellableWaitWarning, type Cancellation } from '../common/promise-library';
+import { ResourceHandle, type ResourceLockType } from './handle';
 import type { ResourceLocks, ResourceLocksOptions } from './resource-locks';
-import { expectLimit, expectLockId, expectResource, readLockDetails, readStatusFilter, RESOURCE_LOCK_PARAMS, RESOURCE_LOCKS_OPTIONS, RESOURCE_USING_PARAMS, type LockDetails } from './resource-params';
-import { purgeExpired, repeatPurge, type PurgeOutcome } from './resource-purge';
-import { RESOURCE_DOCUMENTS, RESOURCE_TAGS, statusesOf, statusMatches, statusQuery, type LockStatus } from './resource-status';
+import { expectLimit, expectLockId, expectResource, readLockDetails, readStatusFilter, RESOURCE_LOCK_PARAMS, RESOURCE_LOCKS_OPTIONS, RESOURCE_USING_PARAMS, type LockDetails } from './params';
+import { purgeExpired, repeatPurge, type PurgeOutcome } from './purge';
+import { RESOURCE_DOCUMENTS, RESOURCE_TAGS, statusesOf, statusMatches, statusQuery, type LockStatus } from './status';
 import { ResourceStore } from './resource-store';
-import { holdWhile, type UsingBody } from './scoped-hold';
-import { DEFAULT_MAX_HOLD } from './lease-keeper';
-import { ServerClock } from './server-clock';
-import { LockPaths, type StoredEntry, type StoredLock } from './stored-format';
-import { linkSignals, readWaitParams, retryWithin } from './waiting';
+import { holdWhile, type UsingBody } from '../locks/scoped-hold';
+import { DEFAULT_MAX_HOLD } from '../locks/lease-keeper';
+import { ServerClock } from '../protocol/server-clock';
+import { LockPaths, type StoredEntry, type StoredLock } from '../protocol/stored-format';
+import { linkSignals, readWaitParams, retryWithin } from '../waiting/wait-options';
 
 const FIELD = 'lock';
 /** The `_id` of the document the clock is read from: an object, so never a resource's name. */

@@ -1,8 +1,8 @@
 import type { Request, RequestRoute, ResponseToolkit } from '@hapi/hapi';
-import { CommitRequest, type Commit } from './commit';
-import type { BoomLike } from './errors';
-import { keptLease, LeaseKeeper } from './lease-keeper';
-import { Handle } from './lock-handle';
+import { CommitRequest, type Commit } from '../../locks/commit';
+import type { BoomLike } from '../../common/errors';
+import { keptLease, LeaseKeeper } from '../../locks/lease-keeper';
+import { Handle } from '../../locks/lock-handle';
 
 /** A route method as hapi calls it: a pre method, a pre's failAction (with the error as third argument) or the handler. */
 type RouteMethod = (this: unknown, request: Request, h: ResponseToolkit, ...rest: unknown[]) => unknown;

@@ -1,7 +1,7 @@
-import { untilServerPassed } from './commit-outcome';
-import { isLockError } from './errors';
-import { lockWrittenBy, type Acquired } from './lock-engine';
-import type { ServerClock } from './server-clock';
+import { untilServerPassed } from '../engine/commit-outcome';
+import { isLockError } from '../common/errors';
+import { lockWrittenBy, type Acquired } from '../engine/lock-engine';
+import type { ServerClock } from '../protocol/server-clock';
 
 /** How often a release of a lock whose reply was lost is tried when MongoDB fails, and how long apart (ms). */
 const LATE_RELEASE_RETRIES = [1_000, 3_000];

@@ -1,6 +1,6 @@
 import type { Collection, Document } from 'mongodb';
-import { knownKeys } from './known-keys';
-import { expectCollection, expectObject, expectSafeName, expectW, readParams, type WriteConcernW } from './options';
+import { knownKeys } from '../common/known-keys';
+import { expectCollection, expectObject, expectSafeName, expectW, readParams, type WriteConcernW } from '../common/options';
 
 /** Options of {@link clearV2Locks}. */
 export interface ClearV2LocksOptions {

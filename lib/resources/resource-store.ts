@@ -1,6 +1,6 @@
 import type { Document, UpdateFilter } from 'mongodb';
-import type { ResolvedCallOptions } from './options';
-import { SERVER_NOW, Store, withDeadline, writeConcern, type Timed } from './store';
+import type { ResolvedCallOptions } from '../common/options';
+import { SERVER_NOW, Store, withDeadline, writeConcern, type Timed } from '../engine/store';
 
 /**
  * The calls resource locks make on their own lock collection, besides the engine's. A resource

@@ -1,13 +1,13 @@
 import type { Document } from 'mongodb';
 import { commitRecord, settleCommit } from './commit-outcome';
-import { isLockError, lockError, withDbErrors, type LockErrorSubtype } from './errors';
-import type { LockData } from './lock-handle';
-import { newLockId } from './lock-ids';
-import type { ResolvedCallOptions } from './options';
-import type { TagRule } from './relationships';
-import type { ServerClock } from './server-clock';
-export type { Proof } from './proofs';
-import { ambiguous, matchesProof, proofMatch, type Proof } from './proofs';
+import { isLockError, lockError, withDbErrors, type LockErrorSubtype } from '../common/errors';
+import type { LockData } from '../locks/lock-handle';
+import { newLockId } from '../protocol/lock-ids';
+import type { ResolvedCallOptions } from '../common/options';
+import type { TagRule } from '../locks/relationships';
+import type { ServerClock } from '../protocol/server-clock';
+export type { Proof } from '../protocol/proofs';
+import { ambiguous, matchesProof, proofMatch, type Proof } from '../protocol/proofs';
 import { stampLag, stampRefused, type Verdict } from './stamp-refusals';
 import { namesField, type Inspection, type Store, type Timed } from './store';
 import { classifyWriteFailure, describeWriteFailure } from './write-failures';
@@ -31,7 +31,7 @@ import {
   timestampUnique,
   type StoredEntry,
   type StoredLock,
-} from './stored-format';
+} from '../protocol/stored-format';
 
 /** What a lock kind adds to an acquisition (resource locks: owner details, limits, GC date). */
 export interface AcquireExtras {

@@ -1,5 +1,5 @@
-import { knownKeys } from './known-keys';
-import { CALL_KEYS, describe, expectMs, FIXED_PER_LOCK, readParams } from './options';
+import { knownKeys } from '../common/known-keys';
+import { CALL_KEYS, describe, expectMs, FIXED_PER_LOCK, readParams } from '../common/options';
 import type { ResourceLockParams, ResourceLocksOptions, ResourceUsingParams } from './resource-locks';
 
 /** Who holds a lock, and for how long. */

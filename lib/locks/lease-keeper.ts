@@ -1,5 +1,5 @@
-import { publish, type LeaseLossCause } from './diagnostics';
-import { isLockError, lockError, type BoomLike } from './errors';
+import { publish, type LeaseLossCause } from '../common/diagnostics';
+import { isLockError, lockError, type BoomLike } from '../common/errors';
 import type { Handle } from './lock-handle';
 
 /** What a lease keeper needs of a held lock. */

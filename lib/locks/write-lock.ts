@@ -3,8 +3,8 @@ import { DocumentLock } from './document-lock';
 import { describedAs } from './lock-kind';
 import type { UsingBody } from './scoped-hold';
 import type { LockData, LockHandle } from './lock-handle';
-import type { PromiseOf } from './promise-types';
-import { knownKeys } from './known-keys';
+import type { PromiseOf } from '../common/promise-types';
+import { knownKeys } from '../common/known-keys';
 import {
   CALL_KEYS,
   expectFilter,
@@ -22,9 +22,9 @@ import {
   type LockOptions,
   type PromiseLibrary,
   type UpdateParams,
-} from './options';
+} from '../common/options';
 import { resolveTagRules } from './relationships';
-import type { WaitOptions } from './waiting';
+import type { WaitOptions } from '../waiting/wait-options';
 
 /** The tag under which writeLock stores its entries (a multiLock on the same document sees it as `write`). */
 export const WRITE_TAG = 'write';

@@ -1,11 +1,11 @@
 import type { Document } from 'mongodb';
 import { CommitRequest, type Commit } from './commit';
-import type { BoomLike } from './errors';
-import { isLockError } from './errors';
+import type { BoomLike } from '../common/errors';
+import { isLockError } from '../common/errors';
 import { keptLease, LeaseKeeper } from './lease-keeper';
-import { NEVER } from './lock-engine';
+import { NEVER } from '../engine/lock-engine';
 import { Handle, type LockHandle } from './lock-handle';
-import { linkSignals } from './waiting';
+import { linkSignals } from '../waiting/wait-options';
 
 /**
  * The body of `using()`: runs while the lock is held; `signal` aborts if the lease is lost. It

@@ -1,6 +1,6 @@
 import type { Collection, Document, UpdateFilter, WriteConcernSettings } from 'mongodb';
-import type { ResolvedCallOptions } from './options';
-import { LockPaths } from './stored-format';
+import type { ResolvedCallOptions } from '../common/options';
+import { LockPaths } from '../protocol/stored-format';
 
 /** A database call that outlived its `timeout`: the client-side deadline fired first. */
 export class DeadlineExceededError extends Error {

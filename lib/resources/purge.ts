@@ -1,8 +1,8 @@
 import type { Document } from 'mongodb';
-import type { ResolvedCallOptions } from './options';
+import type { ResolvedCallOptions } from '../common/options';
 import type { ResourceStore } from './resource-store';
-import { RESOURCE_DOCUMENTS, RESOURCE_TAGS } from './resource-status';
-import { noLiveEntry, type LockPaths } from './stored-format';
+import { RESOURCE_DOCUMENTS, RESOURCE_TAGS } from './status';
+import { noLiveEntry, type LockPaths } from '../protocol/stored-format';
 
 /** What one purge did. */
 export interface PurgeOutcome {

@@ -3,8 +3,8 @@ import { DocumentLock } from './document-lock';
 import { describedAs } from './lock-kind';
 import type { UsingBody } from './scoped-hold';
 import type { LockData, LockHandle } from './lock-handle';
-import type { PromiseOf } from './promise-types';
-import { knownKeys } from './known-keys';
+import type { PromiseOf } from '../common/promise-types';
+import { knownKeys } from '../common/known-keys';
 import {
   CALL_KEYS,
   describe,
@@ -22,9 +22,9 @@ import {
   type LockOptions,
   type PromiseLibrary,
   type UpdateParams,
-} from './options';
+} from '../common/options';
 import { resolveTagRules, type LockRelationships } from './relationships';
-import type { WaitOptions } from './waiting';
+import type { WaitOptions } from '../waiting/wait-options';
 
 /** Options of {@link multiLock}. */
 export interface MultiLockOptions<TSchema extends Document = Document, P extends PromiseLibrary | undefined = undefined> extends LockOptions<TSchema, P> {

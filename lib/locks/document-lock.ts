@@ -1,9 +1,9 @@
 import type { Document } from 'mongodb';
 import { Acquisition } from './acquisition';
-import { isTraced, traced, type LockCallContext } from './diagnostics';
-import { isLockError, lockError } from './errors';
-import type { KnownKeys } from './known-keys';
-import { AssertivePending, LockEngine, lockWrittenBy, type Acquired, type Proof } from './lock-engine';
+import { isTraced, traced, type LockCallContext } from '../common/diagnostics';
+import { isLockError, lockError } from '../common/errors';
+import type { KnownKeys } from '../common/known-keys';
+import { AssertivePending, LockEngine, lockWrittenBy, type Acquired, type Proof } from '../engine/lock-engine';
 import { extensionOf, HANDLE_PARAMS, Handle, readLockData, releaseUnclaimed, type Extension, type HandleOwner, type LockData } from './lock-handle';
 import {
   expectDocumentOption,
@@ -19,17 +19,17 @@ import {
   resolveLockOptions,
   type PromiseLibrary,
   type ResolvedCallOptions,
-} from './options';
+} from '../common/options';
 import type { TagRule } from './relationships';
-import { inPromiseLibrary, uncancellableWaitWarning, type Cancellation } from './promise-library';
+import { inPromiseLibrary, uncancellableWaitWarning, type Cancellation } from '../common/promise-library';
 import { holdWhile, type UsingBody } from './scoped-hold';
 import { DEFAULT_MAX_HOLD } from './lease-keeper';
-import { ServerClock } from './server-clock';
-import { Store } from './store';
-import { LockPaths } from './stored-format';
-import { LocalWaiters } from './local-waiters';
-import { linkSignals, readWaitParams, retryWithin } from './waiting';
-import { WaitingPlace } from './waiting-place';
+import { ServerClock } from '../protocol/server-clock';
+import { Store } from '../engine/store';
+import { LockPaths } from '../protocol/stored-format';
+import { LocalWaiters } from '../waiting/local-waiters';
+import { linkSignals, readWaitParams, retryWithin } from '../waiting/wait-options';
+import { WaitingPlace } from '../waiting/waiting-place';
 
 /** While waiting, every how many refused attempts one is explained by a read (missing document, clock). */
 const EXPLAIN_EVERY = 8;

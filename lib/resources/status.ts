@@ -1,8 +1,8 @@
 import type { Document } from 'mongodb';
-import { NEVER } from './lock-engine';
-import type { ResourceLockType } from './resource-lock-handle';
-import type { StatusFilter } from './resource-params';
-import { liveEntries, type LockPaths, type StoredEntry } from './stored-format';
+import { NEVER } from '../engine/lock-engine';
+import type { ResourceLockType } from './handle';
+import type { StatusFilter } from './params';
+import { liveEntries, type LockPaths, type StoredEntry } from '../protocol/stored-format';
 
 /** The two tags of a resource document. */
 export const RESOURCE_TAGS: readonly ResourceLockType[] = ['exclusive', 'shared'];

@@ -1,9 +1,9 @@
 import type { Document, WithId } from 'mongodb';
-import { isLockError } from './errors';
-import { knownKeys } from './known-keys';
-import { CALL_KEYS, FIXED_PER_LOCK, type CallOptions, type UpdateParams } from './options';
-import type { Unclaimed } from './promise-library';
-import type { PromiseOf } from './promise-types';
+import { isLockError } from '../common/errors';
+import { knownKeys } from '../common/known-keys';
+import { CALL_KEYS, FIXED_PER_LOCK, type CallOptions, type UpdateParams } from '../common/options';
+import type { Unclaimed } from '../common/promise-library';
+import type { PromiseOf } from '../common/promise-types';
 
 /** Per-call options of `handle.release()` and `handle.extend()`. */
 export interface HandleParams<TSchema extends Document = Document> extends CallOptions, UpdateParams<TSchema> {}

@@ -1,5 +1,5 @@
 import type { Document } from 'mongodb';
-import type { LockUpdate } from './options';
+import type { LockUpdate } from '../common/options';
 
 /**
  * What a `using()` body (or a hapi handler on a locked route) returns to end its critical section

@@ -1,6 +1,6 @@
 import type { Collection, Document } from 'mongodb';
-import { resourceLocks } from './resource-locks';
-import { LockPaths, type StoredEntry, type StoredLock, type StoredTicket } from './stored-format';
+import { resourceLocks } from '../../resources/resource-locks';
+import { LockPaths, type StoredEntry, type StoredLock, type StoredTicket } from '../../protocol/stored-format';
 
 /** One lock, or one waiter's ticket, as the `monglock` CLI lists it. */
 export interface ListedLock {

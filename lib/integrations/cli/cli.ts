@@ -1,0 +1,262 @@
+/**
+ * `npx monglock`: see and operate the locks of a collection.
+ *   monglock status  --uri <uri> --db <db> --collection <name> [--field lock] [--resources] [--all] [--json]
+ *   monglock watch   (same options) [--interval 1000]
+ *   monglock release (same options) (--id <lockId> | --doc <_id> --tag <tag>) [--yes]
+ * Exit codes: 0 done, 1 failed (MongoDB, nothing to release, not confirmed), 2 usage.
+ */
+import { createInterface } from 'node:readline/promises';
+import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
+import { BSON, MongoClient, type Collection, type Document } from 'mongodb';
+import { documentLocks, listDocumentLocks, listResourceLocks, type ListedLock } from './lock-listing';
+import { SAFE_NAME } from '../../common/options';
+import { resourceLocks } from '../../resources/resource-locks';
+
+const { EJSON } = BSON;
+// eslint-disable-next-line @typescript-eslint/no-require-imports
+const VERSION = (require('../../../package.json') as { version: string }).version;
+
+interface Target {
+  uri: string;
+  db: string;
+  collection: string;
+  field: string;
+  resources?: boolean;
+  all?: boolean;
+  json?: boolean;
+}
+
+/** A failure to report in one line, with its exit code. */
+class CliError extends Error {
+  constructor(
+    message: string,
+    readonly exitCode = 1,
+  ) {
+    super(message);
+  }
+}
+
+/**
+ * Opens the collection (reads on the primary, whatever the URI says: a secondary returns stale
+ * locks), runs `body`, closes the client. A namespace that does not exist is an error, not an
+ * empty listing: a misspelled `--db` or `--collection` must not read as "no locks".
+ */
+async function withCollection<T>(target: Target, body: (collection: Collection<Document>) => Promise<T>): Promise<T> {
+  const client = new MongoClient(target.uri, { serverSelectionTimeoutMS: 5_000, readPreference: 'primary' });
+  try {
+    await client.connect();
+    const db = client.db(target.db);
+    const names = (await db.listCollections({}, { nameOnly: true, readPreference: 'primary' }).toArray()).map((info) => info.name);
+    if (!names.includes(target.collection)) {
+      const known = names.length === 0 ? `database ${target.db} has no collections` : `its collections: ${names.sort().join(', ')}`;
+      throw new CliError(`namespace ${target.db}.${target.collection} does not exist (${known})`);
+    }
+    return await body(db.collection(target.collection));
+  } finally {
+    await client.close();
+  }
+}
+
+function list(collection: Collection<Document>, target: Target): Promise<ListedLock[]> {
+  return target.resources ? listResourceLocks(collection) : listDocumentLocks(collection, target.field, { all: target.all });
+}
+
+/** `_id` as typed: JSON/EJSON (`42`, `{"$oid":"…"}`) when it parses, else the string. */
+function parseId(text: string): unknown {
+  try {
+    return EJSON.parse(text, { relaxed: true });
+  } catch {
+    return text;
+  }
+}
+
+/** How a target prints: a string bare unless it would read as another value (`"42"`), anything else as relaxed EJSON (`42`, `{"$oid":"…"}`). */
+const show = (value: unknown): string => (typeof value === 'string' && parseId(value) === value ? value : EJSON.stringify(value, { relaxed: true }));
+/** The same `_id` exactly, types included (`42` is not `"42"`). */
+const sameId = (a: unknown, b: unknown): boolean => EJSON.stringify(a, { relaxed: false }) === EJSON.stringify(b, { relaxed: false });
+
+/** A table of `rows`, or one JSON document per call with `json`. */
+function render(rows: ListedLock[], json: boolean | undefined): string {
+  if (json) return JSON.stringify(rows.map((row) => ({ ...row, target: EJSON.serialize({ v: row.target }, { relaxed: true }).v })), null, 2);
+  if (rows.length === 0) return 'no locks';
+  const header = ['TARGET', 'TAG', 'STATE', 'LOCK ID', 'DOC FENCE', 'SINCE', 'EXPIRES (server)', 'LEFT', 'OWNER'];
+  const cells = rows.map((row) => [
+    show(row.target),
+    row.tag,
+    row.state,
+    row.lockId,
+    row.documentFence === null ? '-' : String(row.documentFence),
+    row.since.toISOString(),
+    row.expiresAt ? row.expiresAt.toISOString() : 'never',
+    row.remainingMs < 0 ? '-' : `${(row.remainingMs / 1000).toFixed(1)} s`,
+    row.owner ?? '-',
+  ]);
+  const widths = header.map((title, column) => Math.max(title.length, ...cells.map((line) => line[column]!.length)));
+  return [header, ...cells].map((line) => line.map((cell, column) => cell.padEnd(widths[column]!)).join('  ').trimEnd()).join('\n');
+}
+
+async function status(target: Target): Promise<void> {
+  const rows = await withCollection(target, async (collection) => {
+    if (!target.resources && !target.all) await hintIndex(collection, target.field);
+    return list(collection, target);
+  });
+  console.log(render(rows, target.json));
+}
+
+/** Says on stderr which index lets `status` read only the documents that may hold a lock, when it is missing. */
+async function hintIndex(collection: Collection<Document>, field: string): Promise<void> {
+  const path = `${field}.until`;
+  const indexes = await collection.indexes();
+  if (!indexes.some((index) => Object.keys(index.key)[0] === path)) {
+    console.error(`hint: without an index on ${path} (createIndex({ '${path}': 1 })), status reads every document that was ever locked`);
+  }
+}
+
+/** Prints what changed between two listings: `+` acquired or queued, `-` released or expired, `~` extended. */
+function changes(before: Map<string, ListedLock>, after: Map<string, ListedLock>): string[] {
+  const lines: string[] = [];
+  const at = new Date().toISOString();
+  const describe = (row: ListedLock): string => `${show(row.target)} ${row.tag} ${row.state} ${row.lockId}${row.documentFence === null ? '' : ` doc fence ${row.documentFence}`}`;
+  for (const [key, row] of after) {
+    const old = before.get(key);
+    if (!old) lines.push(`${at} + ${describe(row)}`);
+    else if (old.expiresAt?.getTime() !== row.expiresAt?.getTime()) lines.push(`${at} ~ ${describe(row)} until ${row.expiresAt?.toISOString() ?? 'never'}`);
+  }
+  for (const [key, row] of before) if (!after.has(key)) lines.push(`${at} - ${describe(row)}`);
+  return lines;
+}
+
+async function watch(target: Target & { interval: number }): Promise<void> {
+  await withCollection(target, async (collection) => {
+    const keyed = (rows: ListedLock[]): Map<string, ListedLock> => new Map(rows.map((row) => [`${show(row.target)}|${row.tag}|${row.lockId}|${row.state}`, row]));
+    let seen = keyed(await list(collection, target));
+    console.log(render([...seen.values()], target.json));
+    let stopped = false;
+    let wake: (() => void) | undefined;
+    const stop = (): void => {
+      stopped = true;
+      wake?.();
+    };
+    process.once('SIGINT', stop);
+    process.once('SIGTERM', stop);
+    // Change streams (a replica set) wake the loop at once; polling catches expiries, and is all there is elsewhere.
+    const hello = await collection.db.admin().command({ isMaster: 1 });
+    const stream = typeof hello.setName === 'string' ? collection.watch([], { batchSize: 1 }) : undefined;
+    stream?.on('change', () => wake?.());
+    stream?.on('error', () => undefined);
+    console.error(`watching ${target.db}.${target.collection} (${stream ? 'change stream' : `polling every ${target.interval} ms`}); Ctrl-C stops`);
+    try {
+      while (!stopped) {
+        await new Promise<void>((resolve) => {
+          wake = resolve;
+          setTimeout(resolve, target.interval);
+        });
+        if (stopped) break;
+        const now = keyed(await list(collection, target));
+        for (const line of changes(seen, now)) console.log(line);
+        seen = now;
+      }
+    } finally {
+      await stream?.close();
+    }
+  });
+}
+
+async function confirm(question: string): Promise<boolean> {
+  if (!process.stdin.isTTY) throw new CliError('refusing to release without confirmation: stdin is not a terminal; pass --yes', 2);
+  const prompt = createInterface({ input: process.stdin, output: process.stderr });
+  try {
+    return /^y(es)?$/i.test((await prompt.question(`${question} [y/N] `)).trim());
+  } finally {
+    prompt.close();
+  }
+}
+
+async function release(target: Target & { id?: string; doc?: string; tag?: string; yes?: boolean }): Promise<void> {
+  if ((target.id === undefined) === (target.doc === undefined)) throw new CliError('release needs --id <lockId>, or --doc <_id> with --tag <tag>', 2);
+  if (target.doc !== undefined && target.tag === undefined) throw new CliError('release --doc needs --tag <tag>', 2);
+  if (target.resources && target.id === undefined) throw new CliError('resource locks are released by --id <lockId>', 2);
+  await withCollection(target, async (collection) => {
+    // By --doc: that document is read by its _id (whatever else the collection holds); by --id: among the locks held now.
+    const rows =
+      target.id !== undefined
+        ? (await list(collection, target)).filter((row) => row.lockId === target.id)
+        : (await documentLocks(collection, target.field, parseId(target.doc!))).filter((row) => sameId(row.target, parseId(target.doc!)) && row.tag === target.tag && row.state !== 'waiting');
+    if (rows.length === 0) throw new CliError(target.id !== undefined ? `no lock with id ${target.id}` : `no ${target.tag} lock on document ${target.doc}`);
+    console.log(render(rows, target.json));
+    if (!target.yes && !(await confirm(`Release ${rows.length === 1 ? 'this lock' : `these ${rows.length} locks`}? Their holders lose them.`))) throw new CliError('not released');
+    if (target.resources) {
+      const removed = await resourceLocks({ collection }).unlock(target.id!);
+      console.log(`released ${removed.length} resource lock(s) of id ${target.id}`);
+      return;
+    }
+    let released = 0;
+    for (const row of rows) {
+      // A lock entry is pulled from its tag; a fair-mode ticket from the queue.
+      const path = row.state === 'waiting' ? `${target.field}.queue` : `${target.field}.tags.${row.tag}`;
+      const result = await collection.updateOne({ _id: row.target, [`${path}.id`]: row.lockId } as Document, { $pull: { [path]: { id: row.lockId } } } as Document, {
+        writeConcern: { w: 'majority' },
+      });
+      released += result.modifiedCount;
+    }
+    if (released === 0) throw new CliError('nothing released: the lock was let go meanwhile');
+    console.log(`released ${released} lock(s)`);
+  });
+}
+
+/** `--interval`: a whole number of ms, at least 1 (0 would poll without pause). */
+function interval(value: string): number {
+  const ms = Number(value);
+  if (!/^\d+$/.test(value) || !Number.isSafeInteger(ms) || ms < 1) throw new InvalidArgumentError('expected a whole number of ms, at least 1');
+  return ms;
+}
+
+/** `--field`: a name that is one field (no `$`, no `.`), as the library accepts it. */
+function fieldName(value: string): string {
+  if (!SAFE_NAME.test(value)) throw new InvalidArgumentError('expected 1-64 letters, digits, `_` or `-` (the lock field of the documents, `lock` by default)');
+  return value;
+}
+
+/** The command line, as a commander program (exported for tests). */
+export function program(): Command {
+  // exitOverride first: subcommands copy it when they are created.
+  const root = new Command('monglock').exitOverride().version(VERSION).description('See and operate monglock locks in a MongoDB collection').showHelpAfterError();
+  const common = (command: Command): Command =>
+    command
+      .allowExcessArguments(false) // a stray word (`all` for `--all`, a second _id) is a usage error, never ignored
+      .addOption(new Option('--uri <uri>', 'MongoDB connection string').env('MONGODB_URI').makeOptionMandatory())
+      .requiredOption('--db <name>', 'database')
+      .requiredOption('--collection <name>', 'collection')
+      .option('--field <name>', 'the lock property of document locks', fieldName, 'lock')
+      .option('--resources', 'a resourceLocks() collection instead of document locks')
+      .option('--json', 'JSON instead of a table');
+  common(root.command('status').description('list held and waiting locks'))
+    .option('--all', 'include expired entries nobody released')
+    .action((options: Target) => status(options));
+  common(root.command('watch').description('show lock changes live (change streams on a replica set, else polling)'))
+    .option('--interval <ms>', 'polling interval (ms, at least 1)', interval, 1_000)
+    .action((options: Target & { interval: number }) => watch(options));
+  common(root.command('release').description('force-release one lock by id, or one document tag'))
+    .option('--id <lockId>', 'the lock id (or a fair-mode ticket id)')
+    .option('--doc <_id>', 'the document _id (JSON/EJSON, else a string)')
+    .option('--tag <tag>', "the tag to release on --doc ('write' for a writeLock)")
+    .option('-y, --yes', 'do not ask for confirmation')
+    .action((options: Target & { id?: string; doc?: string; tag?: string; yes?: boolean }) => release(options));
+  return root;
+}
+
+export async function main(): Promise<void> {
+  const root = program();
+  try {
+    await root.parseAsync(process.argv);
+  } catch (error) {
+    if (error instanceof CommanderError) {
+      // Help and version exit 0; usage errors were printed by commander.
+      process.exitCode = error.exitCode === 0 ? 0 : 2;
+      return;
+    }
+    console.error(`monglock: ${error instanceof Error ? error.message : String(error)}`);
+    process.exitCode = error instanceof CliError ? error.exitCode : 1;
+  }
+}
+

@@ -1,0 +1,246 @@
+import type { NamedPlugin, Request, RequestRoute, ResponseToolkit, Server } from '@hapi/hapi';
+import type { Document } from 'mongodb';
+import { isLockError, type BoomLike } from '../../common/errors';
+import { routeName, trackRequests } from './lifecycle';
+import type { Handle, LockData, LockHandle } from '../../locks/lock-handle';
+import { describeLock } from '../../locks/lock-kind';
+import { DEFAULT_MAX_HOLD } from '../../locks/lease-keeper';
+import { describe, expectBoom, expectDocumentOption, expectMaxHold, expectMs, isPlainObject } from '../../common/options';
+import { WRITE_TAG } from '../../locks/write-lock';
+
+/** Route-level configuration, in a route's `options.plugins.monglock`. */
+export interface RouteLockOptions {
+  /**
+   * The lock: a writeLock or multiLock instance (made once, outside the route: hapi deep-copies
+   * route options, which would break a driver `Collection` given inside lock options).
+   */
+  readonly lock: RouteLock;
+  /** Builds the filter of the document to lock from the request, for example `(request) => ({ _id: request.params.id })`. */
+  readonly filter: (request: Request) => Document;
+  /** The tag: required for a multiLock (one it declares); none, or `write`, for a writeLock. */
+  readonly tag?: string;
+  /**
+   * ms to wait for a held lock inside the request (an assertive tag waits for the tags it asserts
+   * over too); then the route answers 409 and an assertive registration is released.
+   * @default 0
+   */
+  readonly wait?: number;
+  /** Lease in ms. @default the lock's */
+  readonly locktimeout?: number;
+  /**
+   * `'hold'`: release after the response. `'checkout'`: keep the lock after the response (the
+   * handler returns it; a later request releases or extends it).
+   * @default 'hold'
+   */
+  readonly mode?: 'hold' | 'checkout';
+  /**
+   * Return the locked document with the lock (`lockOf(request).document`): `true` all of it, or a
+   * projection. With a handler that returns `commit(update, value)`, a read-modify-write takes two
+   * commands: the acquisition reads, the release writes.
+   * @default undefined (the lock only)
+   */
+  readonly document?: true | Record<string, 0 | 1 | boolean>;
+  /**
+   * Ceiling on keeping the lease alive, in ms (or `Infinity`): then renewal stops, the route's
+   * signal (`lockOf(request).signal`) aborts with `MaxHoldExceeded` and the lock is released.
+   * @default 600000 (10 minutes)
+   */
+  readonly maxHold?: number;
+}
+
+/**
+ * A writeLock or multiLock of this package, of any collection schema and promise library (what
+ * it is, is checked when the server initializes).
+ */
+export interface RouteLock {
+  acquire(filter: never, params: never): PromiseLike<LockData>;
+}
+
+/** How the plugin calls a route's lock (any schema, any promise library: a handle of this package is what it resolves). */
+interface CallableLock {
+  acquire(filter: Document, params: object): PromiseLike<Handle>;
+}
+
+/** Plugin options. */
+export interface MonglockPluginOptions {
+  /** The boom module to answer with. @default require('@hapi/boom') */
+  readonly boom?: BoomLike;
+}
+
+/** What the plugin gives a handler, in `request.plugins.monglock`. */
+export interface RequestLock {
+  /** The held lock (its JSON is what a checkout route returns). */
+  readonly lock: LockHandle<Document, undefined, Document>;
+  /** `lock.guard(extra)`: a filter matching the document only while the lock is held. */
+  guard(extra?: Document): Document;
+  /**
+   * Aborts if the lease is lost while the route runs (an extension failed, or the lease may have
+   * ended by the upper bound of the server's clock): the lease is extended the way `using()`
+   * extends it, each time half of it is left.
+   */
+  readonly signal: AbortSignal;
+  /** The locked document, when the route's `document` option asked for it. */
+  readonly document: Document | undefined;
+}
+
+declare module '@hapi/hapi' {
+  interface PluginSpecificConfiguration {
+    /** Lock a document for this route: see {@link RouteLockOptions}. */
+    monglock?: RouteLockOptions;
+  }
+  interface PluginsStates {
+    /**
+     * The lock of a route with `plugins.monglock` (absent on other routes: `lockOf(request)`
+     * throws there instead of returning undefined).
+     */
+    monglock: RequestLock;
+  }
+}
+
+interface Resolved {
+  readonly lock: CallableLock;
+  readonly settings: RouteLockOptions;
+}
+
+const NAME = 'monglock';
+// The package's own manifest: `../package.json` from lib/ (sources) and from dist/ (the build) alike.
+// eslint-disable-next-line @typescript-eslint/no-require-imports
+const PACKAGE = require('../../../package.json') as { version: string };
+const PLUGIN_KEYS: ReadonlyArray<keyof MonglockPluginOptions> = ['boom'];
+
+/** The boom module to answer with: the plugin options' (validated at register), else `@hapi/boom`. */
+function pluginBoom(options: unknown): BoomLike {
+  if (options !== undefined && !isPlainObject(options)) throw new TypeError(`Expected the monglock plugin's options to be an object, got ${describe(options)}`);
+  const unknown = Object.keys(options ?? {}).find((key) => !(PLUGIN_KEYS as string[]).includes(key));
+  if (unknown !== undefined) throw new TypeError(`Unknown monglock plugin option \`${unknown}\`: expected ${PLUGIN_KEYS.join(', ')}`);
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  return expectBoom('the monglock plugin option `boom`', options?.boom) ?? (require('@hapi/boom') as BoomLike);
+}
+const ROUTE_KEYS: ReadonlyArray<keyof RouteLockOptions> = ['lock', 'filter', 'tag', 'wait', 'locktimeout', 'mode', 'document', 'maxHold'];
+
+/**
+ * The hapi plugin: locks the document a route works on before its pre methods and handler, gives
+ * the handler the lock (`lockOf(request)`), and releases it once the response has gone out and
+ * none of the route's pre methods, their failAction or the handler runs any more (also after
+ * hapi's server timeout or a client disconnect, which answer while they go on). Once released,
+ * they are never started. Lock errors answer 404/409/500 with the subtype as message.
+ * @example
+ * await server.register({ plugin: monglockPlugin });
+ * server.route({ method: 'POST', path: '/orders/{id}/pay', options: {
+ *   plugins: { monglock: { lock: orders, filter: (request) => ({ _id: request.params.id }), wait: 2000 } },
+ *   handler: (request) => pay(request.plugins.monglock.lock) } });
+ */
+export const monglockPlugin: NamedPlugin<MonglockPluginOptions> = {
+  name: NAME,
+  version: PACKAGE.version,
+  // Registered twice (by two plugins that each need it), hapi keeps the first and skips the rest.
+  once: true,
+  requirements: { hapi: '>=20.0.0' },
+  register(server: Server, options?: MonglockPluginOptions) {
+    const boom = pluginBoom(options);
+    const routes = new WeakMap<object, Resolved>();
+    const tracking = trackRequests(boom, (tags, data) => server.log(tags, data as object));
+
+    const resolve = (route: RequestRoute): Resolved | undefined => {
+      const config = (route.settings.plugins as Record<string, unknown> | undefined)?.[NAME];
+      if (config === undefined) return undefined;
+      let resolved = routes.get(route.settings);
+      if (!resolved) {
+        resolved = resolveRoute(routeName(route), config);
+        routes.set(route.settings, resolved);
+        tracking.coverHandler(route);
+      }
+      return resolved;
+    };
+
+    server.events.on('route', (route) => {
+      try {
+        resolve(route);
+      } catch {
+        // Reported by onPreStart (server.initialize/start) and by the route's first request.
+      }
+    });
+    // A misconfigured route fails server.initialize()/start(), not its first request.
+    server.ext('onPreStart', () => {
+      for (const route of server.table()) resolve(route);
+    });
+
+    server.ext('onPreHandler', async (request: Request, h: ResponseToolkit) => {
+      const resolved = resolve(request.route);
+      if (!resolved) return h.continue;
+      const { settings } = resolved;
+      const waiting = tracking.begin(request, settings.mode === 'checkout');
+      if (!waiting) return h.continue; // answered already: lock nothing
+      const filter = settings.filter(request);
+      // Only the keys the route sets: a lock refuses keys it does not take (a writeLock has no `tag`).
+      const params: Record<string, unknown> = { boom, signal: waiting };
+      for (const key of ['tag', 'wait', 'locktimeout', 'document'] as const) if (settings[key] !== undefined) params[key] = settings[key];
+      let lock: Handle;
+      try {
+        lock = await resolved.lock.acquire(filter, params);
+      } catch (error) {
+        if (isLockError(error, 'AssertiveLock') && error.lock) await (error.lock as LockHandle).release().catch(() => undefined);
+        throw error;
+      }
+      const signal = tracking.acquired(request, lock, settings.maxHold ?? DEFAULT_MAX_HOLD);
+      request.plugins.monglock = { lock, guard: (extra?: Document) => lock.guard(extra), signal, document: lock.document } satisfies RequestLock;
+      return h.continue;
+    });
+
+    server.events.on('response', (request: Request) => tracking.responded(request));
+  },
+};
+
+/** The lock the plugin acquired for this request (throws if the route has none). */
+export function lockOf(request: Request): RequestLock {
+  const state = (request.plugins as { monglock?: RequestLock }).monglock;
+  if (!state) throw new Error(`Route ${routeName(request.route)} has no monglock configuration`);
+  return state;
+}
+
+/** Validates a route's `plugins.monglock` (from onPreStart: a misconfigured route fails server.initialize()). */
+function resolveRoute(where: string, config: unknown): Resolved {
+  if (!isPlainObject(config)) throw new TypeError(`Expected \`plugins.monglock\` of ${where} to be an object, got ${describe(config)}`);
+  const unknown = Object.keys(config).find((key) => !(ROUTE_KEYS as string[]).includes(key));
+  if (unknown !== undefined) {
+    throw new TypeError(`Unknown option \`plugins.monglock.${unknown}\` of ${where}: expected ${ROUTE_KEYS.join(', ')}`);
+  }
+  const settings = config as unknown as RouteLockOptions;
+  if (typeof settings.filter !== 'function') throw new TypeError(`Expected \`plugins.monglock.filter\` of ${where} to be a function (request) => filter`);
+  if (settings.wait !== undefined) expectMs(`plugins.monglock.wait of ${where}`, settings.wait, 0);
+  if (settings.locktimeout !== undefined) expectMs(`plugins.monglock.locktimeout of ${where}`, settings.locktimeout);
+  expectMaxHold(`plugins.monglock.maxHold of ${where}`, settings.maxHold, DEFAULT_MAX_HOLD);
+  const field = describeLock(settings.lock)?.field ?? 'lock';
+  if (settings.document !== undefined) expectDocumentOption(`plugins.monglock.document of ${where}`, settings.document, field);
+  if (settings.mode !== undefined && settings.mode !== 'hold' && settings.mode !== 'checkout') {
+    throw new TypeError(`Expected \`plugins.monglock.mode\` of ${where} to be 'hold' or 'checkout'`);
+  }
+  const lock = lockFor(where, settings.lock);
+  expectTag(where, lock, settings.tag);
+  return { lock, settings };
+}
+
+/** The route's lock: an instance (or hapi's copy of one, which keeps its methods). */
+function lockFor(where: string, given: unknown): CallableLock {
+  if (isPlainObject(given) && typeof given.acquire === 'function') return given as unknown as CallableLock;
+  throw new TypeError(
+    `Expected \`plugins.monglock.lock\` of ${where} to be a writeLock or multiLock instance, got ${describe(given)}: ` +
+      'make the lock once with writeLock()/multiLock() and pass it (hapi deep-copies route options, which breaks a driver Collection inside lock options)',
+  );
+}
+
+/** A multiLock route needs one of its lock's tags; a writeLock route none (or `write`). */
+function expectTag(where: string, lock: CallableLock, tag: unknown): void {
+  // Undefined for locks made elsewhere, and for instances hidden by hapi's copy of route options: their acquire decides.
+  const description = describeLock(lock);
+  if (!description) return;
+  if (description.kind === 'writeLock') {
+    if (tag !== undefined && tag !== WRITE_TAG) {
+      throw new TypeError(`Expected no \`plugins.monglock.tag\` of ${where}: its lock is a writeLock (tag \`${WRITE_TAG}\`), got ${describe(tag)}`);
+    }
+    return;
+  }
+  if (typeof tag !== 'string' || !description.tags.has(tag)) {
+    throw new TypeError(`Expected \`plugins.monglock.tag\` of ${where} to be one of its multiLock's tags (${[...description.tags].join(', ')}), got ${describe(tag)}`);
+  }
+}
