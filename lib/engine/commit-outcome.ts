@@ -1,11 +1,12 @@
 import type { Document } from 'mongodb';
 import { lockError, withDbErrors } from '../common/errors';
-import type { LockData } from '../locks/lock-handle';
+import type { LockData } from '../protocol/lock-data';
 import type { ResolvedCallOptions } from '../common/options';
 import type { Inspection, Store } from './store';
 import { newLockId } from '../protocol/lock-ids';
 import { MAX_TOLERANCE, type ServerClock } from '../protocol/server-clock';
-import { allOf, COMMIT_RECORDS, hasEntry, type LockPaths, type StoredCommit } from '../protocol/stored-format';
+import { withdrawOperation } from '../protocol/release';
+import { COMMIT_RECORDS, hasEntry, type LockPaths, type StoredCommit } from '../protocol/stored-format';
 import { classifyWriteFailure } from './write-failures';
 
 /** What a commit outcome is settled with. */
@@ -91,7 +92,7 @@ export async function settleCommit(settlement: CommitSettlement, target: Documen
   try {
     if (landsBy !== undefined && landsBy > 0) await untilServerPassed(settlement, landsBy);
     removed = await withDbErrors(call.boom, () =>
-      store.updateOne(allOf(target, [hasEntry(paths, lock.tag, { id: lock.id })]), { $pull: { [paths.tag(lock.tag)]: { id: lock.id } } }, call, settlement.w),
+      store.applyOne(withdrawOperation(paths, target, lock.tag, lock.id), call, settlement.w),
     );
   } catch {
     throw fail('unknown', 'whether the update was applied is unknown: MongoDB could not be reached to settle it (the lock may be held until its lease ends)');
@@ -146,4 +147,22 @@ export async function untilServerPassed(settlement: Pick<CommitSettlement, 'cloc
   if (!settlement.clock.synchronized) await settlement.readClock();
   const wait = ms + 1 - settlement.clock.lower();
   if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
+}
+
+/** The write concern of a write that carries the caller's data: `w`, or majority when `w` is 1. */
+export function dataWriteConcern(w: ResolvedCallOptions['w']): ResolvedCallOptions['w'] {
+  return w === 1 ? 'majority' : w;
+}
+
+/**
+ * Settles a commit proved by a monglock v2 timestamp, whose write failed: it leaves no record to
+ * read back, so unless the server refused it (nothing was written), its outcome is unknown.
+ */
+export function settleTimestampCommit(error: Error & { cause?: unknown }, call: ResolvedCallOptions): never {
+  const refused = classifyWriteFailure(error.cause) !== 'unknown';
+  throw lockError('DbError', call.boom, {
+    cause: error.cause,
+    detail: `${error.message}; ${refused ? 'the update was not applied (the lock is still held)' : 'whether the update was applied is unknown (a timestamp proof leaves no record: use the handle)'}`,
+    data: { applied: refused ? false : 'unknown' },
+  });
 }

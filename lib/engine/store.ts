@@ -1,4 +1,5 @@
 import type { Collection, Document, UpdateFilter, WriteConcernSettings } from 'mongodb';
+import type { LockOperation } from '../protocol/operation';
 import type { ResolvedCallOptions } from '../common/options';
 import { LockPaths } from '../protocol/stored-format';
 
@@ -74,6 +75,16 @@ export class Store {
       this.collection.updateOne(filter, update as UpdateFilter<Document>, { maxTimeMS: call.timeout, writeConcern: writeConcern(call, w) }),
     );
     return result.matchedCount > 0;
+  }
+
+  /** Sends `operation` as a `findOneAndUpdate` at write concern `w`; resolves the document after it (see {@link findOneAndUpdate}), or null. */
+  apply(operation: LockOperation, call: ResolvedCallOptions, w: ResolvedCallOptions['w'] = call.w, document?: Document | true): Promise<Timed<Document | null>> {
+    return this.findOneAndUpdate(operation.filter, operation.update, call, operation.arrayFilters, document, w);
+  }
+
+  /** Sends `operation` as an `updateOne` at write concern `w`; resolves whether it matched. */
+  applyOne(operation: LockOperation, call: ResolvedCallOptions, w: ResolvedCallOptions['w'] = call.w): Promise<boolean> {
+    return this.updateOne(operation.filter, operation.update, call, w);
   }
 
   /**

@@ -1,3 +1,5 @@
+import { lockError, type BoomLike } from '../common/errors';
+
 /**
  * What a failed write tells about the document: whether the server can have applied it (or still
  * apply it later). Only `unknown` means a lock may have been written (or a commit applied):
@@ -28,9 +30,10 @@ const CLOSED = new Set(['MongoNotConnectedError']);
 /**
  * Server error codes that do not prove the write was refused: they may be a retry's answer after a
  * lost first reply (the driver's retryable codes), or arrive after the write was applied
- * (time limits, write concern).
+ * (time limits, write concern; 217 and 225: the server can no longer tell whether a retried
+ * write's first attempt ran).
  */
-const INCONCLUSIVE_CODES = new Set([6, 7, 50, 64, 89, 91, 134, 189, 262, 9001, 10058, 10107, 11600, 11602, 13435, 13436]);
+const INCONCLUSIVE_CODES = new Set([6, 7, 50, 64, 89, 91, 134, 189, 217, 225, 262, 9001, 10058, 10107, 11600, 11602, 13435, 13436]);
 
 /** Classifies a failed write (see {@link WriteFailure}). */
 export function classifyWriteFailure(error: unknown): WriteFailure {
@@ -62,4 +65,16 @@ export function describeWriteFailure(failure: WriteFailure, what: string): strin
     case 'unknown':
       return `the ${what} may have been written`;
   }
+}
+
+/**
+ * The `DbError` of an acquisition whose write failed. When the server may have applied it (a lost
+ * reply, a wtimeout, a dropped connection), it carries the lock the caller may hold (`err.lock`),
+ * so that it can still be released; otherwise it says that nothing was written.
+ */
+export function failedAcquisition(error: unknown, boom: BoomLike | undefined, mayHold: unknown): Error {
+  const message = error instanceof Error ? error.message : String(error);
+  const failure = classifyWriteFailure(error);
+  if (failure !== 'unknown') return lockError('DbError', boom, { cause: error, detail: `${message} (${describeWriteFailure(failure, 'lock')})` });
+  return lockError('DbError', boom, { cause: error, detail: `${message} (the lock may have been written: release err.lock)`, lock: mayHold });
 }

@@ -2,7 +2,7 @@ import { subscribe, tracingChannel, unsubscribe } from 'node:diagnostics_channel
 import { metrics, SpanStatusCode, trace, type Attributes, type MeterProvider, type Span, type TracerProvider } from '@opentelemetry/api';
 import { CHANNELS, type ExtensionFailedEvent, type LeaseLostEvent, type LockCallContext } from '../common/diagnostics';
 import { knownKeys, refuseUnknownKeys } from '../common/known-keys';
-import { expectObject } from '../common/options';
+import { expectObject } from '../common/validation';
 
 /** Options of {@link instrumentMonglock}. */
 export interface MonglockInstrumentationOptions {

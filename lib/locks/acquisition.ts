@@ -1,6 +1,6 @@
 import { untilServerPassed } from '../engine/commit-outcome';
 import { isLockError } from '../common/errors';
-import { lockWrittenBy, type Acquired } from '../engine/lock-engine';
+import { lockWrittenBy, type Acquired } from '../engine/acquired';
 import type { ServerClock } from '../protocol/server-clock';
 
 /** How often a release of a lock whose reply was lost is tried when MongoDB fails, and how long apart (ms). */

@@ -1,26 +1,14 @@
 import type { Document } from 'mongodb';
-import { Acquisition } from './acquisition';
-import { isTraced, traced, type LockCallContext } from '../common/diagnostics';
-import { isLockError, lockError } from '../common/errors';
+import { acquireOnDocument, type AcquireSite } from './document-acquire';
+import { isTraced, traced } from '../common/diagnostics';
 import type { KnownKeys } from '../common/known-keys';
-import { AssertivePending, LockEngine, lockWrittenBy, type Acquired, type Proof } from '../engine/lock-engine';
+import type { Acquired } from '../engine/acquired';
+import { LockEngine } from '../engine/lock-engine';
+import type { Proof } from '../protocol/proofs';
 import { extensionOf, HANDLE_PARAMS, Handle, readLockData, releaseUnclaimed, type Extension, type HandleOwner, type LockData } from './lock-handle';
-import {
-  expectDocumentOption,
-  expectFilter,
-  expectFunction,
-  expectUpdate,
-  isPlainObject,
-  expectMaxHold,
-  expectMs,
-  expectObject,
-  readParams,
-  resolveCallOptions,
-  resolveLockOptions,
-  type PromiseLibrary,
-  type ResolvedCallOptions,
-} from '../common/options';
-import type { TagRule } from './relationships';
+import { readParams, resolveCallOptions, resolveLockOptions, type PromiseLibrary, type ResolvedCallOptions } from '../common/options';
+import { expectFilter, expectFunction, expectUpdate, isPlainObject, expectMaxHold, expectMs, expectObject } from '../common/validation';
+import type { TagRule } from '../protocol/lock-data';
 import { inPromiseLibrary, uncancellableWaitWarning, type Cancellation } from '../common/promise-library';
 import { holdWhile, type UsingBody } from './scoped-hold';
 import { DEFAULT_MAX_HOLD } from './lease-keeper';
@@ -28,11 +16,7 @@ import { ServerClock } from '../protocol/server-clock';
 import { Store } from '../engine/store';
 import { LockPaths } from '../protocol/stored-format';
 import { LocalWaiters } from '../waiting/local-waiters';
-import { linkSignals, readWaitParams, retryWithin } from '../waiting/wait-options';
-import { WaitingPlace } from '../waiting/waiting-place';
-
-/** While waiting, every how many refused attempts one is explained by a read (missing document, clock). */
-const EXPLAIN_EVERY = 8;
+import { readWaitParams } from '../waiting/wait-options';
 
 /** How the two factories differ. */
 export interface DocumentLockKind {
@@ -49,14 +33,14 @@ export interface DocumentLockKind {
  * waiting, `using()`, handles, the boom bridge and the optional promise library around one
  * {@link LockEngine}.
  */
-export class DocumentLock implements HandleOwner {
+export class DocumentLock implements HandleOwner, AcquireSite {
   readonly engine: LockEngine;
   private readonly defaults: ResolvedCallOptions;
   private readonly PromiseLib: PromiseLibrary | undefined;
-  private readonly warnUncancellable = uncancellableWaitWarning();
-  private readonly clock: ServerClock;
-  private readonly waiters: LocalWaiters;
-  private readonly fair: boolean;
+  readonly warnUncancellable = uncancellableWaitWarning();
+  readonly clock: ServerClock;
+  readonly waiters: LocalWaiters;
+  readonly fair: boolean;
   private readonly kindName: string;
 
   constructor(options: unknown, kind: DocumentLockKind) {
@@ -106,108 +90,13 @@ export class DocumentLock implements HandleOwner {
    * registration too), also one written by an attempt that was in flight at that moment.
    */
   acquire(filter: unknown, tag: string | undefined, params: unknown, lock?: unknown, cancellation?: Cancellation): Promise<Handle> {
-    if (!isTraced('acquire')) return this.acquireNow(filter, tag, params, lock, cancellation, undefined);
+    if (!isTraced('acquire')) return acquireOnDocument(this, filter, tag, params, lock, cancellation, undefined);
     return traced(
       'acquire',
       () => ({ operation: 'acquire', kind: this.kindName, namespace: this.engine.namespace, tag }),
       () => this.clock.local(),
-      (context) => this.acquireNow(filter, tag, params, lock, cancellation, context),
+      (context) => acquireOnDocument(this, filter, tag, params, lock, cancellation, context),
     );
-  }
-
-  private async acquireNow(
-    filter: unknown,
-    tag: string | undefined,
-    params: unknown,
-    lock: unknown,
-    cancellation: Cancellation | undefined,
-    context: LockCallContext | undefined,
-  ): Promise<Handle> {
-    const userFilter = expectFilter('filter', filter);
-    const { params: p, call } = this.callOptions(params);
-    const resumed = lock === undefined ? undefined : this.resumable(userFilter, lock);
-    const ruleTag = resumed?.lock.tag ?? tag ?? '';
-    if (context) context.tag = ruleTag;
-    const lease = this.leaseOf(ruleTag, p);
-    const document = expectDocumentOption('params.document', p.document, this.engine.field);
-    const waiting = readWaitParams(p);
-    const { signal, dispose } = linkSignals(waiting.signal, cancellation?.signal);
-    if (signal?.aborted) throw signal.reason;
-
-    const acquisition = new Acquisition((written) => this.releaseWritten(written, call), this.clock, () => this.engine.readClock({}, call));
-    const place = new WaitingPlace(this.engine, this.waiters, call, ruleTag, p.fair === undefined ? this.fair : p.fair === true);
-    // An assertive lock registered by this call: continued on retries, released if we give up.
-    let registered: Acquired | undefined;
-    let attempts = 0;
-    const step = async (): Promise<Acquired> => {
-      const continuing = registered ?? resumed;
-      // While waiting, a refusal is explained (a second command) on the first try and every 8th;
-      // the first needs none when a lock that blocks us is held in this process (a conflict).
-      const attempt = attempts++;
-      const explain = (attempt % EXPLAIN_EVERY === 0 && !(attempt === 0 && waiting.wait > 0 && place.refusalIsConflict)) || place.takeWakeUp();
-      if (!continuing) await place.awaitTurn(signal);
-      let outcome: Acquired | AssertivePending;
-      try {
-        outcome = await acquisition.attempt(
-          () =>
-            continuing
-              ? this.engine.resume(continuing.target, continuing.lock, call, document)
-              : this.engine.acquire(place.filter(userFilter), ruleTag, lease, call, { explain, document, fair: place.fairness }),
-          (won) => (won.lock.id === resumed?.lock.id ? undefined : won),
-        );
-      } catch (error) {
-        if (waiting.wait > 0 && isLockError(error, this.engine.conflict) && !acquisition.abandoned) {
-          if (cancellation?.unsupported) this.warnUncancellable(waiting.wait);
-          await place.refused(error, userFilter);
-        }
-        if (registered && isLockError(error, 'LockNotFound')) registered = undefined;
-        const written = lockWrittenBy(error);
-        if (written) (error as { lock: unknown }).lock = new Handle(written.lock, this, written.target, { unconfirmed: true, landsBy: written.landsBy });
-        throw error;
-      }
-      if (outcome instanceof AssertivePending) {
-        if (!continuing) registered = outcome;
-        if (acquisition.abandoned && !continuing) {
-          // Abandoned between the attempt's reply and here: the abandonment may not have seen it.
-          await acquisition.abandon(undefined, outcome);
-          throw lockError('AssertiveLock', call.boom, { detail: 'abandoned; the registered lock was released' });
-        }
-        const carried = new Handle(outcome.lock, this, outcome.target, { document: outcome.document });
-        throw lockError('AssertiveLock', call.boom, { lock: carried, detail: `registered; waiting for tag ${outcome.blockedBy.join(', ')}` });
-      }
-      return outcome;
-    };
-    const retryable = (error: unknown): boolean =>
-      isLockError(error, this.engine.conflict) ||
-      isLockError(error, 'AssertiveLock') ||
-      (isLockError(error, 'LockNotFound') && resumed === undefined);
-    let won: Acquired | undefined;
-    try {
-      if (waiting.wait > 0 && !resumed) await acquisition.race(place.start(userFilter, waiting.wait), signal, () => undefined);
-      won = await retryWithin(
-        { wait: waiting.wait, signal },
-        () => acquisition.race(step(), signal, (outcome) => (outcome.lock.id === resumed?.lock.id ? undefined : outcome)),
-        retryable,
-        () => this.clock.local(),
-        place.sleep,
-      );
-      const handle = await this.handleFor(won, acquisition, call);
-      if (context) Object.assign(context, { lockId: handle.id, fence: handle.fence, expiresAt: handle.expiresAt });
-      return handle;
-    } catch (error) {
-      // Without waiting, an assertive registration is the caller's to continue (monglock v2).
-      const handedOver = isLockError(error, 'AssertiveLock') && error.lock !== undefined && waiting.wait === 0 && !signal?.aborted;
-      if (handedOver) throw error;
-      await acquisition.abandon(error, registered);
-      if (registered && isLockError(error, 'AssertiveLock')) {
-        throw lockError('AssertiveLock', call.boom, { detail: `still asserting after waiting ${waiting.wait} ms; the registered lock was released` });
-      }
-      throw error;
-    } finally {
-      if (context) context.attempts = attempts;
-      dispose();
-      place.leave(won !== undefined);
-    }
   }
 
   /**
@@ -324,42 +213,18 @@ export class DocumentLock implements HandleOwner {
     return readLockData(name, value, this.engine.tags);
   }
 
-  /** A lock the caller passes back to continue, in the document its filter selects. */
-  private resumable(filter: Document, lock: unknown): Acquired {
-    return { lock: this.lockData('params.lock', lock), target: filter };
-  }
-
-  /**
-   * The handle of a won lock, unless its reply came too late to be of use: if the upper bound
-   * of the server's clock already passed its expiry, the server may have handed it to someone
-   * else, so it is released and the acquisition fails.
-   */
-  private async handleFor(won: Acquired, acquisition: Acquisition, call: ResolvedCallOptions): Promise<Handle> {
-    const handle = new Handle(won.lock, this, won.target, { document: won.document });
-    if (handle.remaining() > 0) {
-      this.waiters.acquired(won.target._id, won.lock.id, won.lock.tag, won.lock.expiresAt);
-      return handle;
-    }
-    const late = lockError('DbError', call.boom, {
-      detail: `the reply came after the lease (${won.lock.expiresAt - won.lock.timestamp} ms) had ended: the network or the server is slower than this lease allows`,
-    });
-    await acquisition.abandon(late, won);
-    throw late;
-  }
-
   /** `params.update`, validated (update operators that leave the lock field alone), if any. */
   private updateOf(params: Record<string, unknown>): Document | undefined {
     return params.update === undefined ? undefined : expectUpdate('params.update', params.update, this.engine.field);
   }
 
   /** `params.locktimeout`, validated, else the tag's lease. */
-  private leaseOf(tag: string, params: Record<string, unknown>): number {
+  leaseOf(tag: string, params: Record<string, unknown>): number {
     return params.locktimeout === undefined ? this.engine.rule(tag).lease : expectMs('params.locktimeout', params.locktimeout);
   }
 
-  private async releaseWritten(written: Acquired, call: ResolvedCallOptions): Promise<void> {
+  /** Releases a lock an abandoned acquisition wrote. */
+  async releaseWritten(written: Acquired, call: ResolvedCallOptions): Promise<void> {
     await this.engine.release(written.target, written.lock.tag, { id: written.lock.id }, written.lock, call);
   }
 }
-
-

@@ -1,3 +1,4 @@
+import type { LockData } from '../protocol/lock-data';
 import type { Document, WithId } from 'mongodb';
 import { isLockError } from '../common/errors';
 import { knownKeys } from '../common/known-keys';
@@ -15,19 +16,7 @@ export const HANDLE_PARAMS = knownKeys<HandleParams>()([...CALL_KEYS, 'update'],
   locktimeout: 'the lease is the first argument: `handle.extend(ms, params)`',
 });
 
-/** A lock as plain data: what `JSON.stringify(handle)` gives and what `release`/`extend` accept back. */
-export interface LockData {
-  /** 128 random bits, hex: the proof of ownership. */
-  readonly id: string;
-  /** The tag (`write` for writeLock). */
-  readonly tag: string;
-  /** Acquisition time, ms since the epoch by the server's clock (monglock v2's token). */
-  readonly timestamp: number;
-  /** Fencing token: strictly increases per document over all acquisitions, never reset. */
-  readonly fence: number;
-  /** When the lease ends, ms since the epoch by the server's clock. */
-  readonly expiresAt: number;
-}
+export type { LockData } from '../protocol/lock-data';
 
 /** A lease's new end, and when (by the server's clock) the write that set it was applied. */
 export interface Extension {

@@ -5,24 +5,8 @@ import type { UsingBody } from './scoped-hold';
 import type { LockData, LockHandle } from './lock-handle';
 import type { PromiseOf } from '../common/promise-types';
 import { knownKeys } from '../common/known-keys';
-import {
-  CALL_KEYS,
-  describe,
-  expectFilter,
-  expectSafeName,
-  FIXED_PER_LOCK,
-  LOCK_OPTION_KEYS,
-  readParams,
-  type CallOptions,
-  type DocumentOf,
-  type DocumentOptionOf,
-  type DocumentParams,
-  type HoldParams,
-  type LockFilter,
-  type LockOptions,
-  type PromiseLibrary,
-  type UpdateParams,
-} from '../common/options';
+import { CALL_KEYS, FIXED_PER_LOCK, LOCK_OPTION_KEYS, readParams, type CallOptions, type DocumentOf, type DocumentOptionOf, type DocumentParams, type HoldParams, type LockFilter, type LockOptions, type PromiseLibrary, type UpdateParams } from '../common/options';
+import { describe, expectFilter, expectSafeName } from '../common/validation';
 import { resolveTagRules, type LockRelationships } from './relationships';
 import type { WaitOptions } from '../waiting/wait-options';
 

@@ -1,6 +1,8 @@
+import type { TagRule } from '../protocol/lock-data';
 import { RESERVED_TAG_NAMES } from '../protocol/stored-format';
 import { knownKeys, nearestKey } from '../common/known-keys';
-import { describe, expectMs, expectObject, expectSafeName, readParams } from '../common/options';
+import { readParams } from '../common/options';
+import { describe, expectMs, expectObject, expectSafeName } from '../common/validation';
 
 /** How locks of one tag treat locks of other tags. Tags not named are concurrent (ignored). */
 export interface TagRelationship {
@@ -17,17 +19,6 @@ export interface TagRelationship {
 export type LockRelationships = Readonly<Record<string, TagRelationship>>;
 
 const RELATIONSHIP = knownKeys<TagRelationship>()(['cooperative', 'assertive']);
-
-/** Everything the engine needs to know about one tag. */
-export interface TagRule {
-  readonly tag: string;
-  /** Default lease, in ms. */
-  readonly lease: number;
-  readonly cooperative: readonly string[];
-  readonly assertive: readonly string[];
-  /** Cooperative with itself: at most one unexpired lock of this tag at a time. */
-  readonly exclusive: boolean;
-}
 
 /**
  * Validates tags, leases and relationships, and returns one rule per tag. The keys of

@@ -3,7 +3,7 @@ import { CommitRequest, type Commit } from './commit';
 import type { BoomLike } from '../common/errors';
 import { isLockError } from '../common/errors';
 import { keptLease, LeaseKeeper } from './lease-keeper';
-import { NEVER } from '../engine/lock-engine';
+import { NEVER } from '../protocol/lock-data';
 import { Handle, type LockHandle } from './lock-handle';
 import { linkSignals } from '../waiting/wait-options';
 

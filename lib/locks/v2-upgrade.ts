@@ -1,6 +1,9 @@
-import type { Collection, Document } from 'mongodb';
+import type { Collection, Document, UpdateResult } from 'mongodb';
 import { knownKeys } from '../common/known-keys';
-import { expectCollection, expectObject, expectSafeName, expectW, readParams, type WriteConcernW } from '../common/options';
+import type { LockOperation } from '../protocol/operation';
+import { clearV2TagOperation, clearV2WriteLockOperation } from '../protocol/v2-format';
+import { readParams, type WriteConcernW } from '../common/options';
+import { expectCollection, expectObject, expectSafeName, expectW } from '../common/validation';
 
 /** Options of {@link clearV2Locks}. */
 export interface ClearV2LocksOptions {
@@ -42,20 +45,9 @@ export async function clearV2Locks<TSchema extends Document = Document>(collecti
   if (o.tags !== undefined && !Array.isArray(o.tags)) throw new TypeError('Expected `options.tags` to be an array of v2 tag names');
   const tags = ((o.tags ?? []) as unknown[]).map((tag, index) => expectSafeName(`options.tags[${index}]`, tag));
 
-  const active = `${field}.active`;
-  const timestamp = `${field}.timestamp`;
-  const writeLocks = await target.updateMany(
-    { $and: [filter, { $or: [{ [active]: { $exists: true } }, { [timestamp]: { $exists: true } }] }] },
-    { $unset: { [active]: '', [timestamp]: '' } },
-    { writeConcern },
-  );
   const cleared: Record<string, number> = {};
-  for (const tag of tags) {
-    const path = `${field}.${tag}`;
-    // Only v2's arrays of { timestamp, id } (or the empty array a v2 release leaves): never monglock 3's own fields.
-    const v2Array = { [path]: { $type: 'array' }, $or: [{ [path]: { $size: 0 } }, { [`${path}.timestamp`]: { $exists: true } }] };
-    const result = await target.updateMany({ $and: [filter, v2Array] }, { $unset: { [path]: '' } }, { writeConcern });
-    cleared[tag] = result.modifiedCount;
-  }
+  const clear = ({ filter: where, update }: LockOperation): Promise<UpdateResult> => target.updateMany(where, update, { writeConcern });
+  const writeLocks = await clear(clearV2WriteLockOperation(field, filter));
+  for (const tag of tags) cleared[tag] = (await clear(clearV2TagOperation(field, filter, tag))).modifiedCount;
   return { writeLocks: writeLocks.modifiedCount, tags: cleared };
 }

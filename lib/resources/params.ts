@@ -1,5 +1,6 @@
 import { knownKeys } from '../common/known-keys';
-import { CALL_KEYS, describe, expectMs, FIXED_PER_LOCK, readParams } from '../common/options';
+import { CALL_KEYS, FIXED_PER_LOCK, readParams } from '../common/options';
+import { describe, expectMs } from '../common/validation';
 import type { ResourceLockParams, ResourceLocksOptions, ResourceUsingParams } from './resource-locks';
 
 /** Who holds a lock, and for how long. */

@@ -1,8 +1,7 @@
-import type { Document } from 'mongodb';
 import type { ResolvedCallOptions } from '../common/options';
 import type { ResourceStore } from './resource-store';
-import { RESOURCE_DOCUMENTS, RESOURCE_TAGS } from './status';
-import { noLiveEntry, type LockPaths } from '../protocol/stored-format';
+import { emptyResourcesFilter, pruneExpiredOperation } from '../protocol/resource-document';
+import type { LockPaths } from '../protocol/stored-format';
 
 /** What one purge did. */
 export interface PurgeOutcome {
@@ -17,11 +16,8 @@ export interface PurgeOutcome {
  * Neither step can touch a lock that is live by the server's clock.
  */
 export async function purgeExpired(store: ResourceStore, paths: LockPaths, serverNow: Date, call: ResolvedCallOptions): Promise<PurgeOutcome> {
-  const expiredSomewhere = { $or: RESOURCE_TAGS.map((tag) => ({ [`${paths.tag(tag)}.exp`]: { $lte: serverNow } })) };
-  const pull = Object.fromEntries(RESOURCE_TAGS.map((tag) => [paths.tag(tag), { exp: { $lte: serverNow } }]));
-  const documentsPruned = await store.updateMany({ ...RESOURCE_DOCUMENTS, ...expiredSomewhere }, { $pull: pull }, call);
-  const empty: Document = { ...RESOURCE_DOCUMENTS, $and: RESOURCE_TAGS.map((tag) => noLiveEntry(paths, tag, serverNow)) };
-  const documentsDeleted = await store.deleteMany(empty, call);
+  const documentsPruned = await store.updateMany(pruneExpiredOperation(paths, serverNow), call);
+  const documentsDeleted = await store.deleteMany(emptyResourcesFilter(paths, serverNow), call);
   return { documentsPruned, documentsDeleted };
 }
 

@@ -1,5 +1,7 @@
 import type { Document, UpdateFilter } from 'mongodb';
 import type { ResolvedCallOptions } from '../common/options';
+import type { LockOperation } from '../protocol/operation';
+import { clockReadOperation } from '../protocol/resource-document';
 import { SERVER_NOW, Store, withDeadline, writeConcern, type Timed } from '../engine/store';
 
 /**
@@ -8,18 +10,11 @@ import { SERVER_NOW, Store, withDeadline, writeConcern, type Timed } from '../en
  * makes two documents for one resource impossible, whether or not `createIndexes()` ran.
  */
 export class ResourceStore extends Store {
-  /**
-   * Creates the resource's document (with its birth time from the server's clock,
-   * `$currentDate`) unless it exists; resolves whether it created it.
-   */
-  async ensureResource(resource: string, bornPath: string, onInsert: Document, call: ResolvedCallOptions): Promise<boolean> {
+  /** Sends {@link createResourceOperation} (an upsert); resolves whether it created the document. */
+  async ensureResource(operation: LockOperation, call: ResolvedCallOptions): Promise<boolean> {
     try {
       const result = await withDeadline('updateOne', call.timeout, () =>
-        this.collection.updateOne(
-          { _id: resource as never, [bornPath]: { $exists: false } },
-          { $currentDate: { [bornPath]: true }, $setOnInsert: onInsert },
-          { upsert: true, maxTimeMS: call.timeout, writeConcern: writeConcern(call) },
-        ),
+        this.collection.updateOne(operation.filter, operation.update as UpdateFilter<Document>, { upsert: true, maxTimeMS: call.timeout, writeConcern: writeConcern(call) }),
       );
       return result.upsertedCount > 0;
     } catch (error) {
@@ -33,8 +28,9 @@ export class ResourceStore extends Store {
    * resource's name; it exists even in an empty collection.
    */
   async serverTime(metaId: Document, call: ResolvedCallOptions): Promise<Timed<Date>> {
+    const clockReading = clockReadOperation(metaId);
     const reply = await this.timed('findOneAndUpdate', call, () =>
-      this.collection.findOneAndUpdate({ _id: metaId as never }, { $currentDate: { now: true } }, {
+      this.collection.findOneAndUpdate(clockReading.filter, clockReading.update, {
         upsert: true,
         returnDocument: 'after',
         maxTimeMS: call.timeout,
@@ -58,9 +54,9 @@ export class ResourceStore extends Store {
   }
 
   /** One atomic update of the document matching `filter`, resolving it as it was before (or null). */
-  async updateReturningBefore(filter: Document, update: Document, call: ResolvedCallOptions): Promise<Document | null> {
+  async updateReturningBefore(operation: LockOperation, call: ResolvedCallOptions): Promise<Document | null> {
     return withDeadline('findOneAndUpdate', call.timeout, () =>
-      this.collection.findOneAndUpdate(filter, update as UpdateFilter<Document>, {
+      this.collection.findOneAndUpdate(operation.filter, operation.update as UpdateFilter<Document>, {
         returnDocument: 'before',
         maxTimeMS: call.timeout,
         writeConcern: writeConcern(call),
@@ -68,10 +64,10 @@ export class ResourceStore extends Store {
     );
   }
 
-  /** Updates every matching document; resolves how many changed. */
-  async updateMany(filter: Document, update: Document, call: ResolvedCallOptions): Promise<number> {
+  /** Sends `operation` as an `updateMany`; resolves how many documents changed. */
+  async updateMany(operation: LockOperation, call: ResolvedCallOptions): Promise<number> {
     const result = await withDeadline('updateMany', call.timeout, () =>
-      this.collection.updateMany(filter, update as UpdateFilter<Document>, { maxTimeMS: call.timeout, writeConcern: writeConcern(call) }),
+      this.collection.updateMany(operation.filter, operation.update as UpdateFilter<Document>, { maxTimeMS: call.timeout, writeConcern: writeConcern(call) }),
     );
     return result.modifiedCount;
   }

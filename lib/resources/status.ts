@@ -1,14 +1,11 @@
 import type { Document } from 'mongodb';
-import { NEVER } from '../engine/lock-engine';
+import { NEVER } from '../protocol/lock-data';
 import type { ResourceLockType } from './handle';
 import type { StatusFilter } from './params';
 import { liveEntries, type LockPaths, type StoredEntry } from '../protocol/stored-format';
 
-/** The two tags of a resource document. */
-export const RESOURCE_TAGS: readonly ResourceLockType[] = ['exclusive', 'shared'];
-
-/** Resource documents (`_id` a string), never the clock's meta document. */
-export const RESOURCE_DOCUMENTS: Document = { _id: { $type: 'string' } };
+export { RESOURCE_DOCUMENTS, RESOURCE_TAGS } from '../protocol/resource-document';
+import { RESOURCE_DOCUMENTS, RESOURCE_TAGS } from '../protocol/resource-document';
 
 /** A held lock as reported by `status`, `unlock` and `renew`. */
 export interface LockStatus {

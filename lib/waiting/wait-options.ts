@@ -1,4 +1,4 @@
-import { describe, expectMs } from '../common/options';
+import { describe, expectMs } from '../common/validation';
 
 /** Per-call options for waiting on a held lock. */
 export interface WaitOptions {

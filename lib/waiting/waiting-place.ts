@@ -1,7 +1,9 @@
 import { publish } from '../common/diagnostics';
 import type { Document } from 'mongodb';
 import { isLockError, lockError } from '../common/errors';
-import { refusedDocumentOf, type LockEngine, type Ticket } from '../engine/lock-engine';
+import { refusedDocumentOf } from '../engine/acquired';
+import type { LockEngine } from '../engine/lock-engine';
+import type { Ticket } from '../protocol/lock-data';
 import type { LocalWaiters, Waiter } from './local-waiters';
 import type { ResolvedCallOptions } from '../common/options';
 import { delay, MAX_RETRY_DELAY } from './wait-options';
@@ -113,10 +115,10 @@ export class WaitingPlace {
     // A queue belongs to one document: a filter that does not name its `_id` could match another
     // one next time, so it waits without a ticket (as without fair mode).
     if (!this.fair || this.ticket || plainId(userFilter) === undefined || (error !== undefined && !isLockError(error, this.engine.conflict))) return;
-    const taken = await this.engine.takeTicket(userFilter, this.tag, TICKET_LEASE, this.call);
+    const taken = await this.engine.tickets.take(userFilter, this.tag, TICKET_LEASE, this.call);
     if (this.left) {
       // The call gave up while the ticket was being taken: take it out again.
-      await this.engine.dropTicket(taken.target, taken.ticket, this.call).catch(() => undefined);
+      await this.engine.tickets.drop(taken.target, taken.ticket, this.call).catch(() => undefined);
       return;
     }
     this.ticket = taken.ticket;
@@ -127,7 +129,7 @@ export class WaitingPlace {
     if (error !== undefined && !this.waiters.heldHere(this.documentId, this.blockedBy)) this.waiter?.wake();
     this.renewal = setInterval(() => {
       const ticket = this.ticket;
-      if (ticket) void this.engine.renewTicket({ _id: this.documentId }, ticket, TICKET_LEASE, this.call).catch(() => undefined);
+      if (ticket) void this.engine.tickets.renew({ _id: this.documentId }, ticket, TICKET_LEASE, this.call).catch(() => undefined);
     }, TICKET_RENEWAL);
   }
 
@@ -167,7 +169,7 @@ export class WaitingPlace {
     this.waiter?.leave(won);
     const ticket = this.ticket;
     this.ticket = undefined;
-    if (ticket && !won) void this.engine.dropTicket({ _id: this.documentId }, ticket, this.call).catch(() => undefined);
+    if (ticket && !won) void this.engine.tickets.drop({ _id: this.documentId }, ticket, this.call).catch(() => undefined);
   }
 }
 

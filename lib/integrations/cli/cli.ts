@@ -9,8 +9,11 @@ import { createInterface } from 'node:readline/promises';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 import { BSON, MongoClient, type Collection, type Document } from 'mongodb';
 import { documentLocks, listDocumentLocks, listResourceLocks, type ListedLock } from './lock-listing';
-import { SAFE_NAME } from '../../common/options';
+import { SAFE_NAME } from '../../common/validation';
 import { resourceLocks } from '../../resources/resource-locks';
+import { LockPaths } from '../../protocol/stored-format';
+import { withdrawOperation } from '../../protocol/release';
+import { dropTicketOperation } from '../../protocol/tickets';
 
 const { EJSON } = BSON;
 // eslint-disable-next-line @typescript-eslint/no-require-imports
@@ -192,11 +195,10 @@ async function release(target: Target & { id?: string; doc?: string; tag?: strin
     }
     let released = 0;
     for (const row of rows) {
-      // A lock entry is pulled from its tag; a fair-mode ticket from the queue.
-      const path = row.state === 'waiting' ? `${target.field}.queue` : `${target.field}.tags.${row.tag}`;
-      const result = await collection.updateOne({ _id: row.target, [`${path}.id`]: row.lockId } as Document, { $pull: { [path]: { id: row.lockId } } } as Document, {
-        writeConcern: { w: 'majority' },
-      });
+      // A lock entry is withdrawn from its tag; a fair-mode ticket from the queue.
+      const paths = new LockPaths(target.field);
+      const { filter, update } = row.state === 'waiting' ? dropTicketOperation(paths, { _id: row.target }, row.lockId) : withdrawOperation(paths, { _id: row.target }, row.tag, row.lockId);
+      const result = await collection.updateOne(filter, update, { writeConcern: { w: 'majority' } });
       released += result.modifiedCount;
     }
     if (released === 0) throw new CliError('nothing released: the lock was let go meanwhile');

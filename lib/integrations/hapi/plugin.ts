@@ -5,7 +5,7 @@ import { routeName, trackRequests } from './lifecycle';
 import type { Handle, LockData, LockHandle } from '../../locks/lock-handle';
 import { describeLock } from '../../locks/lock-kind';
 import { DEFAULT_MAX_HOLD } from '../../locks/lease-keeper';
-import { describe, expectBoom, expectDocumentOption, expectMaxHold, expectMs, isPlainObject } from '../../common/options';
+import { describe, expectBoom, expectDocumentOption, expectMaxHold, expectMs, isPlainObject } from '../../common/validation';
 import { WRITE_TAG } from '../../locks/write-lock';
 
 /** Route-level configuration, in a route's `options.plugins.monglock`. */

@@ -1,0 +1,66 @@
+import type { Document } from 'mongodb';
+import { isLockError } from '../common/errors';
+import type { LockData } from '../protocol/lock-data';
+import { namesField } from './store';
+
+/** A lock an acquisition wrote, with the filter that addresses its document (`{ _id }`). */
+export interface Acquired {
+  readonly lock: LockData;
+  readonly target: Document;
+  /**
+   * For a lock whose write may still be on its way (its reply was lost): the server time after
+   * which the write can no longer land (its stamp plus the tolerance the server checks it with).
+   */
+  readonly landsBy?: number;
+  /** The server's clock when the write that set `lock.expiresAt` was applied (ms). */
+  readonly appliedAt?: number;
+  /** The locked document after the acquisition, when it was asked for (without the lock field, unless projected). */
+  readonly document?: Document;
+}
+
+/** An acquisition that registered a lock which still waits for the tags it is assertive over. */
+export class AssertivePending implements Acquired {
+  constructor(
+    readonly lock: LockData,
+    readonly target: Document,
+    readonly blockedBy: readonly string[],
+    readonly document?: Document,
+  ) {}
+}
+
+/** The lock a failed acquisition may have written (its reply was lost), which its `DbError` carries. */
+export function lockWrittenBy(error: unknown): Acquired | undefined {
+  if (!isLockError(error, 'DbError')) return undefined;
+  const lock = (error as { lock?: unknown }).lock;
+  return typeof lock === 'object' && lock !== null && 'target' in lock && 'lock' in lock ? (lock as Acquired) : undefined;
+}
+
+/** The document (its `_id`) whose lock refused an acquisition, when an explanation read it: where to wait. */
+const refusedDocuments = new WeakMap<object, unknown>();
+
+/** Records that `error` reports a refusal by the document `documentId`; returns `error`. */
+export function refusedBy(error: Error, documentId: unknown): Error {
+  refusedDocuments.set(error, documentId);
+  return error;
+}
+
+/** The `_id` of the document that refused the acquisition `error` reports, if it was read. */
+export function refusedDocumentOf(error: unknown): unknown {
+  return typeof error === 'object' && error !== null ? refusedDocuments.get(error) : undefined;
+}
+
+/** `outcome` carrying the locked document, as the caller asked for it (see {@link documentAsAsked}). */
+export function withDocument(outcome: Acquired | AssertivePending, doc: Document, field: string, asked: Document | true | undefined): Acquired | AssertivePending {
+  if (asked === undefined) return outcome;
+  const document = documentAsAsked(doc, field, asked);
+  if (outcome instanceof AssertivePending) return new AssertivePending(outcome.lock, outcome.target, outcome.blockedBy, document);
+  return { ...outcome, document };
+}
+
+/** The document as the caller asked for it: without the lock's `field` unless its projection names it, without `_id` if it excluded it. */
+function documentAsAsked(doc: Document, field: string, asked: Document | true): Document {
+  const rest: Document = { ...doc };
+  if (asked === true || !Object.entries(asked).some(([path, mode]) => mode && namesField(path, field))) delete rest[field];
+  if (asked !== true && '_id' in asked && !asked._id) delete rest._id;
+  return rest;
+}

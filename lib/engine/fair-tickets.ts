@@ -1,0 +1,49 @@
+import type { Document } from 'mongodb';
+import type { ResolvedCallOptions } from '../common/options';
+import type { Ticket } from '../protocol/lock-data';
+import { newLockId } from '../protocol/lock-ids';
+import { dropTicketOperation, renewTicketOperation, takeTicketOperation } from '../protocol/tickets';
+import { noDocument } from './refusals';
+import { stampLag } from './stamp-refusals';
+import { observeWrite, runStamped, type WriteSettings } from './stamped-write';
+
+/**
+ * Fair mode's tickets: a waiter's place in a document's queue. A ticket only ever delays
+ * acquisitions, so its writes go at `releaseW` (default 1): one rolled back only loses its waiter
+ * its place.
+ */
+export class FairTickets {
+  constructor(private readonly settings: WriteSettings) {}
+
+  /** Take a ticket ({@link takeTicketOperation}), at `releaseW`: resolves it and the document's `{ _id }`. */
+  async take(filter: Document, tag: string, leaseMs: number, call: ResolvedCallOptions): Promise<{ ticket: Ticket; target: Document }> {
+    const id = newLockId();
+    return runStamped(this.settings.clock, this.settings.store, call, {
+      target: filter,
+      lease: leaseMs * 2,
+      write: async (stamp, tolerance) => {
+        const ticket: Ticket = { id, tag, at: new Date(stamp), exp: new Date(stamp + leaseMs) };
+        const reply = await this.settings.store.apply(takeTicketOperation(this.settings.paths, filter, ticket, tolerance), call, call.releaseW);
+        if (!reply.value) return undefined;
+        observeWrite(this.settings, reply.value, reply);
+        return { ticket, target: { _id: reply.value._id } };
+      },
+      explain: (seen, stamp, tolerance) => (seen.value ? { retry: true, why: stampLag(seen, stamp, tolerance, leaseMs * 2) } : noDocument(call.boom)),
+    });
+  }
+
+  /** Renew a ticket ({@link renewTicketOperation}) to `leaseMs` past a server-checked stamp; resolves false when it is gone. */
+  async renew(target: Document, ticket: Ticket, leaseMs: number, call: ResolvedCallOptions): Promise<boolean> {
+    const { clock, paths, store } = this.settings;
+    const at = new Date(clock.lower());
+    const operation = renewTicketOperation(paths, target, ticket.id, at, new Date(at.getTime() + leaseMs), clock.tolerance(leaseMs * 2, true));
+    const reply = await store.apply(operation, call, call.releaseW);
+    if (reply.value) observeWrite(this.settings, reply.value, reply);
+    return reply.value !== null;
+  }
+
+  /** Drop a ticket ({@link dropTicketOperation}): a waiter that gave up. */
+  async drop(target: Document, ticket: Ticket, call: ResolvedCallOptions): Promise<void> {
+    await this.settings.store.applyOne(dropTicketOperation(this.settings.paths, target, ticket.id), call, call.releaseW);
+  }
+}

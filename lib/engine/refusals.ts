@@ -1,0 +1,90 @@
+import type { BoomLike } from '../common/errors';
+import { lockError, type LockErrorSubtype } from '../common/errors';
+import { fenceOf, type LockData, type Ticket, type TagRule } from '../protocol/lock-data';
+import { ambiguous, matchesProof, type Proof } from '../protocol/proofs';
+import { earlierTickets, liveEntries, type LockPaths, type StoredLock } from '../protocol/stored-format';
+import { refusedBy } from './acquired';
+import { stampLag, stampRefused, type Verdict } from './stamp-refusals';
+import type { Inspection } from './store';
+
+/** Why an update that needed a document matched nothing: there is none. */
+export function noDocument(boom: BoomLike | undefined): Verdict {
+  return { retry: false, error: lockError('RessourceNotFound', boom, { detail: 'no document matches the filter' }) };
+}
+
+/** What explains a refused acquisition. */
+export interface AcquireContext {
+  readonly paths: LockPaths;
+  readonly rule: TagRule;
+  /** The subtype of a refusal. */
+  readonly conflict: 'LockAlreadyTaken' | 'CooperativeLock';
+  readonly lease: number;
+  readonly boom: BoomLike | undefined;
+  readonly fair?: { readonly ticket?: Ticket };
+  /** Why the lock kind's own conditions refuse `lock` at server time `now` (ms), if they do. */
+  readonly refusal?: (lock: StoredLock, now: number) => string | undefined;
+}
+
+/**
+ * Explains an acquisition that matched nothing, from a read of the document: no document; held by
+ * a cooperative tag; waiters first in line (fair mode); a later acquisition stamped meanwhile
+ * (retry with a later stamp); a stamp the server refused (retry); the kind's own conditions.
+ */
+export function explainRefusedAcquisition(context: AcquireContext, seen: Inspection, stamp: number, tolerance: number): Verdict {
+  const { paths, rule, conflict, boom } = context;
+  if (!seen.value) return noDocument(boom);
+  const lock = paths.read(seen.value);
+  const now = seen.serverNow?.getTime() ?? stamp;
+  const refused = (detail: string): Verdict => ({ retry: false, error: refusedBy(lockError(conflict, boom, { detail }), seen.value?._id) });
+  const holders = rule.cooperative.filter((other) => liveEntries(lock, other, now).length > 0);
+  if (holders.length > 0) return refused(`held by tag ${holders.join(', ')}`);
+  const ahead = context.fair ? earlierTickets(lock, rule.cooperative, now, context.fair.ticket).length : 0;
+  if (ahead > 0) return refused(`${ahead} waiter(s) came first (fair mode)`);
+  const latest = rule.exclusive ? Math.max(0, ...(lock.recent?.[rule.tag] ?? []).map((date) => date.getTime())) : 0;
+  if (latest > stamp) {
+    return { retry: true, why: 'a later acquisition was stamped meanwhile', minStamp: latest, error: lockError(conflict, boom, { detail: 'held when the update ran' }) };
+  }
+  if (stampRefused(seen, stamp, tolerance)) return { retry: true, why: stampLag(seen, stamp, tolerance, context.lease) };
+  return refused(context.refusal?.(lock, now) ?? 'held when the update ran');
+}
+
+/** What explains a write that needed a held lock. */
+export interface LostContext {
+  readonly paths: LockPaths;
+  readonly rule: TagRule;
+  /** writeLock: a lost lock is `LockWasReacquired` when someone acquired after it. */
+  readonly reportsReacquired: boolean;
+  readonly boom: BoomLike | undefined;
+  /** The write carried the caller's update (a commit, or an extension with an update). */
+  readonly withUpdate?: boolean;
+}
+
+/**
+ * Explains why a write that needed `lock` matched nothing. If the lock is still live by the
+ * server's clock, the write can only have failed on its stamp (retry), or, carrying an update, on
+ * a tag it asserts over that is still held.
+ */
+export function explainLostLock(context: LostContext, seen: Inspection, lock: LockData, proof: Proof, stamp = 0, tolerance = 0, lease = 0): Verdict {
+  const { paths, rule, boom, withUpdate = false } = context;
+  if (!seen.value) return noDocument(boom);
+  const stored = paths.read(seen.value);
+  if ('timestamp' in proof && ambiguous(stored, lock.tag, proof.timestamp)) {
+    const detail = `two locks of this document were taken in the ms ${proof.timestamp}, so a timestamp cannot tell them apart: use the handle (or its id)`;
+    return { retry: false, error: lockError('LockNotFound', boom, { detail }) };
+  }
+  const own = (stored.tags?.[lock.tag] ?? []).find((entry) => matchesProof(entry, proof));
+  if (own && withUpdate) {
+    const asserted = rule.assertive.filter((other) => liveEntries(stored, other, seen.serverNow?.getTime() ?? 0).length > 0);
+    if (asserted.length > 0) {
+      const detail = `the update was not applied: tag ${asserted.join(', ')}, which this lock asserts over, is still held (continue the acquisition first)`;
+      return { retry: false, error: lockError('AssertiveLock', boom, { detail }) };
+    }
+  }
+  if (own && seen.serverNow && own.exp.getTime() > seen.serverNow.getTime()) return { retry: true, why: stampLag(seen, stamp, tolerance, lease) };
+  // Reacquired: the document has issued a later lock than this one (its fence moved on). A lock
+  // whose reply was lost has no known fence (0): nothing tells whether anyone acquired after it.
+  const takenOver = !own && ('timestamp' in proof || (lock.fence > 0 && fenceOf(stored) > lock.fence));
+  const subtype: LockErrorSubtype = context.reportsReacquired && takenOver ? 'LockWasReacquired' : 'LockNotFound';
+  const detail = `${own ? 'the lock expired' : 'the lock is not held'}${withUpdate ? '; the update was not applied' : ''}`;
+  return { retry: false, error: lockError(subtype, boom, { detail }) };
+}

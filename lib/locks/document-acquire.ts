@@ -1,0 +1,158 @@
+import type { Document } from 'mongodb';
+import type { LockCallContext } from '../common/diagnostics';
+import { isLockError, lockError } from '../common/errors';
+import { type ResolvedCallOptions } from '../common/options';
+import { expectDocumentOption, expectFilter } from '../common/validation';
+import type { Cancellation } from '../common/promise-library';
+import { AssertivePending, lockWrittenBy, type Acquired } from '../engine/acquired';
+import type { LockEngine } from '../engine/lock-engine';
+import type { ServerClock } from '../protocol/server-clock';
+import type { LocalWaiters } from '../waiting/local-waiters';
+import { linkSignals, readWaitParams, retryWithin } from '../waiting/wait-options';
+import { WaitingPlace } from '../waiting/waiting-place';
+import { Acquisition } from './acquisition';
+import { Handle, type HandleOwner, type LockData } from './lock-handle';
+
+/** While waiting, every how many refused attempts one is explained by a read (missing document, clock). */
+const EXPLAIN_EVERY = 8;
+
+/** What an acquisition call needs from the lock it runs on (a {@link DocumentLock}). */
+export interface AcquireSite extends HandleOwner {
+  readonly engine: LockEngine;
+  readonly clock: ServerClock;
+  readonly waiters: LocalWaiters;
+  /** The lock's default for fair waiting. */
+  readonly fair: boolean;
+  callOptions(params: unknown): { params: Record<string, unknown>; call: ResolvedCallOptions };
+  leaseOf(tag: string, params: Record<string, unknown>): number;
+  lockData(name: string, value: unknown): LockData;
+  warnUncancellable(wait: number): void;
+  releaseWritten(written: Acquired, call: ResolvedCallOptions): Promise<void>;
+}
+
+/**
+ * One acquisition call: takes a new lock of `tag` on the first document `filter` matches, or with
+ * `lock` continues an assertive registration. Without `params.wait` it fails fast; with it,
+ * conflicts (assertive continuations included) are retried with backoff, woken by releases in
+ * this process, in FIFO order in fair mode, until the lock is won, `wait` ms pass, or the signal
+ * or the promise's cancellation aborts. When it gives up, every lock it wrote is released (an
+ * assertive registration too), also one written by an attempt in flight at that moment.
+ */
+export async function acquireOnDocument(
+site: AcquireSite,
+filter: unknown,
+  tag: string | undefined,
+  params: unknown,
+  lock: unknown,
+  cancellation: Cancellation | undefined,
+  context: LockCallContext | undefined,
+): Promise<Handle> {
+  const userFilter = expectFilter('filter', filter);
+  const { params: p, call } = site.callOptions(params);
+  const resumed = lock === undefined ? undefined : resumable(site, userFilter, lock);
+  const ruleTag = resumed?.lock.tag ?? tag ?? '';
+  if (context) context.tag = ruleTag;
+  const lease = site.leaseOf(ruleTag, p);
+  const document = expectDocumentOption('params.document', p.document, site.engine.field);
+  const waiting = readWaitParams(p);
+  const { signal, dispose } = linkSignals(waiting.signal, cancellation?.signal);
+  if (signal?.aborted) throw signal.reason;
+
+  const acquisition = new Acquisition((written) => site.releaseWritten(written, call), site.clock, () => site.engine.readClock({}, call));
+  const place = new WaitingPlace(site.engine, site.waiters, call, ruleTag, p.fair === undefined ? site.fair : p.fair === true);
+  // An assertive lock registered by this call: continued on retries, released if we give up.
+  let registered: Acquired | undefined;
+  let attempts = 0;
+  const step = async (): Promise<Acquired> => {
+    const continuing = registered ?? resumed;
+    // While waiting, a refusal is explained (a second command) on the first try and every 8th;
+    // the first needs none when a lock that blocks us is held in this process (a conflict).
+    const attempt = attempts++;
+    const explain = (attempt % EXPLAIN_EVERY === 0 && !(attempt === 0 && waiting.wait > 0 && place.refusalIsConflict)) || place.takeWakeUp();
+    if (!continuing) await place.awaitTurn(signal);
+    let outcome: Acquired | AssertivePending;
+    try {
+      outcome = await acquisition.attempt(
+        () =>
+          continuing
+            ? site.engine.resume(continuing.target, continuing.lock, call, document)
+            : site.engine.acquire(place.filter(userFilter), ruleTag, lease, call, { explain, document, fair: place.fairness }),
+        (won) => (won.lock.id === resumed?.lock.id ? undefined : won),
+      );
+    } catch (error) {
+      if (waiting.wait > 0 && isLockError(error, site.engine.conflict) && !acquisition.abandoned) {
+        if (cancellation?.unsupported) site.warnUncancellable(waiting.wait);
+        await place.refused(error, userFilter);
+      }
+      if (registered && isLockError(error, 'LockNotFound')) registered = undefined;
+      const written = lockWrittenBy(error);
+      if (written) (error as { lock: unknown }).lock = new Handle(written.lock, site, written.target, { unconfirmed: true, landsBy: written.landsBy });
+      throw error;
+    }
+    if (outcome instanceof AssertivePending) {
+      if (!continuing) registered = outcome;
+      if (acquisition.abandoned && !continuing) {
+        // Abandoned between the attempt's reply and here: the abandonment may not have seen it.
+        await acquisition.abandon(undefined, outcome);
+        throw lockError('AssertiveLock', call.boom, { detail: 'abandoned; the registered lock was released' });
+      }
+      const carried = new Handle(outcome.lock, site, outcome.target, { document: outcome.document });
+      throw lockError('AssertiveLock', call.boom, { lock: carried, detail: `registered; waiting for tag ${outcome.blockedBy.join(', ')}` });
+    }
+    return outcome;
+  };
+  const retryable = (error: unknown): boolean =>
+    isLockError(error, site.engine.conflict) ||
+    isLockError(error, 'AssertiveLock') ||
+    (isLockError(error, 'LockNotFound') && resumed === undefined);
+  let won: Acquired | undefined;
+  try {
+    if (waiting.wait > 0 && !resumed) await acquisition.race(place.start(userFilter, waiting.wait), signal, () => undefined);
+    won = await retryWithin(
+      { wait: waiting.wait, signal },
+      () => acquisition.race(step(), signal, (outcome) => (outcome.lock.id === resumed?.lock.id ? undefined : outcome)),
+      retryable,
+      () => site.clock.local(),
+      place.sleep,
+    );
+    const handle = await handleFor(site, won, acquisition, call);
+    if (context) Object.assign(context, { lockId: handle.id, fence: handle.fence, expiresAt: handle.expiresAt });
+    return handle;
+  } catch (error) {
+    // Without waiting, an assertive registration is the caller's to continue (monglock v2).
+    const handedOver = isLockError(error, 'AssertiveLock') && error.lock !== undefined && waiting.wait === 0 && !signal?.aborted;
+    if (handedOver) throw error;
+    await acquisition.abandon(error, registered);
+    if (registered && isLockError(error, 'AssertiveLock')) {
+      throw lockError('AssertiveLock', call.boom, { detail: `still asserting after waiting ${waiting.wait} ms; the registered lock was released` });
+    }
+    throw error;
+  } finally {
+    if (context) context.attempts = attempts;
+    dispose();
+    place.leave(won !== undefined);
+  }
+}
+
+/** A lock the caller passes back to continue, in the document its filter selects. */
+function resumable(site: AcquireSite, filter: Document, lock: unknown): Acquired {
+  return { lock: site.lockData('params.lock', lock), target: filter };
+}
+
+/**
+ * The handle of a won lock, unless its reply came too late to be of use: if the upper bound
+ * of the server's clock already passed its expiry, the server may have handed it to someone
+ * else, so it is released and the acquisition fails.
+ */
+async function handleFor(site: AcquireSite, won: Acquired, acquisition: Acquisition, call: ResolvedCallOptions): Promise<Handle> {
+  const handle = new Handle(won.lock, site, won.target, { document: won.document });
+  if (handle.remaining() > 0) {
+    site.waiters.acquired(won.target._id, won.lock.id, won.lock.tag, won.lock.expiresAt);
+    return handle;
+  }
+  const late = lockError('DbError', call.boom, {
+    detail: `the reply came after the lease (${won.lock.expiresAt - won.lock.timestamp} ms) had ended: the network or the server is slower than this lease allows`,
+  });
+  await acquisition.abandon(late, won);
+  throw late;
+}

@@ -1,0 +1,89 @@
+import type { Document } from 'mongodb';
+import type { Ticket, TagRule } from './lock-data';
+import { mergeUpdates, type LockOperation } from './operation';
+import {
+  allOf,
+  noEarlierTicket,
+  noLiveEntry,
+  pruneCommits,
+  pruneTags,
+  recordStamp,
+  stampNotBeforeRecent,
+  stampWithin,
+  type LockPaths,
+  type StoredEntry,
+} from './stored-format';
+
+/** What a lock kind adds to an acquisition (resource locks: owner details, a limit, a GC date). */
+export interface AcquireExtension {
+  /** Extra fields stored in the entry. */
+  readonly entry?: Document;
+  /** Extra filter clauses, given the stamp. */
+  readonly conditions?: (stamp: Date) => Document[];
+  /** Extra update operators (never on the tag arrays), given the stamp and the expiry. */
+  readonly update?: (stamp: Date, exp: Date) => Document;
+}
+
+/** An acquisition to send. */
+export interface AcquireRequest {
+  readonly paths: LockPaths;
+  readonly rule: TagRule;
+  /** Every tag of the lock: the expired entries of the others are pruned on the way. */
+  readonly tags: Iterable<string>;
+  /** The caller's filter: the first document it matches is locked. */
+  readonly filter: Document;
+  /** The new entry: its random id, its stamp (`at`, from the lower bound of the server's clock) and expiry. */
+  readonly entry: StoredEntry;
+  /** How far below the server's `$$NOW` the stamp may be, in ms. */
+  readonly tolerance: number;
+  /** Fair mode: the waiter's ticket, if it has one. */
+  readonly fair?: { readonly ticket?: Ticket };
+  readonly extension?: AcquireExtension;
+}
+
+/**
+ * Acquire: a new lock of `rule.tag` on the first document matching `filter`.
+ *
+ * Checks, in the filter: no unexpired entry of a tag this one is cooperative with, judged at the
+ * stamp, which the same filter proves to be at or below `$$NOW` and within `tolerance` of it (so
+ * a live lock never looks expired); for an exclusive tag, a stamp not earlier than its last two
+ * acquisitions; in fair mode, no live ticket of a cooperative tag that came first; and the kind's
+ * conditions.
+ *
+ * Writes the entry (replacing an exclusive tag's array, whose entries the filter proved expired),
+ * +1 on the fence, the server's clock (`$currentDate` of `now`), the latest expiry (`$max` of
+ * `until`), and prunes the expired entries of the other tags and the commit records past their
+ * time (at the stamp, which the server has passed); in fair mode, it takes the waiter's ticket
+ * and the expired tickets out of the queue.
+ *
+ * Why it never admits a second holder: the only writes that add an entry are this one, and it
+ * matches only while every entry that excludes it has expired by the server's clock. Two
+ * acquisitions cooperative with each other are serialized by the document's update, and the
+ * second one's filter sees the first one's entry.
+ */
+export function acquireOperation(request: AcquireRequest): LockOperation {
+  const { paths, rule, entry, fair, extension } = request;
+  const { tag } = rule;
+  const at = entry.at;
+  const others = [...request.tags].filter((other) => other !== tag);
+  const stored: StoredEntry = { ...extension?.entry, ...entry };
+  const queue = fair ? { [paths.queue]: fair.ticket ? { $or: [{ id: fair.ticket.id }, { exp: { $lte: at } }] } : { exp: { $lte: at } } } : undefined;
+  const update = mergeUpdates(
+    {
+      $inc: { [paths.fence]: 1 },
+      $currentDate: { [paths.now]: true },
+      $max: { [paths.until]: entry.exp },
+      ...(rule.exclusive ? { $set: { [paths.tag(tag)]: [stored] }, $push: recordStamp(paths, tag, at) } : { $push: { [paths.tag(tag)]: stored } }),
+      $pull: { ...pruneTags(paths, others, at), ...pruneCommits(paths, at), ...queue },
+    },
+    extension?.update?.(at, entry.exp),
+  );
+  const filter = allOf(request.filter, [
+    ...rule.cooperative.map((other) => noLiveEntry(paths, other, at)),
+    ...(rule.exclusive ? [stampNotBeforeRecent(paths, tag, at)] : []),
+    ...(fair && rule.cooperative.length > 0 ? [noEarlierTicket(paths, rule.cooperative, at, fair.ticket)] : []),
+    { $expr: stampWithin(at, request.tolerance) },
+    ...(extension?.conditions?.(at) ?? []),
+  ]);
+  return { filter, update };
+}

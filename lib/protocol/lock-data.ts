@@ -1,0 +1,53 @@
+import type { StoredLock } from './stored-format';
+
+/** A lock as plain data: what `JSON.stringify(handle)` gives and what `release`/`extend` accept back. */
+export interface LockData {
+  /** 128 random bits, hex: the proof of ownership. */
+  readonly id: string;
+  /** The tag (`write` for writeLock). */
+  readonly tag: string;
+  /** Acquisition time, ms since the epoch by the server's clock (monglock v2's token). */
+  readonly timestamp: number;
+  /** Fencing token: strictly increases per document over all acquisitions, never reset. */
+  readonly fence: number;
+  /** When the lease ends, ms since the epoch by the server's clock. */
+  readonly expiresAt: number;
+}
+
+/** A waiter's ticket in a fair queue (`lock.queue`). */
+export interface Ticket {
+  readonly id: string;
+  readonly tag: string;
+  readonly at: Date;
+  readonly exp: Date;
+}
+
+/** Everything the protocol needs to know about one tag. */
+export interface TagRule {
+  readonly tag: string;
+  /** Default lease, in ms. */
+  readonly lease: number;
+  /** Tags whose unexpired locks refuse this one. */
+  readonly cooperative: readonly string[];
+  /** Tags whose unexpired locks this one registers beside, and waits for before it may write. */
+  readonly assertive: readonly string[];
+  /** Cooperative with itself: at most one unexpired lock of this tag at a time. */
+  readonly exclusive: boolean;
+}
+
+/** Expiry of a lock without a lease: the last ms of year 9999. */
+export const NEVER = Date.UTC(9999, 11, 31, 23, 59, 59, 999);
+
+/** The expiry of a lease of `lease` ms stamped at `stamp` (`Infinity`: no expiry). */
+export function expiryOf(stamp: number, lease: number): number {
+  return Number.isFinite(lease) ? stamp + lease : NEVER;
+}
+
+/**
+ * The fencing token of a stored lock: its counter, on top of the document's birth time × 1000
+ * for resource documents (so that a purged and re-created resource keeps counting upwards).
+ */
+export function fenceOf(lock: StoredLock): number {
+  const born = lock.born instanceof Date ? lock.born.getTime() * 1000 : 0;
+  return born + (lock.fence ?? 0);
+}

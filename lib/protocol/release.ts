@@ -1,0 +1,74 @@
+import type { Document } from 'mongodb';
+import type { TagRule } from './lock-data';
+import { mergeUpdates, type LockOperation } from './operation';
+import { proofMatch, type Proof } from './proofs';
+import { allOf, entryLiveOnServer, hasEntry, noEntryLiveOnServer, recordCommit, timestampUnique, type LockPaths, type StoredCommit } from './stored-format';
+
+/** A release to send, with or without the caller's final update (a commit). */
+export interface ReleaseRequest {
+  readonly paths: LockPaths;
+  readonly rule: TagRule;
+  /** The locked document (`{ _id }`), or the caller's filter (monglock v2's `release(filter, …)`). */
+  readonly target: Document;
+  /** Which lock: its id, or (monglock v2 writeLock) its acquisition timestamp. */
+  readonly proof: Proof;
+  /** The caller's final update, applied with the release (a commit). */
+  readonly update?: Document;
+  /** The commit's record (for an id proof): how a commit whose reply was lost is settled. */
+  readonly record?: StoredCommit;
+}
+
+/**
+ * Release: removes the lock `proof` names (also when its lease ran out, as long as it is still
+ * there). It prunes nothing else: it has no stamp the server checked, and a bound it had not
+ * checked (a time from a former primary, say) could remove a live entry.
+ *
+ * Commit (with `update`): the same update also applies the caller's final write and leaves the
+ * commit's record, and matches only while the lock is unexpired by `$$NOW` and every tag it
+ * asserts over is gone: the write and the release happen together or not at all.
+ *
+ * A v2 timestamp proof must name exactly one lock of the tag (two taken in one ms cannot be told
+ * apart). Why it never admits a second holder: it only removes the caller's own entry.
+ */
+export function releaseOperation(request: ReleaseRequest): LockOperation {
+  const { paths, rule, proof, update, record } = request;
+  const match = proofMatch(proof);
+  const conditions = [hasEntry(paths, rule.tag, match), ...onlyOne(paths, rule.tag, proof), ...(update ? commitConditions(paths, rule, proof) : [])];
+  return {
+    filter: allOf(request.target, conditions),
+    update: mergeUpdates(update, { $pull: { [paths.tag(rule.tag)]: match } }, record && { $push: recordCommit(paths, record) }),
+  };
+}
+
+/**
+ * Forced release (monglock v2's `release(filter)` without a lock, writeLock only): empties the
+ * tag's array. It can free a lock, never admit two holders.
+ */
+export function forcedReleaseOperation(paths: LockPaths, target: Document, tag: string): LockOperation {
+  return { filter: target, update: { $set: { [paths.tag(tag)]: [] } } };
+}
+
+/**
+ * Withdraw: removes the entry `id` of `tag`, only if it is still there. Settling a commit whose
+ * reply was lost: once it matched, the commit (which matches only while the entry is there) can
+ * no longer land, however late it arrives.
+ */
+export function withdrawOperation(paths: LockPaths, target: Document, tag: string, id: string): LockOperation {
+  return { filter: allOf(target, [hasEntry(paths, tag, { id })]), update: { $pull: { [paths.tag(tag)]: { id } } } };
+}
+
+/**
+ * What a write carrying the caller's data must also check: the lock is unexpired by `$$NOW`, and
+ * every tag it asserts over is gone (an assertive registration still waiting for readers may not
+ * write under them).
+ */
+export function commitConditions(paths: LockPaths, rule: TagRule, proof: Proof): Document[] {
+  const asserted = rule.assertive.map((other) => noEntryLiveOnServer(paths, other));
+  const live = entryLiveOnServer(paths, rule.tag, proof);
+  return [{ $expr: asserted.length > 0 ? { $and: [live, ...asserted] } : live }];
+}
+
+/** For a monglock v2 timestamp proof: the condition that it names exactly one lock of `tag`. */
+export function onlyOne(paths: LockPaths, tag: string, proof: Proof): Document[] {
+  return 'timestamp' in proof ? [{ $expr: timestampUnique(paths, tag, proof.timestamp) }] : [];
+}

@@ -1,0 +1,128 @@
+import type { Document } from 'mongodb';
+import { lockError, withDbErrors } from '../common/errors';
+import { type ResolvedCallOptions } from '../common/options';
+import { expectFunction, expectMs } from '../common/validation';
+import type { LockEngine } from '../engine/lock-engine';
+import { extensionOf, Handle, type LockData } from '../locks/lock-handle';
+import { fenceOf } from '../protocol/lock-data';
+import { RESOURCE_DOCUMENTS, RESOURCE_TAGS, unlockOperation } from '../protocol/resource-document';
+import type { ServerClock } from '../protocol/server-clock';
+import type { LockPaths, StoredEntry } from '../protocol/stored-format';
+import type { ResourceHandle } from './handle';
+import { expectLockId, readStatusFilter } from './params';
+import { purgeExpired, repeatPurge, type PurgeOutcome } from './purge';
+import type { ResourceStore } from './resource-store';
+import { statusesOf, statusMatches, statusQuery, type LockStatus } from './status';
+
+/** The `_id` of the document the clock is read from: an object, so never a resource's name. */
+const CLOCK_DOCUMENT = { monglock: 'clock' };
+
+/** What the collection-wide calls need from the resource-lock client. */
+export interface ResourceSite {
+  readonly store: ResourceStore;
+  readonly engine: LockEngine;
+  readonly clock: ServerClock;
+  readonly paths: LockPaths;
+  readonly defaults: ResolvedCallOptions;
+  /** Handles kept alive by `using()`, by lock id: `renew` tells them their new expiry. */
+  readonly kept: ReadonlyMap<string, ResourceHandle>;
+  /** What renewing a lock of `tag` also writes. */
+  renewal(tag: string): (at: Date, exp: Date) => Document;
+}
+
+/*
+ * The calls that work on lock groups (every lock of one lock id, square/mongo-lock's model) and
+ * on the whole collection: unlock, renew, status, purge, createIndexes.
+ */
+
+/** The indexes resource locks use: lookups by lock id, owner and expiry, and a TTL index on `gcAt`. */
+export async function createIndexes(site: ResourceSite): Promise<string[]> {
+  const indexes: Array<{ key: Document; name: string; expireAfterSeconds?: number }> = [];
+  for (const tag of RESOURCE_TAGS) {
+    for (const field of ['group', 'owner', 'exp']) {
+      indexes.push({ key: { [`${site.paths.tag(tag)}.${field}`]: 1 }, name: `${tag}_${field}` });
+    }
+  }
+  indexes.push({ key: { gcAt: 1 }, name: 'gc_ttl', expireAfterSeconds: 0 });
+  return withDbErrors(site.defaults.boom, () => site.store.createIndexes(indexes, site.defaults));
+}
+
+/** Unlocks every lock of `lockId` (a lock group); resolves them, newest first. */
+export async function unlock(site: ResourceSite, lockId: unknown): Promise<LockStatus[]> {
+  const group = expectLockId('lockId', lockId);
+  const call = site.defaults;
+  const { docs, serverNow } = await withDbErrors(call.boom, () => site.store.readAll(groupFilter(site, group), call));
+  const now = serverNow?.getTime() ?? site.clock.lower();
+  const released = await Promise.all(
+    docs.map(async (doc) => {
+      const before = await withDbErrors(call.boom, () => site.store.updateReturningBefore(unlockOperation(site.paths, { _id: doc._id }, group), call));
+      return statusesOf(site.paths, before, now).filter((status) => status.lockId === group);
+    }),
+  );
+  return released.flat().sort((a, b) => b.createdAt.getTime() - a.createdAt.getTime());
+}
+
+/** Renews every lock of `lockId` to `ttl` ms; all or `LockNotFound` naming the lost ones. */
+export async function renew(site: ResourceSite, lockId: unknown, ttl: unknown): Promise<LockStatus[]> {
+  const group = expectLockId('lockId', lockId);
+  const lease = expectMs('ttl', ttl);
+  const call = site.defaults;
+  const { docs, serverNow } = await withDbErrors(call.boom, () => site.store.readAll(groupFilter(site, group), call));
+  const held = docs.flatMap((doc) =>
+    RESOURCE_TAGS.flatMap((tag) =>
+      (site.paths.read(doc).tags?.[tag] ?? []).filter((e) => (e as StoredEntry & Document).group === group).map((entry) => ({ doc, tag, entry })),
+    ),
+  );
+  if (held.length === 0) throw lockError('LockNotFound', call.boom, { detail: `no lock with lockId ${group}`, data: { lockId: group } });
+  const now = serverNow?.getTime() ?? site.clock.lower();
+  const expired = held.filter(({ entry }) => entry.exp.getTime() <= now).map(({ doc, tag }) => `${String(doc._id)} (${tag})`);
+  if (expired.length > 0) {
+    throw lockError('LockNotFound', call.boom, { detail: `lockId ${group} has expired locks: ${expired.join(', ')}`, data: { lockId: group, expired } });
+  }
+  const outcomes = await Promise.allSettled(
+    held.map(async ({ doc, tag, entry }) => {
+      const renewed = await site.engine.extend({ _id: doc._id }, dataOf(site, tag, entry, doc), { id: entry.id }, lease, call, site.renewal(tag));
+      const handle = site.kept.get(entry.id);
+      if (handle) Handle.updateExpiry(handle, extensionOf(renewed));
+    }),
+  );
+  const lost = outcomes.flatMap((outcome, i) => (outcome.status === 'rejected' ? [`${String(held[i]!.doc._id)} (${held[i]!.tag})`] : []));
+  if (lost.length > 0) {
+    throw lockError('LockNotFound', call.boom, { detail: `lockId ${group} lost locks while renewing: ${lost.join(', ')}`, data: { lockId: group, lost } });
+  }
+  return status(site, { lockId: group });
+}
+
+/** The live locks matching `filter`, oldest first. */
+export async function status(site: ResourceSite, filter: unknown = {}): Promise<LockStatus[]> {
+  const f = readStatusFilter(filter);
+  const { docs, serverNow } = await withDbErrors(site.defaults.boom, () => site.store.readAll(statusQuery(site.paths, f), site.defaults));
+  const now = serverNow?.getTime() ?? site.clock.lower();
+  return docs
+    .flatMap((doc) => statusesOf(site.paths, doc, now, true))
+    .filter((status) => statusMatches(status, f))
+    .sort((a, b) => a.createdAt.getTime() - b.createdAt.getTime());
+}
+
+/** Removes expired locks, then deletes resource documents that hold none (see {@link purgeExpired}). */
+export async function purge(site: ResourceSite): Promise<PurgeOutcome> {
+  const call = site.defaults;
+  const reply = await withDbErrors(call.boom, () => site.store.serverTime(CLOCK_DOCUMENT, call));
+  site.clock.observe(reply.value, reply.sentAt, reply.arrivedAt);
+  return withDbErrors(call.boom, () => purgeExpired(site.store, site.paths, reply.value, call));
+}
+
+/** Runs {@link purge} every `intervalMs`. */
+export function purgeEvery(site: ResourceSite, intervalMs: unknown, onError: unknown): { stop(): Promise<void> } {
+  const every = expectMs('intervalMs', intervalMs);
+  const report = onError === undefined ? () => undefined : expectFunction<(error: unknown) => void>('onError', onError);
+  return repeatPurge(() => purge(site), every, report);
+}
+
+function groupFilter(site: ResourceSite, group: string): Document {
+  return { ...RESOURCE_DOCUMENTS, $or: RESOURCE_TAGS.map((tag) => ({ [`${site.paths.tag(tag)}.group`]: group })) };
+}
+
+function dataOf(site: ResourceSite, tag: string, entry: StoredEntry, doc: Document): LockData {
+  return { id: entry.id, tag, timestamp: entry.at.getTime(), fence: fenceOf(site.paths.read(doc)), expiresAt: entry.exp.getTime() };
+}
