@@ -1,4 +1,4 @@
-/** Checkout/checkin across HTTP requests (README: hapi plugin). */
+/** Checkout/checkin across HTTP requests (docs/hapi.md: Checkout and checkin). */
 import * as Boom from '@hapi/boom';
 import Hapi from '@hapi/hapi';
 import { MongoClient } from 'mongodb';

@@ -1,4 +1,4 @@
-/** Contention printed to the console from the diagnostics channels (README: Observability). */
+/** Contention printed to the console from the diagnostics channels (docs/observability.md: Events). */
 import { subscribe, tracingChannel } from 'node:diagnostics_channel';
 import { MongoClient } from 'mongodb';
 import { writeLock } from 'monglock';

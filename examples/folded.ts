@@ -1,4 +1,4 @@
-/** A read-modify-write folded into the lock's own writes (README: The recommended pattern). */
+/** A read-modify-write folded into the lock's own writes (docs/api.md: Read-modify-write in two commands). */
 import { MongoClient } from 'mongodb';
 import { commit, writeLock } from 'monglock';
 

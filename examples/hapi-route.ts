@@ -1,4 +1,4 @@
-/** A hapi route that locks the order it pays for (README: Usage in a hapi route handler). */
+/** A hapi route that locks the order it pays for (README: In a hapi route; docs/hapi.md). */
 import * as Boom from '@hapi/boom';
 import Hapi from '@hapi/hapi';
 import { MongoClient } from 'mongodb';

@@ -1,4 +1,4 @@
-/** A promise chain that retries in the caller with bluebird (README: Usage in a promise chain). */
+/** A promise chain that retries in the caller with bluebird (docs/api.md: Promise libraries). */
 import Bluebird from 'bluebird';
 import { MongoClient, type Document } from 'mongodb';
 import { LockError, writeLock, type LockHandle } from 'monglock';

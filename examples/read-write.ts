@@ -1,4 +1,4 @@
-/** A read/write lock from tags (README: Relationships). */
+/** A read/write lock from tags (README: Lock kinds; docs/api.md: Relationships). */
 import { MongoClient } from 'mongodb';
 import { multiLock } from 'monglock';
 

@@ -1,4 +1,4 @@
-/** Resource locks in a lock collection (README: Resource locks). */
+/** Resource locks in a lock collection (README: Lock kinds; docs/resource-locks.md). */
 import { hostname } from 'node:os';
 import { MongoClient } from 'mongodb';
 import { resourceLocks } from 'monglock';

@@ -1,4 +1,4 @@
-/** Scoped lock with automatic extension, lost-lock signal and guarded write (README: using()). */
+/** Scoped lock with automatic extension, lost-lock signal and guarded write (README: Lock kinds; docs/api.md: using()). */
 import { MongoClient } from 'mongodb';
 import { writeLock } from 'monglock';
 

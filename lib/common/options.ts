@@ -26,7 +26,7 @@ export interface CallOptions {
   readonly w?: WriteConcernW;
   /**
    * Write concern of a plain release. A release rolled back by a failover only keeps the lock
-   * until its lease ends; it never admits two holders (see "Write concerns" in the README).
+   * until its lease ends; it never admits two holders (see docs/guarantees.md, "Write concerns").
    * @default 1
    */
   readonly releaseW?: WriteConcernW;
@@ -131,7 +131,7 @@ export interface LockOptions<TSchema extends Document = Document, P extends Prom
   readonly fair?: boolean;
   /**
    * The local clock, in ms since the epoch. Only the elapsed time between readings matters:
-   * lease times come from the server's clock (see "Server-side time" in the README).
+   * lease times come from the server's clock (see docs/guarantees.md, "Server-side time").
    * @default a monotonic clock (`performance.timeOrigin + performance.now()`)
    */
   readonly clock?: () => number;

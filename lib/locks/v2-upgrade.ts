@@ -31,7 +31,7 @@ export interface ClearedV2Locks {
  * Removes the lock fields monglock v2 stored (`lock.active`, `lock.timestamp`, and the
  * `lock.<tag>` arrays of the given tags) from the documents matching `filter`, leaving
  * monglock 3's fields and your data alone. Run it once, after every v2 client has stopped (see
- * "Upgrading from v2" in the README): v2 and 3 do not see each other's locks.
+ * docs/upgrading-from-v2.md): v2 and 3 do not see each other's locks.
  * @throws {TypeError} on invalid arguments, before anything is written.
  * @example
  * await clearV2Locks(db.collection('orders'), { tags: ['read', 'write'] });
