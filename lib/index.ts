@@ -7,11 +7,12 @@ export { commit, Commit } from './locks/commit';
 export type { HandleParams, LockData } from './locks/lock-handle';
 export type { PromiseLibraries, PromiseOf } from './common/promise-types';
 export { LockError, isLockError } from './common/errors';
-export type { LockErrorType, LockErrorSubtype, LockErrorFields, BoomLike } from './common/errors';
+export type { LockErrorType, LockErrorSubtype, LockErrorFields, LockErrorDetails, BoomLike } from './common/errors';
 export type {
   CallOptions,
   DocumentOf,
   DocumentOption,
+  DocumentOptionOf,
   DocumentParams,
   HoldParams,
   LockFilter,
@@ -22,7 +23,7 @@ export type {
   WriteConcernW,
 } from './common/options';
 export type { LockRelationships, TagRelationship } from './locks/relationships';
-export type { StoredLock, StoredEntry } from './protocol/stored-format';
+export type { StoredLock, StoredEntry, StoredCommit, StoredTicket } from './protocol/stored-format';
 export type { UsingBody } from './locks/scoped-hold';
 export type { WaitOptions } from './waiting/wait-options';
 export { resourceLocks, ResourceLockHandle } from './resources/resource-locks';

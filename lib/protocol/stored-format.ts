@@ -43,7 +43,7 @@ export interface StoredTicket {
 /**
  * The record a commit leaves: the commit's own id (two commits of one lock are told apart), the id
  * of the lock it released, and the server time until which the record is kept (acquisitions prune
- * it after). Records are kept sorted by `exp`, at most {@link COMMIT_RECORDS} of them, so one can
+ * it after). Records are kept sorted by `exp`, at most 64 of them (`COMMIT_RECORDS`), so one can
  * only be evicted early by as many with a later `exp`.
  */
 export interface StoredCommit {
