@@ -1,0 +1,114 @@
+/**
+ * A typo never loosens a lock: in plain JavaScript (no compiler), every options and params object
+ * refuses a key it does not know with a TypeError that names the key and the nearest known one,
+ * before anything is written. Ignoring `lok` made a release a forced one; ignoring `wiat` made an
+ * acquire fail fast; a relationship that named `wirte` declared a tag nobody holds.
+ */
+import { expect } from 'chai';
+import { clearV2Locks, multiLock, resourceLocks, writeLock, type LockHandle } from '../../lib';
+import { instrumentMonglock } from '../../lib/otel';
+import { failureOf, freshCollection, rejectionOf, snapshotOf } from '../support/fixture';
+
+/** A call made with a misspelled key: the key as named in the message, and the known key it should suggest. */
+type Case = readonly [string, () => unknown, string, string | undefined];
+
+describe('unknown keys: a typo never loosens a lock', () => {
+  it('a misspelled proof (`lok`) is refused: the live lock is not force-released', async () => {
+    const collection = await freshCollection([{ _id: 'a' }]);
+    const lock = writeLock({ collection });
+    const handle = await lock.acquire({ _id: 'a' });
+    const error = await rejectionOf(lock.release({ _id: 'a' }, { lok: handle } as never));
+    expect(error).to.be.instanceOf(TypeError);
+    expect(error.message).to.match(/`params\.lok`.*Did you mean `lock`\?/);
+    expect((await rejectionOf(lock.acquire({ _id: 'a' }))).subtype, 'still held').to.equal('LockAlreadyTaken');
+    await handle.release();
+  });
+
+  it('a misspelled update (`updaet`) is refused: nothing is written and the lock stays held', async () => {
+    const collection = await freshCollection([{ _id: 'a', balance: 10 }]);
+    const lock = writeLock({ collection });
+    const handle = await lock.acquire({ _id: 'a' });
+    const error = await rejectionOf(handle.release({ updaet: { $set: { balance: 0 } } } as never));
+    expect(error).to.be.instanceOf(TypeError);
+    expect(error.message).to.match(/`params\.updaet`.*Did you mean `update`\?/);
+    expect((await collection.findOne({ _id: 'a' as never }))?.balance).to.equal(10);
+    expect((await rejectionOf(lock.acquire({ _id: 'a' }))).subtype, 'still held').to.equal('LockAlreadyTaken');
+    await handle.release({ update: { $set: { balance: 0 } } });
+    expect((await collection.findOne({ _id: 'a' as never }))?.balance).to.equal(0);
+  });
+
+  it('a relationship naming an undeclared tag (`wirte`) is refused, so exclusion cannot be switched off', () => {
+    const make = (): unknown =>
+      multiLock({
+        collection: {} as never,
+        locktimeout: 5000,
+        lockRelationships: { read: { cooperative: ['wirte'] }, write: { cooperative: ['write', 'read'] } },
+      });
+    expect(make).to.throw(TypeError, /Tag `wirte` in `options\.lockRelationships\.read\.cooperative` is not declared \(did you mean `write`\?\)/);
+  });
+
+  it('a tag declared only by its lease (v2 style) may be named in relationships', async () => {
+    const collection = await freshCollection([{ _id: 1 }]);
+    const rw = multiLock({ collection, locktimeouts: { read: 5000, write: 5000 }, lockRelationships: { read: { cooperative: ['write'] } } });
+    const writer = await rw.acquire({ _id: 1 }, { tag: 'write' });
+    expect((await rejectionOf(rw.acquire({ _id: 1 }, { tag: 'read' }))).subtype).to.equal('CooperativeLock');
+    await writer.release();
+  });
+
+  it('every options and params object refuses an unknown key, names the nearest known one, and writes nothing', async function () {
+    this.timeout(30_000);
+    const docs = await freshCollection([{ _id: 1, v: 'a' }, { _id: 2, v: 'b' }]);
+    const lockColl = await freshCollection();
+    const wl = writeLock({ collection: docs });
+    const ml = multiLock({ collection: docs, locktimeouts: { read: 1000, write: 1000 }, lockRelationships: { read: { cooperative: ['write'] } } });
+    const rl = resourceLocks({ collection: lockColl });
+    const held: LockHandle = await wl.acquire({ _id: 1 });
+    const heldRead = await ml.acquire({ _id: 2 }, { tag: 'read' });
+    const resource = await rl.xlock('res', 'group');
+    const snapshot = (): Promise<string> => snapshotOf(docs, lockColl);
+    const before = await snapshot();
+    const body = async (): Promise<number> => 1;
+
+    const cases: Case[] = [
+      ['writeLock options', () => writeLock({ collection: docs, lockTimeout: 5000 } as never), 'options.lockTimeout', 'locktimeout'],
+      ['writeLock options: a multiLock option', () => writeLock({ collection: docs, locktimeouts: { write: 1 } } as never), 'options.locktimeouts', undefined],
+      ['multiLock options', () => multiLock({ collection: docs, locktimeouts: { a: 1 }, lockRelationship: {} } as never), 'options.lockRelationship', 'lockRelationships'],
+      ['multiLock relationship', () => multiLock({ collection: docs, locktimeout: 1, lockRelationships: { a: { coperative: ['a'] } } } as never), 'options.lockRelationships.a.coperative', 'cooperative'],
+      ['resourceLocks options', () => resourceLocks({ collection: lockColl, gcafter: 1 } as never), 'options.gcafter', 'gcAfter'],
+      ['resourceLocks options: fair', () => resourceLocks({ collection: lockColl, fair: true } as never), 'options.fair', undefined],
+      ['clearV2Locks options', () => clearV2Locks(docs, { tag: ['read'] } as never), 'options.tag', 'tags'],
+      ['instrumentMonglock options', () => instrumentMonglock({ tracerprovider: {} } as never), 'options.tracerprovider', 'tracerProvider'],
+      ['writeLock.acquire', () => wl.acquire({ _id: 2 }, { wiat: 1000 } as never), 'params.wiat', 'wait'],
+      ['writeLock.acquire: a per-lock option', () => wl.acquire({ _id: 2 }, { collection: lockColl } as never), 'params.collection', undefined],
+      ['writeLock.using', () => wl.using({ _id: 2 }, { maxhold: 10 } as never, body), 'params.maxhold', 'maxHold'],
+      ['writeLock.release', () => wl.release({ _id: 1 }, { lok: held } as never), 'params.lok', 'lock'],
+      ['writeLock.release: a lease', () => wl.release({ _id: 1 }, { lock: held, locktimeout: 1 } as never), 'params.locktimeout', undefined],
+      ['writeLock.extend', () => wl.extend({ _id: 1 }, { lock: held, locktimeot: 1 } as never), 'params.locktimeot', 'locktimeout'],
+      ['multiLock.acquire', () => ml.acquire({ _id: 2 }, { tag: 'read', documnet: true } as never), 'params.documnet', 'document'],
+      ['multiLock.acquire (continuation)', () => ml.acquire({ _id: 2 }, { lock: heldRead, wiat: 1 } as never), 'params.wiat', 'wait'],
+      ['multiLock.using', () => ml.using({ _id: 2 }, { tag: 'read', signl: undefined } as never, body), 'params.signl', 'signal'],
+      ['multiLock.release', () => ml.release({ _id: 2 }, { lock: heldRead, updte: {} } as never), 'params.updte', 'update'],
+      ['multiLock.extend', () => ml.extend({ _id: 2 }, { lock: heldRead, timout: 1 } as never), 'params.timout', 'timeout'],
+      ['handle.release', () => held.release({ updaet: { $set: { v: 'x' } } } as never), 'params.updaet', 'update'],
+      ['handle.extend', () => held.extend(1000, { W: 1 } as never), 'params.W', 'w'],
+      ['xlock', () => rl.xlock('res2', 'g', { tll: 10 } as never), 'params.tll', 'ttl'],
+      ['slock', () => rl.slock('res2', 'g', { ownr: 'me' } as never), 'params.ownr', 'owner'],
+      ['slock: fair', () => rl.slock('res2', 'g', { fair: true } as never), 'params.fair', undefined],
+      ['resource using', () => rl.using('res2', 'g', { sharred: true } as never, body), 'params.sharred', 'shared'],
+      ['status filter', () => rl.status({ lockid: 'group' } as never), 'filter.lockid', 'lockId'],
+      ['resource handle.release', () => resource.release({ wait: 1 } as never), 'params.wait', 'w'],
+      ['resource handle.extend', () => resource.extend(1000, { lockId: 'x' } as never), 'params.lockId', undefined],
+    ];
+
+    const wrong: string[] = [];
+    for (const [name, call, key, nearest] of cases) {
+      const error = await failureOf(call);
+      const named = error instanceof TypeError && error.message.includes(`\`${key}\``);
+      const suggested = nearest === undefined || error.message.includes(`Did you mean \`${nearest}\`?`);
+      if (!named || !suggested) wrong.push(`${name}: ${error.name}: ${error.message}`);
+    }
+    expect(wrong).to.deep.equal([]);
+    expect(await snapshot(), 'nothing written').to.equal(before);
+    await Promise.all([held.release(), heldRead.release(), resource.release()]);
+  });
+});

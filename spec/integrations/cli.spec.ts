@@ -1,0 +1,189 @@
+/**
+ * `npx monglock` end to end: spawned processes against the test backend, their real output and
+ * exit codes.
+ */
+import { spawn } from 'node:child_process';
+import { resolve } from 'node:path';
+import { createInterface } from 'node:readline';
+import { expect } from 'chai';
+import { isLockError, multiLock, resourceLocks, writeLock } from '../../lib';
+import type { ListedLock } from '../../lib/integrations/cli/lock-listing';
+import { freshCollection, mongoBackend, rejectionOf, sleep } from '../support/fixture';
+
+const ROOT = resolve(__dirname, '..', '..');
+const CLI = ['--import', 'tsx', 'lib/cli.ts'];
+
+/** Runs the CLI to its end: exit code, stdout, stderr. */
+function run(args: string[], input = ''): Promise<{ code: number | null; out: string; err: string }> {
+  return new Promise((done) => {
+    const child = spawn(process.execPath, [...CLI, ...args], { cwd: ROOT, env: { ...process.env, MONGODB_URI: undefined } });
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (err += chunk.toString()));
+    child.stdin.end(input);
+    const killer = setTimeout(() => child.kill('SIGKILL'), 30_000); // a hung CLI never outlives the test
+    child.once('exit', (code) => {
+      clearTimeout(killer);
+      done({ code, out, err });
+    });
+  });
+}
+
+describe('monglock CLI', function () {
+  this.timeout(60_000);
+
+  it('status lists held locks and waiters (table and --json); release --id force-releases one; bad calls exit 1 or 2', async () => {
+    const collection = await freshCollection([{ _id: 'order-1' }, { _id: 'order-2' }]);
+    const where = ['--uri', mongoBackend().uri, '--db', collection.dbName, '--collection', collection.collectionName];
+    const orders = writeLock({ collection, locktimeout: 30_000, fair: true });
+    const rw = multiLock({ collection, locktimeouts: { read: 30_000 } });
+    const writer = await orders.acquire({ _id: 'order-1' });
+    const waiter = orders.acquire({ _id: 'order-1' }, { wait: 20_000 }); // takes a fair-mode ticket
+    const readers = [await rw.acquire({ _id: 'order-2' }, { tag: 'read' }), await rw.acquire({ _id: 'order-2' }, { tag: 'read' })];
+    await sleep(300);
+
+    const table = await run(['status', ...where]);
+    console.log(table.out.replace(/^/gm, '      | '));
+    expect(table.code).to.equal(0);
+    expect(table.out.split('\n')[0]).to.match(/^TARGET\s+TAG\s+STATE\s+LOCK ID\s+DOC FENCE\s+SINCE\s+EXPIRES \(server\)\s+LEFT\s+OWNER$/);
+    expect(table.out).to.match(new RegExp(`order-1\\s+write\\s+held\\s+${writer.id}\\s+${writer.fence}\\s`));
+    expect(table.out).to.match(/order-1\s+write\s+waiting\s+[0-9a-f]{32}\s+-\s/);
+
+    const json = await run(['status', ...where, '--json']);
+    const rows = JSON.parse(json.out) as Array<ListedLock & { since: string }>;
+    expect(rows.filter((row) => row.state === 'held').map((row) => row.lockId).sort()).to.deep.equal([writer.id, ...readers.map((r) => r.id)].sort());
+    expect(rows.find((row) => row.lockId === writer.id)).to.include({ target: 'order-1', tag: 'write', documentFence: writer.fence });
+    expect(rows.find((row) => row.lockId === writer.id)?.remainingMs).to.be.within(25_000, 30_000);
+
+    // Without --yes and without a terminal: refused, nothing released.
+    const unconfirmed = await run(['release', ...where, '--id', writer.id]);
+    expect(unconfirmed.code).to.equal(2);
+    expect(unconfirmed.err).to.match(/pass --yes/);
+    const released = await run(['release', ...where, '--id', writer.id, '--yes']);
+    expect(released.code, released.err).to.equal(0);
+    expect(released.out).to.match(/released 1 lock/);
+    // The waiter gets it; the former holder learns it lost it.
+    const next = await waiter;
+    expect(isLockError(await rejectionOf(writer.release()), 'LockWasReacquired')).to.equal(true);
+    await next.release();
+
+    const tag = await run(['release', ...where, '--doc', 'order-2', '--tag', 'read', '--yes']);
+    expect(tag.out).to.match(/released 2 lock/);
+    expect((await run(['status', ...where])).out.trim()).to.equal('no locks');
+
+    const missing = await run(['release', ...where, '--id', 'f'.repeat(32), '--yes']);
+    expect(missing.code).to.equal(1);
+    expect(missing.err).to.match(/no lock with id f{32}/);
+    const usage = await run(['status', '--uri', mongoBackend().uri]);
+    expect(usage.code).to.equal(2);
+    expect(usage.err).to.match(/required option '--db <name>' not specified/);
+    const down = await run(['status', '--uri', 'mongodb://127.0.0.1:1/?serverSelectionTimeoutMS=500', '--db', 'x', '--collection', 'y']);
+    expect(down.code).to.equal(1);
+    expect(down.err).to.match(/^monglock: /);
+  });
+
+  it('a lock held now among 1,000 formerly locked documents is listed, and release --doc frees it', async () => {
+    const collection = await freshCollection(Array.from({ length: 1_001 }, (_, i) => ({ _id: `doc-${String(i).padStart(4, '0')}` })));
+    const where = ['--uri', mongoBackend().uri, '--db', collection.dbName, '--collection', collection.collectionName];
+    const lock = writeLock({ collection, locktimeout: 30_000 });
+    for (let i = 0; i < 1_000; i++) await (await lock.acquire({ _id: `doc-${String(i).padStart(4, '0')}` })).release();
+    const held = await lock.acquire({ _id: 'doc-1000' });
+    const status = await run(['status', ...where, '--json']);
+    expect(status.code, status.err).to.equal(0);
+    expect((JSON.parse(status.out) as ListedLock[]).map((row) => [row.target, row.lockId])).to.deep.equal([['doc-1000', held.id]]);
+    expect(status.err).to.match(/hint: without an index on lock\.until/);
+    await collection.createIndex({ 'lock.until': 1 });
+    expect((await run(['status', ...where])).err).not.to.match(/hint/);
+    const released = await run(['release', ...where, '--doc', 'doc-1000', '--tag', 'write', '--yes']);
+    expect(released.code, released.err).to.equal(0);
+    expect(released.out).to.match(/released 1 lock/);
+    expect(isLockError(await rejectionOf(held.release()), 'LockNotFound')).to.equal(true);
+  });
+
+  it('a namespace that does not exist, --interval 0 and a --field with $ are errors, not "no locks"', async () => {
+    const collection = await freshCollection([{ _id: 1 }]);
+    const uri = ['--uri', mongoBackend().uri];
+    const wrongCollection = await run(['status', ...uri, '--db', collection.dbName, '--collection', `${collection.collectionName}x`]);
+    expect({ code: wrongCollection.code, out: wrongCollection.out }).to.deep.equal({ code: 1, out: '' });
+    expect(wrongCollection.err).to.match(new RegExp(`namespace ${collection.dbName}\\.${collection.collectionName}x does not exist \\(its collections: .*${collection.collectionName}`));
+    const wrongDb = await run(['status', ...uri, '--db', 'monglock_no_such_db', '--collection', collection.collectionName]);
+    expect(wrongDb.code).to.equal(1);
+    expect(wrongDb.err).to.match(/namespace monglock_no_such_db\.\S+ does not exist \(database monglock_no_such_db has no collections\)/);
+    const where = [...uri, '--db', collection.dbName, '--collection', collection.collectionName];
+    const zero = await run(['watch', ...where, '--interval', '0']);
+    expect(zero.code).to.equal(2);
+    expect(zero.err).to.match(/--interval.*'0' is invalid\. expected a whole number of ms, at least 1/);
+    const dollar = await run(['status', ...where, '--field', '$where']);
+    expect(dollar.code).to.equal(2);
+    expect(dollar.err).to.match(/--field.*is invalid/);
+  });
+
+  it('status and release --resources for resourceLocks collections', async () => {
+    const collection = await freshCollection();
+    const where = ['--uri', mongoBackend().uri, '--db', collection.dbName, '--collection', collection.collectionName, '--resources'];
+    const locks = resourceLocks({ collection });
+    await locks.xlock('invoice-run', 'job-42', { owner: 'billing', ttl: 60_000 });
+    const status = await run(['status', ...where]);
+    expect(status.out).to.match(/invoice-run\s+exclusive\s+held\s+job-42\s+-\s.*billing/);
+    const released = await run(['release', ...where, '--id', 'job-42', '--yes']);
+    expect(released.out).to.match(/released 1 resource lock/);
+    expect(await locks.status()).to.deep.equal([]);
+  });
+
+  it('watch shows acquisitions and releases live, and stops on SIGINT', async () => {
+    const collection = await freshCollection([{ _id: 'w' }]);
+    const child = spawn(process.execPath, [...CLI, 'watch', '--uri', mongoBackend().uri, '--db', collection.dbName, '--collection', collection.collectionName, '--interval', '100'], { cwd: ROOT });
+    const lines: string[] = [];
+    createInterface({ input: child.stdout }).on('line', (line) => lines.push(line));
+    const exited = new Promise<number | null>((done) => child.once('exit', done));
+    const until = async (pattern: RegExp): Promise<void> => {
+      for (let i = 0; i < 100 && !lines.some((line) => pattern.test(line)); i++) await sleep(50);
+      expect(lines.join('\n')).to.match(pattern);
+    };
+    try {
+      await until(/^no locks$/);
+      const lock = writeLock({ collection });
+      const held = await lock.acquire({ _id: 'w' });
+      await until(new RegExp(`\\+ w write held ${held.id} doc fence 1$`));
+      await held.release();
+      await until(new RegExp(`- w write held ${held.id} doc fence 1$`));
+    } finally {
+      child.kill('SIGINT'); // also when an expectation failed: the watcher never outlives the test
+    }
+    expect(await exited).to.equal(0);
+  });
+
+  it('release --doc 42 matches the number 42 only: the lock of the document whose _id is the string "42" stays held', async () => {
+    const collection = await freshCollection([{ _id: 42 }, { _id: '42' }]);
+    const where = ['--uri', mongoBackend().uri, '--db', collection.dbName, '--collection', collection.collectionName];
+    const lock = writeLock({ collection, locktimeout: 30_000 });
+    const numeric = await lock.acquire({ _id: 42 });
+    const textual = await lock.acquire({ _id: '42' }); // a client working on document "42"
+
+    const released = await run(['release', ...where, '--doc', '42', '--tag', 'write', '--yes']);
+    console.log(released.out.replace(/^/gm, '      | '));
+    expect(released.code, released.err).to.equal(0);
+    const numericGone = await rejectionOf(numeric.release()); // the lock meant was released
+    expect(isLockError(numericGone, 'LockNotFound') || isLockError(numericGone, 'LockWasReacquired'), String(numericGone)).to.equal(true);
+
+    // Document "42" must still be locked by its holder; nobody else may take it.
+    const intruder = await lock.acquire({ _id: '42' }).catch((error: unknown) => error);
+    const secondHolder = !isLockError(intruder, 'LockAlreadyTaken');
+    if (secondHolder) await (intruder as { release(): Promise<void> }).release();
+    else await textual.release();
+    expect(secondHolder, 'another client acquired document "42" while its holder still held it').to.equal(false);
+  });
+
+  it('a stray word is a usage error, never ignored: `status … all` (meant --all), `release … --doc order-1 --tag write order-2`', async () => {
+    const collection = await freshCollection([{ _id: 'order-1' }, { _id: 'order-2' }]);
+    const where = ['--uri', mongoBackend().uri, '--db', collection.dbName, '--collection', collection.collectionName];
+    const orders = writeLock({ collection, locktimeout: 30_000 });
+    const held = [await orders.acquire({ _id: 'order-1' }), await orders.acquire({ _id: 'order-2' })];
+    const status = await run(['status', ...where, 'all']);
+    const release = await run(['release', ...where, '--doc', 'order-1', '--tag', 'write', 'order-2', '--yes']);
+    expect([status.code, release.code], `${status.err}\n${release.err}`).to.deep.equal([2, 2]);
+    expect(status.err + release.err).to.match(/too many arguments/);
+    for (const handle of held) await handle.release(); // both still held: nothing was released
+  });
+});

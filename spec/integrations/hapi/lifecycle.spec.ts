@@ -1,0 +1,654 @@
+/**
+ * Defect 1: the lock must cover every step from onPreHandler to the end of the handler, pre
+ * methods included, also when hapi answers early (server timeout, client disconnect) while the
+ * handler step goes on.
+ */
+import { request as httpRequest } from 'node:http';
+import * as Boom from '@hapi/boom';
+import Hapi from '@hapi/hapi';
+import { expect } from 'chai';
+import type { Collection, Document } from 'mongodb';
+import { isLockError, writeLock, type LockHandle, type WriteLock } from '../../../lib';
+import { lockOf, monglockPlugin } from '../../../lib/hapi';
+import { realNow } from '../../support/clock';
+import { freshCollection, sleep } from '../../support/fixture';
+
+const servers: Hapi.Server[] = [];
+
+async function makeServer(setup: (server: Hapi.Server) => void): Promise<Hapi.Server> {
+  const server = Hapi.server({ host: '127.0.0.1', port: 0, debug: false });
+  await server.register({ plugin: monglockPlugin });
+  setup(server);
+  servers.push(server);
+  return server;
+}
+
+/** Ids of the unexpired `write` entries of document `id`: the lock's stored state. */
+async function heldIds(collection: Collection<Document>, id: unknown): Promise<string[]> {
+  const doc = await collection.findOne({ _id: id as never });
+  return ((doc?.lock?.tags?.write ?? []) as Array<{ id: string; exp: Date }>).filter((e) => e.exp.getTime() > Date.now()).map((e) => e.id);
+}
+
+/** Resolves once document `id` holds no live lock entry; fails after `ms` (well below the 10 s lease, so only a release explains it). */
+async function released(collection: Collection<Document>, id: unknown, ms = 2_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while ((await heldIds(collection, id)).length > 0) {
+    if (Date.now() > deadline) throw new Error(`document ${String(id)} is still locked after ${ms} ms`);
+    await sleep(10);
+  }
+}
+
+/** What a second client gets: 'acquired' (then it lets go at once) or the refusal's subtype. */
+async function rivalTries(rival: WriteLock, id: unknown): Promise<string> {
+  try {
+    const handle = await rival.acquire({ _id: id });
+    await handle.release();
+    return 'acquired';
+  } catch (error) {
+    return String((error as { subtype?: string }).subtype ?? error);
+  }
+}
+
+/**
+ * A real HTTP request; resolves the status, or 0 when `abortAfter` ms cut it short. On Node 20
+ * only a request whose body hapi has not read (a GET) makes hapi answer a disconnect at once.
+ */
+function send(port: number, method: string, path: string, abortAfter?: number): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest({ host: '127.0.0.1', port, path, method }, (res) => {
+      res.resume();
+      res.on('end', () => resolve(res.statusCode ?? 0));
+    });
+    req.on('error', (error: NodeJS.ErrnoException) => (abortAfter !== undefined ? resolve(0) : reject(error)));
+    if (abortAfter !== undefined) setTimeout(() => req.destroy(), abortAfter);
+    req.end();
+  });
+}
+
+/** A promise with its resolve function. */
+function deferred<T = void>(): { promise: Promise<T>; resolve: (value: T) => void } {
+  let resolve!: (value: T) => void;
+  const promise = new Promise<T>((done) => (resolve = done));
+  return { promise, resolve };
+}
+
+/** Resolves with the status hapi answered `path` with, once the response is out (the `response` server event). */
+function responseOf(server: Hapi.Server, path: string): Promise<number> {
+  return new Promise((resolve) => {
+    const listener = (request: Hapi.Request): void => {
+      if (request.path !== path) return;
+      server.events.removeListener('response', listener);
+      const response = request.response as { statusCode?: number; output?: { statusCode: number } } | null;
+      resolve(response?.output?.statusCode ?? response?.statusCode ?? 0);
+    };
+    server.events.on('response', listener);
+  });
+}
+
+const byId = (request: Hapi.Request): Document => ({ _id: request.params.id });
+
+describe('hapi plugin: the lock covers pre methods and the handler', () => {
+  afterEach(async () => {
+    await Promise.all(servers.splice(0).map((server) => server.stop({ timeout: 1_000 })));
+  });
+
+  it('server timeout during a slow pre: the pre and then the handler run under the lock, a rival is refused until the handler finished', async () => {
+    const collection = await freshCollection([{ _id: 'p', writes: 0 }]);
+    const lock = writeLock({ collection });
+    const rival = writeLock({ collection });
+    const seen: Record<string, string | number> = {};
+    const handlerDone = deferred();
+    const server = await makeServer((s) =>
+      s.route({
+        method: 'POST',
+        path: '/orders/{id}',
+        options: {
+          timeout: { server: 100 },
+          plugins: { monglock: { lock, filter: byId } },
+          pre: [
+            {
+              assign: 'checked',
+              method: async (request: Hapi.Request) => {
+                await answered; // the 503 is out; the pre goes on
+                await sleep(50);
+                seen.rivalDuringPre = await rivalTries(rival, request.params.id);
+                await sleep(150);
+                return 'checked';
+              },
+            },
+          ],
+          handler: async (request) => {
+            const write = await collection.updateOne(lockOf(request).guard(), { $inc: { writes: 1 } });
+            seen.matched = write.matchedCount;
+            seen.rivalDuringHandler = await rivalTries(rival, request.params.id);
+            handlerDone.resolve();
+            return 'done';
+          },
+        },
+      }),
+    );
+    const answered = responseOf(server, '/orders/p');
+    expect((await server.inject({ method: 'POST', url: '/orders/p' })).statusCode).to.equal(503);
+    expect(await answered).to.equal(503);
+    await handlerDone.promise;
+    expect(seen).to.deep.equal({ rivalDuringPre: 'LockAlreadyTaken', matched: 1, rivalDuringHandler: 'LockAlreadyTaken' });
+    await released(collection, 'p');
+    expect(await rivalTries(rival, 'p')).to.equal('acquired');
+    expect((await collection.findOne({ _id: 'p' as never }))?.writes).to.equal(1);
+  });
+
+  it('client disconnect during a slow pre: a second request and a rival are refused, the handler writes under the lock, then it is released', async () => {
+    const collection = await freshCollection([{ _id: 'd', writes: 0 }]);
+    const lock = writeLock({ collection });
+    const rival = writeLock({ collection });
+    const seen: Record<string, string | number> = {};
+    const handlerDone = deferred();
+    let port = 0;
+    const server = await makeServer((s) => {
+      s.route({
+        method: 'GET',
+        path: '/orders/{id}',
+        options: {
+          plugins: { monglock: { lock, filter: byId } },
+          pre: [
+            async (request: Hapi.Request) => {
+              await answered; // the client is gone and hapi has finished the request
+              await sleep(50);
+              seen.secondRequest = await send(port, 'POST', `/orders/${request.params.id}/quick`);
+              seen.rivalDuringPre = await rivalTries(rival, request.params.id);
+              await sleep(150);
+              return 'checked';
+            },
+          ],
+          handler: async (request) => {
+            seen.matched = (await collection.updateOne(lockOf(request).guard(), { $inc: { writes: 1 } })).matchedCount;
+            seen.rivalDuringHandler = await rivalTries(rival, request.params.id);
+            handlerDone.resolve();
+            return 'done';
+          },
+        },
+      });
+      s.route({ method: 'POST', path: '/orders/{id}/quick', options: { plugins: { monglock: { lock, filter: byId } }, handler: () => 'quick' } });
+    });
+    await server.start();
+    port = server.info.port as number;
+    const answered = responseOf(server, '/orders/d');
+    expect(await send(port, 'GET', '/orders/d', 100)).to.equal(0);
+    expect(await answered, 'hapi answered the disconnect (499) while the pre ran').to.equal(499);
+    await handlerDone.promise;
+    expect(seen).to.deep.equal({ secondRequest: 409, rivalDuringPre: 'LockAlreadyTaken', matched: 1, rivalDuringHandler: 'LockAlreadyTaken' });
+    await released(collection, 'd');
+    expect(await send(port, 'POST', '/orders/d/quick')).to.equal(200);
+  });
+
+  it('a pre that throws or takes over after a server timeout still leads to the release, and the handler never runs', async () => {
+    const collection = await freshCollection([{ _id: 'throw' }, { _id: 'takeover' }]);
+    const lock = writeLock({ collection });
+    const rival = writeLock({ collection });
+    const seen: Record<string, string> = {};
+    const presDone = { throw: deferred(), takeover: deferred() };
+    let handlerRuns = 0;
+    const server = await makeServer((s) => {
+      for (const id of ['throw', 'takeover'] as const) {
+        s.route({
+          method: 'POST',
+          path: `/${id}/{id}`,
+          options: {
+            timeout: { server: 100 },
+            plugins: { monglock: { lock, filter: byId } },
+            pre: [
+              async (request: Hapi.Request, h: Hapi.ResponseToolkit) => {
+                await responses[id];
+                await sleep(50);
+                seen[id] = await rivalTries(rival, request.params.id);
+                await sleep(50);
+                presDone[id].resolve();
+                if (id === 'throw') throw new Error('the pre failed');
+                return h.response('taken over').takeover();
+              },
+            ],
+            handler: () => {
+              handlerRuns++;
+              return 'handler';
+            },
+          },
+        });
+      }
+    });
+    const responses: Record<string, Promise<number>> = { throw: responseOf(server, '/throw/throw'), takeover: responseOf(server, '/takeover/takeover') };
+    const answers = await Promise.all(['throw', 'takeover'].map((id) => server.inject({ method: 'POST', url: `/${id}/${id}` })));
+    expect(answers.map((answer) => answer.statusCode)).to.deep.equal([503, 503]);
+    await Promise.all([presDone.throw.promise, presDone.takeover.promise]);
+    await Promise.all([released(collection, 'throw'), released(collection, 'takeover')]);
+    expect(seen).to.deep.equal({ throw: 'LockAlreadyTaken', takeover: 'LockAlreadyTaken' });
+    expect(handlerRuns).to.equal(0);
+  });
+
+  it('parallel pre methods and a later pre set after a server timeout: every one runs under the lock', async () => {
+    const collection = await freshCollection([{ _id: 'par', writes: 0 }]);
+    const lock = writeLock({ collection });
+    const rival = writeLock({ collection });
+    const seen: Record<string, string | number> = {};
+    const handlerDone = deferred();
+    const server = await makeServer((s) =>
+      s.route({
+        method: 'POST',
+        path: '/par/{id}',
+        options: {
+          timeout: { server: 100 },
+          plugins: { monglock: { lock, filter: byId } },
+          pre: [
+            [
+              { assign: 'fast', method: () => 'fast' },
+              {
+                assign: 'slow',
+                method: async (request: Hapi.Request) => {
+                  await answered;
+                  await sleep(50);
+                  seen.slow = await rivalTries(rival, request.params.id);
+                  await sleep(100);
+                  return 'slow';
+                },
+              },
+            ],
+            {
+              assign: 'later',
+              method: async (request: Hapi.Request) => {
+                seen.later = await rivalTries(rival, request.params.id);
+                return 'later';
+              },
+            },
+          ],
+          handler: async (request) => {
+            seen.pre = Object.values(request.pre).join(',');
+            seen.matched = (await collection.updateOne(lockOf(request).guard(), { $inc: { writes: 1 } })).matchedCount;
+            handlerDone.resolve();
+            return 'done';
+          },
+        },
+      }),
+    );
+    const answered = responseOf(server, '/par/par');
+    expect((await server.inject({ method: 'POST', url: '/par/par' })).statusCode).to.equal(503);
+    await handlerDone.promise;
+    expect(seen).to.deep.equal({ slow: 'LockAlreadyTaken', later: 'LockAlreadyTaken', pre: 'fast,slow,later', matched: 1 });
+    await released(collection, 'par');
+  });
+
+  it("a pre's failAction function after a server timeout runs under the lock, and so does the handler after it", async () => {
+    const collection = await freshCollection([{ _id: 'fa', writes: 0 }]);
+    const lock = writeLock({ collection });
+    const rival = writeLock({ collection });
+    const seen: Record<string, string | number> = {};
+    const handlerDone = deferred();
+    const server = await makeServer((s) =>
+      s.route({
+        method: 'POST',
+        path: '/fa/{id}',
+        options: {
+          timeout: { server: 100 },
+          plugins: { monglock: { lock, filter: byId } },
+          pre: [
+            {
+              assign: 'price',
+              method: async () => {
+                await answered;
+                throw Boom.badGateway('pricing service down');
+              },
+              failAction: async (request: Hapi.Request) => {
+                await sleep(50);
+                seen.failAction = await rivalTries(rival, request.params.id);
+                await sleep(50);
+                return 'default price';
+              },
+            },
+          ],
+          handler: async (request) => {
+            seen.price = String(request.pre.price);
+            seen.matched = (await collection.updateOne(lockOf(request).guard(), { $inc: { writes: 1 } })).matchedCount;
+            handlerDone.resolve();
+            return 'done';
+          },
+        },
+      }),
+    );
+    const answered = responseOf(server, '/fa/fa');
+    expect((await server.inject({ method: 'POST', url: '/fa/fa' })).statusCode).to.equal(503);
+    await handlerDone.promise;
+    expect(seen).to.deep.equal({ failAction: 'LockAlreadyTaken', price: 'default price', matched: 1 });
+    await released(collection, 'fa');
+  });
+
+  it('a client that disconnects while its request waits for the lock stops the wait: no lock is taken, and the handler never runs', async () => {
+    const collection = await freshCollection([{ _id: 'w' }]);
+    const lock = writeLock({ collection });
+    const holder = await writeLock({ collection }).acquire({ _id: 'w' });
+    let handlerRuns = 0;
+    const server = await makeServer((s) =>
+      s.route({
+        method: 'GET',
+        path: '/wait/{id}',
+        options: {
+          plugins: { monglock: { lock, filter: byId, wait: 5_000 } },
+          handler: () => {
+            handlerRuns++;
+            return 'done';
+          },
+        },
+      }),
+    );
+    await server.start();
+    const answered = responseOf(server, '/wait/w');
+    expect(await send(server.info.port as number, 'GET', '/wait/w', 100)).to.equal(0);
+    expect(await answered).to.equal(499);
+    await holder.release();
+    // The wait was aborted with the response: nothing acquires the free document any more.
+    await sleep(400);
+    expect((await collection.findOne({ _id: 'w' as never }))?.lock?.fence, 'no later acquisition').to.equal(holder.fence);
+    await released(collection, 'w');
+    expect(handlerRuns).to.equal(0);
+  });
+
+  it('once the lock is released, a pre method or handler that hapi still calls is refused and never runs', async () => {
+    const collection = await freshCollection([{ _id: 'late' }]);
+    const lock = writeLock({ collection });
+    const calls: string[] = [];
+    const handlerRan = deferred<string>();
+    const server = await makeServer((s) =>
+      s.route({
+        method: 'POST',
+        path: '/late/{id}',
+        options: {
+          timeout: { server: 100 },
+          plugins: { monglock: { lock, filter: byId } },
+          pre: [
+            // Its response's async prepare keeps hapi busy for more than a macrotask after the pre returned.
+            {
+              assign: 'price',
+              method: async (request: Hapi.Request) => {
+                await answered;
+                return request.generateResponse('42', { variety: 'plain', prepare: async (response) => (await sleep(100), response) });
+              },
+            },
+            { assign: 'second', method: () => (calls.push('second pre'), 'second'), failAction: 'ignore' },
+          ],
+          handler: () => (calls.push('handler'), handlerRan.resolve('the handler ran'), 'handler'),
+        },
+      }),
+    );
+    const refused = new Promise<string>((resolve) =>
+      server.events.on({ name: 'request', channels: 'internal' }, (_request, event, tags) => {
+        const error = (event.error ?? event.data) as Error | undefined;
+        if (tags.handler && error?.message?.includes('monglock')) resolve(error.message);
+      }),
+    );
+    const answered = responseOf(server, '/late/late');
+    expect((await server.inject({ method: 'POST', url: '/late/late' })).statusCode).to.equal(503);
+    expect(await Promise.race([refused, handlerRan.promise])).to.equal('monglock: not running the handler of POST /late/{id}: its lock is released');
+    expect(calls, 'neither the second pre method nor the handler ran').to.deep.equal([]);
+    await released(collection, 'late');
+  });
+
+  it("when hapi's pre internals cannot be wrapped, the lock is held until the handler has finished (and a warning is logged once)", async () => {
+    const collection = await freshCollection([{ _id: 'fb', writes: 0 }]);
+    const lock = writeLock({ collection });
+    const rival = writeLock({ collection });
+    const warnings: string[] = [];
+    const seen: Record<string, string | number> = {};
+    const server = await makeServer((s) => {
+      s.events.on('log', (event, tags) => tags.warning && warnings.push(String(event.data)));
+      // Stands for a hapi whose prerequisites the plugin does not recognise.
+      s.ext('onPreAuth', (request, h) => {
+        for (const set of (request as unknown as { _route: { _prerequisites: object[][] | null } })._route._prerequisites ?? []) set.forEach((item) => Object.freeze(item));
+        return h.continue;
+      });
+      s.route({
+        method: 'POST',
+        path: '/fb/{id}',
+        options: {
+          timeout: { server: 100 },
+          plugins: { monglock: { lock, filter: byId } },
+          pre: [
+            async (request: Hapi.Request) => {
+              await sleep(150);
+              seen.rivalDuringPre = await rivalTries(rival, request.params.id);
+              await sleep(50);
+              return 'checked';
+            },
+          ],
+          handler: async (request) => {
+            seen.matched = (await collection.updateOne(lockOf(request).guard(), { $inc: { writes: 1 } })).matchedCount;
+            return 'done';
+          },
+        },
+      });
+    });
+    const handled = responseOf(server, '/fb/fb');
+    expect((await server.inject({ method: 'POST', url: '/fb/fb' })).statusCode).to.equal(503);
+    await handled;
+    await released(collection, 'fb');
+    expect(seen).to.deep.equal({ rivalDuringPre: 'LockAlreadyTaken', matched: 1 });
+    expect((await server.inject({ method: 'POST', url: '/fb/fb' })).statusCode).to.equal(503);
+    await released(collection, 'fb');
+    expect(warnings).to.deep.equal([
+      'monglock: cannot follow the pre methods of POST /fb/{id} in this hapi version; its lock is released only after the handler has finished (or by its lease)',
+    ]);
+  });
+});
+
+/*
+ * A `mode: 'checkout'` route keeps its lock after the response, for the client to release later
+ * with the JSON the handler returns; when that JSON never reaches the client (the client
+ * disconnected while the request waited for the lock; the handler failed), the plugin releases
+ * the lock. The defect guarded against: nobody could release it, and the document stayed locked
+ * until the lease ended.
+ */
+describe('hapi checkout routes whose lock never reaches the client', () => {
+  afterEach(async () => {
+    await Promise.all(servers.splice(0).map((server) => server.stop({ timeout: 1_000 })));
+  });
+
+  it('the client disconnects while its checkout request waits for the lock: nobody holds the lock afterwards', async () => {
+    const collection = await freshCollection([{ _id: 'd' }]);
+    const lock = writeLock({ collection, locktimeout: 10_000 });
+    const holder = await writeLock({ collection }).acquire({ _id: 'd' });
+    let handlerRuns = 0;
+    const server = await makeServer((s) =>
+      s.route({
+        method: 'GET',
+        path: '/docs/{id}/checkout',
+        options: {
+          plugins: { monglock: { lock, filter: byId, wait: 5_000, mode: 'checkout' } },
+          handler: (request) => {
+            handlerRuns++;
+            return lockOf(request).lock;
+          },
+        },
+      }),
+    );
+    await server.start();
+    expect(await send(server.info.port as number, 'GET', '/docs/d/checkout', 100)).to.equal(0); // gave up
+    await holder.release();
+    await sleep(1_000);
+    expect({ handlerRuns, held: (await heldIds(collection, 'd')).length }, 'nobody received the lock, so nobody may hold it').to.deep.equal({ handlerRuns: 0, held: 0 });
+  });
+
+  it('the checkout handler fails (500): the client never got the lock JSON, so the lock is released', async () => {
+    const collection = await freshCollection([{ _id: 'e' }]);
+    const lock = writeLock({ collection, locktimeout: 10_000 });
+    const server = await makeServer((s) =>
+      s.route({
+        method: 'POST',
+        path: '/docs/{id}/checkout',
+        options: {
+          plugins: { monglock: { lock, filter: byId, mode: 'checkout' } },
+          handler: () => {
+            throw new Error('the draft could not be loaded');
+          },
+        },
+      }),
+    );
+    expect((await server.inject({ method: 'POST', url: '/docs/e/checkout' })).statusCode).to.equal(500);
+    await sleep(200);
+    expect(await heldIds(collection, 'e'), 'a failed checkout holds nothing').to.deep.equal([]);
+  });
+});
+
+/*
+ * The plugin holds its lock until the response is out and none of the route's pre
+ * methods/failActions/handler runs (README: "the handler still finishes under its lock"), and keeps
+ * the lease alive meanwhile, as using() does. The defect guarded against: the plugin had no lease
+ * keeper, so a handler that ran longer than the lease ran next to another request's handler.
+ */
+describe('hapi hold route whose handler outlives the lease', () => {
+  let server: Hapi.Server | undefined;
+  afterEach(async () => {
+    await server?.stop({ timeout: 1_000 });
+  });
+
+  it('the lease is kept alive: never two handlers of one locked document at the same time', async function () {
+    this.timeout(10_000);
+    const collection = await freshCollection([{ _id: 'a' }]);
+    const orders = writeLock({ collection, locktimeout: 500 });
+    let running = 0;
+    let most = 0;
+    server = Hapi.server({ debug: false });
+    await server.register({ plugin: monglockPlugin });
+    server.route({
+      method: 'POST',
+      path: '/orders/{id}/pay',
+      options: {
+        plugins: { monglock: { lock: orders, filter: (request: Hapi.Request): Document => ({ _id: request.params.id }), wait: 3_000 } },
+        handler: async () => {
+          running++;
+          most = Math.max(most, running);
+          await sleep(1_200); // a slow payment provider
+          running--;
+          return 'paid';
+        },
+      },
+    });
+    const first = server.inject({ method: 'POST', url: '/orders/a/pay' });
+    await sleep(100);
+    const second = server.inject({ method: 'POST', url: '/orders/a/pay' });
+    const codes = [(await first).statusCode, (await second).statusCode];
+    expect({ codes, most }, 'one handler at a time on one document').to.deep.equal({ codes: [200, 200], most: 1 });
+  });
+});
+
+/*
+ * The plugin's lease keeper replans whenever the handle's expiry changes, as using()'s does. The
+ * defect guarded against: it did not watch the handle, so a handler that extended its own lock
+ * (`lockOf(request).lock.extend()`, which defaults to the lock's own lease, not the route's
+ * `locktimeout`) shortened the server's lease under the keeper's plan: `lockOf(request).signal`
+ * stayed un-aborted while another request acquired the lock and ran its handler. (The same
+ * scenario for using() is in spec/locks/lease.spec.ts.)
+ */
+describe('hapi handler that extends its own lock', () => {
+  let server: Hapi.Server | undefined;
+  afterEach(async () => {
+    await server?.stop({ timeout: 1_000 });
+  });
+
+  it('route locktimeout 4000, lock default 1000, handler calls lock.extend(): the keeper replans, no second handler while the first one\'s signal is live', async function () {
+    this.timeout(15_000);
+    const collection = await freshCollection([{ _id: 'a' }]);
+    const orders = writeLock({ collection, locktimeout: 1_000 });
+    let firstAbortedAt = 0;
+    let secondStartedAt = 0;
+    let firstEndedAt = 0;
+    server = Hapi.server({ debug: false });
+    await server.register({ plugin: monglockPlugin });
+    server.route({
+      method: 'POST',
+      path: '/orders/{id}/pay',
+      options: {
+        plugins: { monglock: { lock: orders, filter: (request: Hapi.Request): Document => ({ _id: request.params.id }), wait: 5_000, locktimeout: 4_000 } },
+        handler: async (request) => {
+          const { lock, signal } = lockOf(request);
+          if (request.query.first === undefined) {
+            secondStartedAt = realNow();
+            return 'second';
+          }
+          signal.addEventListener('abort', () => (firstAbortedAt = realNow()), { once: true });
+          await lock.extend(); // "a full lease before the slow step"
+          // the slow step: runs until the signal says the lock is lost (or 3 s)
+          await new Promise<void>((resolve) => {
+            signal.addEventListener('abort', () => resolve(), { once: true });
+            setTimeout(resolve, 3_000);
+          });
+          firstEndedAt = realNow();
+          return 'first';
+        },
+      },
+    });
+    const first = server.inject({ method: 'POST', url: '/orders/a/pay?first' });
+    await sleep(100);
+    const second = server.inject({ method: 'POST', url: '/orders/a/pay' });
+    const codes = [(await first).statusCode, (await second).statusCode];
+    expect(codes).to.deep.equal([200, 200]);
+    // Either the first handler had ended before the second started, or its signal had told it to stop.
+    const stoppedAt = firstAbortedAt > 0 ? Math.min(firstAbortedAt, firstEndedAt) : firstEndedAt;
+    expect(
+      stoppedAt,
+      `second handler started at ${Math.round(secondStartedAt)}; first handler: signal aborted ${firstAbortedAt ? Math.round(firstAbortedAt - secondStartedAt) + ' ms after that' : 'never'}, ended ${Math.round(firstEndedAt - secondStartedAt)} ms after that`,
+    ).to.be.below(secondStartedAt);
+  });
+});
+
+/*
+ * A route whose `maxHold` passes while a pre method still runs: the keeper releases the lock, and
+ * the plugin then refuses to start any further route code (README, hapi: "Once the lock is
+ * released, the plugin refuses to start any of them ... so route code never runs without the
+ * lock"). The defect guarded against: the plugin's request state was not told of the keeper's
+ * release, so the handler still started while another client, which took the lock as soon as
+ * maxHold released it, held it: two holders of one document lock.
+ */
+describe('hapi maxHold passes while a pre method runs', () => {
+  it('no pre method or handler starts after maxHold released the lock', async function () {
+    this.timeout(15_000);
+    const collection = await freshCollection([{ _id: 'o' }]);
+    const lock = writeLock({ collection, locktimeout: 2_000 });
+    const other = writeLock({ collection, locktimeout: 5_000 }); // another client
+    const server = Hapi.server({ debug: false });
+    await server.register({ plugin: monglockPlugin });
+    const otherClient: { held?: LockHandle } = {};
+    let preStarted!: () => void;
+    const routeHoldsTheLock = new Promise<void>((resolve) => (preStarted = resolve));
+    let handlerRanWhileOtherHeld = false;
+    server.route({
+      method: 'POST',
+      path: '/o/{id}',
+      options: {
+        plugins: { monglock: { lock, filter: (request: Hapi.Request) => ({ _id: request.params.id }), maxHold: 300 } },
+        pre: [
+          {
+            method: async () => {
+              preStarted();
+              await sleep(800); // a slow pre method: maxHold (300 ms) passes meanwhile
+              return 'pre done';
+            },
+            assign: 'slow',
+          },
+        ],
+        handler: async () => {
+          // Is another client holding "our" lock while the handler runs?
+          handlerRanWhileOtherHeld = otherClient.held !== undefined && isLockError(await other.acquire({ _id: 'o' }).catch((error: unknown) => error), 'LockAlreadyTaken');
+          return 'handler ran';
+        },
+      },
+    });
+    await server.initialize();
+    const responding = server.inject({ method: 'POST', url: '/o/o' });
+    await routeHoldsTheLock; // the route acquired the lock; its pre method runs
+    // Another client waits for the document and gets it once maxHold released it.
+    otherClient.held = await other.acquire({ _id: 'o' }, { wait: 5_000 });
+    const response = await responding;
+    await sleep(200);
+    console.log(`      other client got the lock; route answered ${response.statusCode} ${String(response.result)}`);
+    expect(handlerRanWhileOtherHeld, 'the handler ran while another client held the lock').to.equal(false);
+    expect(response.result).to.not.equal('handler ran');
+    await otherClient.held.release();
+    await server.stop();
+  });
+});

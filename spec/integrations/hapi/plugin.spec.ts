@@ -1,0 +1,293 @@
+import { execFileSync } from 'node:child_process';
+import { request as httpRequest } from 'node:http';
+import * as Boom from '@hapi/boom';
+import Hapi from '@hapi/hapi';
+import { expect } from 'chai';
+import type { Collection, Document } from 'mongodb';
+import { multiLock, writeLock, type LockData } from '../../../lib';
+import { lockOf, monglockPlugin } from '../../../lib/hapi';
+import { freshCollection, sleep } from '../../support/fixture';
+
+const servers: Hapi.Server[] = [];
+
+async function makeServer(setup: (server: Hapi.Server) => void): Promise<Hapi.Server> {
+  const server = Hapi.server({ host: '127.0.0.1', port: 0, debug: false });
+  await server.register({ plugin: monglockPlugin });
+  setup(server);
+  servers.push(server);
+  return server;
+}
+
+async function heldIds(collection: Collection<Document>, id: unknown, tag = 'write'): Promise<string[]> {
+  const doc = await collection.findOne({ _id: id as never });
+  return ((doc?.lock?.tags?.[tag] ?? []) as Array<{ id: string; exp: Date }>).filter((e) => e.exp.getTime() > Date.now()).map((e) => e.id);
+}
+
+/**
+ * A real HTTP request (POST unless `method`); resolves the status (or 0 when `abortAfter` ms cut
+ * the request short). On Node 20 hapi answers a disconnect at once only for a request whose body
+ * it has not read, such as a GET: for a POST it notices only when it sends the response.
+ */
+function post(port: number, path: string, abortAfter?: number, method = 'POST'): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest({ host: '127.0.0.1', port, path, method }, (res) => {
+      res.resume();
+      res.on('end', () => resolve(res.statusCode ?? 0));
+    });
+    req.on('error', (error: NodeJS.ErrnoException) => (abortAfter !== undefined ? resolve(0) : reject(error)));
+    if (abortAfter !== undefined) setTimeout(() => req.destroy(), abortAfter);
+    req.end();
+  });
+}
+
+describe('hapi plugin', () => {
+  afterEach(async () => {
+    await Promise.all(servers.splice(0).map((server) => server.stop({ timeout: 1_000 })));
+  });
+
+  it('locks before the handler, gives it the lock and its guard, and releases after the response', async () => {
+    const collection = await freshCollection([{ _id: 'a', status: 'open' }]);
+    const orders = writeLock({ collection });
+    let seen: string[] = [];
+    const server = await makeServer((s) =>
+      s.route({
+        method: 'POST',
+        path: '/orders/{id}/pay',
+        options: {
+          plugins: { monglock: { lock: orders, filter: (request: Hapi.Request) => ({ _id: request.params.id }) } },
+          handler: async (request) => {
+            const { lock, guard } = lockOf(request);
+            seen = await heldIds(collection, request.params.id);
+            const paid = await collection.updateOne(guard({ status: 'open' }), { $set: { status: 'paid', fence: lock.fence } });
+            return { modified: paid.modifiedCount, fence: lock.fence };
+          },
+        },
+      }),
+    );
+    const response = await server.inject({ method: 'POST', url: '/orders/a/pay' });
+    expect(response.statusCode).to.equal(200);
+    expect(response.result).to.deep.equal({ modified: 1, fence: 1 });
+    expect(seen).to.have.length(1);
+    await sleep(20);
+    expect(await heldIds(collection, 'a')).to.deep.equal([]);
+  });
+
+  it('answers every lock outcome with the matching boom response', async () => {
+    const collection = await freshCollection([{ _id: 'held' }, { _id: 'broken', lock: 'x' }, { _id: 'free' }]);
+    const orders = writeLock({ collection });
+    await orders.acquire({ _id: 'held' });
+    const rw = multiLock({
+      collection,
+      locktimeouts: { read: 5_000, write: 5_000 },
+      lockRelationships: { read: { cooperative: ['write'] }, write: { cooperative: ['write'], assertive: ['read'] } },
+    });
+    const server = await makeServer((s) => {
+      s.route({
+        method: 'POST',
+        path: '/w/{id}',
+        options: { plugins: { monglock: { lock: orders, filter: (r: Hapi.Request) => ({ _id: r.params.id }) } }, handler: () => 'ok' },
+      });
+      for (const tag of ['read', 'write']) {
+        s.route({
+          method: 'POST',
+          path: `/${tag}/{id}`,
+          options: { plugins: { monglock: { lock: rw, tag, filter: (r: Hapi.Request) => ({ _id: r.params.id }) } }, handler: () => 'ok' },
+        });
+      }
+    });
+    const answer = async (url: string): Promise<string> => {
+      const response = await server.inject({ method: 'POST', url });
+      const payload = response.result as { message?: string } | string;
+      return `${response.statusCode} ${typeof payload === 'string' ? payload : payload.message}`;
+    };
+    expect(await answer('/w/free')).to.equal('200 ok');
+    expect(await answer('/w/missing')).to.equal('404 RessourceNotFound');
+    expect(await answer('/w/held')).to.equal('409 LockAlreadyTaken');
+    expect(await answer('/w/broken')).to.equal('500 An internal server error occurred');
+    const reader = await rw.acquire({ _id: 'free' }, { tag: 'read' });
+    expect(await answer('/write/free')).to.equal('409 AssertiveLock');
+    expect(await answer('/read/free'), 'the refused assertive registration was released').to.equal('200 ok');
+    const writer = await rw.acquire({ _id: 'free' }, { lock: (await rw.acquire({ _id: 'free' }, { tag: 'write' }).catch((e) => e.lock)) as LockData }).catch((e) => e);
+    expect(writer.subtype).to.equal('AssertiveLock');
+    await reader.release();
+    await rw.release({ _id: 'free' }, { lock: writer.lock });
+    await rw.acquire({ _id: 'free' }, { tag: 'write' });
+    expect(await answer('/read/free')).to.equal('409 CooperativeLock');
+  });
+
+  it('an assertive route waits inside the request up to `wait`', async () => {
+    const collection = await freshCollection([{ _id: 1 }]);
+    const rw = multiLock({
+      collection,
+      locktimeouts: { read: 5_000, write: 5_000 },
+      lockRelationships: { read: { cooperative: ['write'] }, write: { cooperative: ['write'], assertive: ['read'] } },
+    });
+    const server = await makeServer((s) =>
+      s.route({
+        method: 'POST',
+        path: '/write/{id}',
+        options: { plugins: { monglock: { lock: rw, tag: 'write', wait: 3_000, filter: (r: Hapi.Request) => ({ _id: Number(r.params.id) }) } }, handler: () => 'written' },
+      }),
+    );
+    const reader = await rw.acquire({ _id: 1 }, { tag: 'read' });
+    setTimeout(() => void reader.release(), 200);
+    const started = Date.now();
+    const response = await server.inject({ method: 'POST', url: '/write/1' });
+    expect(response.statusCode).to.equal(200);
+    expect(Date.now() - started).to.be.at.least(180);
+  });
+
+  it('after hapi\'s server timeout answers 503, keeps the lock until the handler finishes', async () => {
+    const collection = await freshCollection([{ _id: 's' }]);
+    const lock = writeLock({ collection });
+    const server = await makeServer((s) =>
+      s.route({
+        method: 'POST',
+        path: '/slow',
+        options: {
+          timeout: { server: 100 },
+          plugins: { monglock: { lock, filter: () => ({ _id: 's' }) } },
+          handler: async () => {
+            await sleep(300);
+            return 'too late';
+          },
+        },
+      }),
+    );
+    expect((await server.inject({ method: 'POST', url: '/slow' })).statusCode).to.equal(503);
+    expect(await heldIds(collection, 's'), 'the handler still runs').to.have.length(1);
+    await sleep(350);
+    expect(await heldIds(collection, 's')).to.deep.equal([]);
+  });
+
+  it('releases when the handler throws, and when the client disconnects (after the handler finished)', async () => {
+    const collection = await freshCollection([{ _id: 't' }, { _id: 'd' }]);
+    const lock = writeLock({ collection });
+    let handlerDone = false;
+    let heldWhenHandlerEnded: string[] = [];
+    const server = await makeServer((s) => {
+      s.route({
+        method: 'POST',
+        path: '/throw/{id}',
+        options: {
+          plugins: { monglock: { lock, filter: (r: Hapi.Request) => ({ _id: r.params.id }) } },
+          handler: () => {
+            throw Boom.teapot('nope');
+          },
+        },
+      });
+      s.route({
+        method: 'GET',
+        path: '/slow/{id}',
+        options: {
+          plugins: { monglock: { lock, filter: (r: Hapi.Request) => ({ _id: r.params.id }) } },
+          handler: async (request) => {
+            await sleep(300);
+            heldWhenHandlerEnded = await heldIds(collection, request.params.id);
+            handlerDone = true;
+            return 'late';
+          },
+        },
+      });
+    });
+    expect((await server.inject({ method: 'POST', url: '/throw/t' })).statusCode).to.equal(418);
+    await sleep(20);
+    expect(await heldIds(collection, 't')).to.deep.equal([]);
+
+    await server.start();
+    const answered = new Promise<number>((resolve) => server.events.once('response', (request) => resolve((request.response as unknown as Boom.Boom).output.statusCode)));
+    expect(await post(server.info.port as number, '/slow/d', 100, 'GET')).to.equal(0);
+    expect(await answered, 'hapi answered the disconnect while the handler runs').to.equal(499);
+    await sleep(100);
+    expect(handlerDone).to.equal(false);
+    expect(await heldIds(collection, 'd'), 'still held while the handler runs').to.have.length(1);
+    await sleep(400);
+    expect(handlerDone).to.equal(true);
+    expect(heldWhenHandlerEnded).to.have.length(1);
+    expect(await heldIds(collection, 'd')).to.deep.equal([]);
+  });
+
+  it('real HTTP, 40 concurrent clients on one document: one handler at a time, the others 409 (or all 200 with wait)', async function () {
+    this.timeout(60_000);
+    const collection = await freshCollection([{ _id: 'hot' }]);
+    const lock = writeLock({ collection });
+    let inside = 0;
+    let most = 0;
+    const server = await makeServer((s) => {
+      for (const [path, wait] of [['/fast', 0], ['/wait', 20_000]] as const) {
+        s.route({
+          method: 'POST',
+          path,
+          options: {
+            plugins: { monglock: { lock, wait, filter: () => ({ _id: 'hot' }) } },
+            handler: async () => {
+              inside++;
+              most = Math.max(most, inside);
+              await sleep(15);
+              inside--;
+              return 'done';
+            },
+          },
+        });
+      }
+    });
+    await server.start();
+    const port = server.info.port as number;
+    const fast = await Promise.all(Array.from({ length: 40 }, () => post(port, '/fast')));
+    expect(fast.filter((code) => code === 200).length).to.be.at.least(1);
+    expect(fast.filter((code) => code !== 200 && code !== 409)).to.deep.equal([]);
+    const waited = await Promise.all(Array.from({ length: 40 }, () => post(port, '/wait')));
+    expect(waited.every((code) => code === 200)).to.equal(true);
+    expect(most).to.equal(1);
+  });
+
+  it('checkout/checkin: acquire in one request, release or extend with the returned JSON in later ones', async () => {
+    const collection = await freshCollection([{ _id: 'doc' }]);
+    const lock = writeLock({ collection, locktimeout: 5_000, boom: Boom });
+    const server = await makeServer((s) => {
+      s.route({
+        method: 'POST',
+        path: '/docs/{id}/checkout',
+        options: { plugins: { monglock: { lock, mode: 'checkout', filter: (r: Hapi.Request) => ({ _id: r.params.id }) } }, handler: (r) => lockOf(r).lock },
+      });
+      s.route({
+        method: 'POST',
+        path: '/docs/{id}/extend',
+        handler: (r) => lock.extend({ _id: r.params.id }, { lock: (r.payload as { lock: LockData }).lock, locktimeout: 10_000 }),
+      });
+      s.route({
+        method: 'POST',
+        path: '/docs/{id}/checkin',
+        handler: async (r) => {
+          await lock.release({ _id: r.params.id }, { lock: (r.payload as { lock: LockData }).lock });
+          return 'released';
+        },
+      });
+    });
+    const checkout = await server.inject({ method: 'POST', url: '/docs/doc/checkout' });
+    expect(checkout.statusCode).to.equal(200);
+    const handle = JSON.parse(checkout.payload) as LockData;
+    expect(await heldIds(collection, 'doc')).to.deep.equal([handle.id]);
+    expect((await server.inject({ method: 'POST', url: '/docs/doc/checkout' })).statusCode).to.equal(409);
+    const extended = await server.inject({ method: 'POST', url: '/docs/doc/extend', payload: { lock: handle } });
+    expect(JSON.parse(extended.payload).expiresAt).to.be.greaterThan(handle.expiresAt);
+    expect((await server.inject({ method: 'POST', url: '/docs/doc/checkin', payload: { lock: handle } })).result).to.equal('released');
+    expect((await server.inject({ method: 'POST', url: '/docs/doc/checkin', payload: { lock: handle } })).statusCode).to.equal(409);
+  });
+
+  it('a misconfigured route fails server.initialize(), not its first request', async () => {
+    const server = await makeServer((s) =>
+      s.route({ method: 'GET', path: '/x', options: { plugins: { monglock: { lock: {} as never, filter: 'id' as never } }, handler: () => 'x' } }),
+    );
+    let failure: unknown;
+    await server.initialize().catch((error: unknown) => (failure = error));
+    expect(String(failure)).to.match(/plugins.monglock.filter/);
+  });
+
+  it('the core entry never loads hapi or boom', () => {
+    const loaded = execFileSync(process.execPath, ['--require', 'tsx/cjs', '-e', "require('./lib'); console.log(Object.keys(require.cache).filter((k) => k.includes('@hapi')).length)"], {
+      encoding: 'utf8',
+    });
+    expect(loaded.trim()).to.equal('0');
+  });
+});

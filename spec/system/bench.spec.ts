@@ -1,0 +1,52 @@
+import { execFile } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { expect } from 'chai';
+import type { Results } from '../../bench/report';
+import { mongoBackend } from '../support/fixture';
+
+const run = promisify(execFile);
+const ROOT = join(__dirname, '..', '..');
+
+describe('benchmark (smoke run)', () => {
+  it('runs every contender and workload at every modelled majority delay, and writes the table, JSON and chart', async function () {
+    this.timeout(600_000);
+    const { stdout } = await run(process.execPath, ['--import', 'tsx', 'bench/run.ts', '--smoke'], {
+      cwd: ROOT,
+      env: { ...process.env, MONGODB_URI: mongoBackend().uri },
+      maxBuffer: 10_000_000,
+    });
+    expect(stdout).to.include('| library |');
+    const results = JSON.parse(readFileSync(join(ROOT, '.cache', 'bench-smoke', 'results.json'), 'utf8')) as Results;
+    expect(results.levels.map((level) => level.delayMs)).to.deep.equal([0, 5]);
+    for (const level of results.levels) {
+      const ours = level.contenders.filter((c) => c.kind === 'monglock' && c.latency !== null);
+      expect(ours.map((c) => c.name)).to.have.length(5);
+      const oneWait = level.contenders.find((c) => c.name === 'monglock writeLock folded, acquire w: 1');
+      expect(oneWait?.rmw?.p50, 'the folded section acquired at w: 1').to.be.greaterThan(0);
+      for (const c of ours) {
+        expect(c.failed, c.name).to.equal(undefined);
+        expect(c.latency?.p50, c.name).to.be.greaterThan(0);
+        expect(c.hot['16']?.perSecond, c.name).to.be.greaterThan(0);
+        expect(c.commands?.acquire, c.name).to.equal(1);
+        expect(c.commands?.release, c.name).to.equal(1);
+      }
+      const writeLock = ours.find((c) => c.name === 'monglock writeLock');
+      expect(writeLock?.commands?.refused).to.equal(2);
+      expect(writeLock?.rmw?.p50, 'the folded read-modify-write').to.be.greaterThan(0);
+      expect(level.contenders.find((c) => c.kind === 'floor')?.commands).to.deep.include({ acquire: 1, release: 1, refused: null });
+      expect(level.contenders.filter((c) => c.kind === 'peer').length + results.skipped.length).to.be.at.least(6);
+      if (level.delayMs > 0) {
+        // Majority waits counted by the proxy: monglock's acquisition waits, its plain release does not.
+        expect(writeLock?.commands?.majorityWrites, 'acquire + release').to.equal(1);
+        expect(level.contenders.find((c) => c.name === 'floor: findOneAndUpdate')?.commands?.majorityWrites).to.equal(2);
+        expect(writeLock!.latency!.p50, 'one majority wait').to.be.at.least(level.delayMs);
+      }
+    }
+    expect(readFileSync(join(ROOT, '.cache', 'bench-smoke', 'throughput.svg'), 'utf8')).to.match(/^<svg/);
+    const level0 = results.levels[0]!;
+    console.log(`      peers measured: ${level0.contenders.filter((c) => c.kind === 'peer' && !c.failed).map((c) => c.name).join(', ')}`);
+    for (const reason of results.skipped) console.log(`      not measured: ${reason.slice(0, 160)}`);
+  });
+});

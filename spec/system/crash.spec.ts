@@ -1,0 +1,65 @@
+import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { expect } from 'chai';
+import { writeLock, type LockData } from '../../lib';
+import { MAX_RETRY_DELAY } from '../../lib/waiting/wait-options';
+import { freshCollection, mongoBackend, rejectionOf, sleep } from '../support/fixture';
+
+const ROOT = join(__dirname, '..', '..');
+
+/** The lines a child prints, one at a time. */
+function lineQueue(child: ChildProcessWithoutNullStreams): () => Promise<string> {
+  const ready: string[] = [];
+  const waiting: Array<(line: string) => void> = [];
+  createInterface({ input: child.stdout }).on('line', (line) => (waiting.length ? waiting.shift()!(line) : ready.push(line)));
+  return () => (ready.length ? Promise.resolve(ready.shift()!) : new Promise((resolve) => waiting.push(resolve)));
+}
+
+/** Starts a holder process and resolves once it holds the lock. */
+async function startHolder(dbName: string, collectionName: string, leaseMs: number): Promise<{ child: ChildProcessWithoutNullStreams; lock: LockData; nextLine: () => Promise<string> }> {
+  const child = spawn(process.execPath, ['--import', 'tsx', join('stress', 'holder.ts'), mongoBackend().uri, dbName, collectionName, String(leaseMs)], { cwd: ROOT });
+  child.stderr.on('data', (chunk: Buffer) => process.stderr.write(chunk));
+  const nextLine = lineQueue(child);
+  const message = JSON.parse(await nextLine()) as { event: string; lock: LockData };
+  expect(message.event).to.equal('holding');
+  return { child, lock: message.lock, nextLine };
+}
+
+describe('crashes (holders in their own processes)', function () {
+  this.timeout(60_000);
+
+  it('a holder killed with SIGKILL inside its critical section: another process acquires within the lease plus one retry delay; nobody else released it', async () => {
+    const collection = await freshCollection([{ _id: 'crash' }]);
+    const lease = 1_000;
+    const { child, lock: killed } = await startHolder(collection.dbName, collection.collectionName, lease);
+    const acquiredAt = killed.timestamp;
+    child.kill('SIGKILL');
+    await new Promise((resolve) => child.once('exit', resolve));
+    const lock = writeLock({ collection, locktimeout: 5_000 });
+    const impostor: LockData = { ...killed, id: 'f'.repeat(32) };
+    expect((await rejectionOf(lock.release({ _id: 'crash' }, { lock: impostor }))).subtype, 'an impostor handle').to.equal('LockNotFound');
+    expect(((await collection.findOne({ _id: 'crash' as never }))?.lock.tags.write as Array<{ id: string }>).map((e) => e.id)).to.deep.equal([killed.id]);
+    const next = await lock.acquire({ _id: 'crash' }, { wait: 10_000 });
+    const waitedFromAcquisition = next.timestamp - acquiredAt;
+    console.log(`      lease ${lease} ms; next holder acquired ${waitedFromAcquisition} ms after the killed one (server time)`);
+    expect(waitedFromAcquisition).to.be.within(lease, lease + MAX_RETRY_DELAY + 100);
+    expect(next.fence).to.equal(killed.fence + 1);
+  });
+
+  it('a paused holder (SIGSTOP past its lease, then SIGCONT) finds its guarded write rejected and its release failing', async () => {
+    const collection = await freshCollection([{ _id: 'crash' }]);
+    const { child, nextLine } = await startHolder(collection.dbName, collection.collectionName, 500);
+    child.kill('SIGSTOP');
+    await sleep(700);
+    const next = await writeLock({ collection, locktimeout: 10_000 }).acquire({ _id: 'crash' });
+    child.kill('SIGCONT');
+    child.stdin.write('go\n');
+    const resumed = JSON.parse(await nextLine()) as { guardedMatched: number; release: string };
+    expect(resumed).to.deep.equal({ event: 'resumed', guardedMatched: 0, release: 'LockWasReacquired' });
+    const doc = await collection.findOne({ _id: 'crash' as never });
+    expect(doc?.writtenBy).to.equal(undefined);
+    expect((doc?.lock.tags.write as Array<{ id: string }>).map((e) => e.id)).to.deep.equal([next.id]);
+    await new Promise((resolve) => (child.exitCode === null ? child.once('exit', resolve) : resolve(undefined)));
+  });
+});

@@ -1,0 +1,29 @@
+import { execFile } from 'node:child_process';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { expect } from 'chai';
+import type { StressReport } from '../../stress/run';
+import { mongoBackend } from '../support/fixture';
+
+const run = promisify(execFile);
+
+describe('stress (small mode): several processes, three lock kinds, an independent checker', () => {
+  it('never two holders at once, fencing tokens strictly increasing, no lost update', async function () {
+    this.timeout(180_000);
+    const { stdout } = await run(process.execPath, ['--import', 'tsx', join('stress', 'run.ts'), '--small'], {
+      cwd: join(__dirname, '..', '..'),
+      env: { ...process.env, MONGODB_URI: mongoBackend().uri },
+      maxBuffer: 10_000_000,
+    });
+    const report = JSON.parse(stdout.trim().split('\n').at(-1)!) as StressReport;
+    console.log(`      ${report.sections} critical sections by ${report.processes} processes x ${report.workersPerProcess} workers ${JSON.stringify(report.byKind)}`);
+    expect(report.sections).to.be.greaterThan(300);
+    for (const count of Object.values(report.byKind)) expect(count).to.be.greaterThan(50);
+    expect({ overlaps: report.overlaps, fenceRegressions: report.fenceRegressions, rejectedWrites: report.rejectedWrites, lostUpdates: report.lostUpdates }).to.deep.equal({
+      overlaps: 0,
+      fenceRegressions: 0,
+      rejectedWrites: 0,
+      lostUpdates: 0,
+    });
+  });
+});

@@ -1,0 +1,273 @@
+import { spawn } from 'node:child_process';
+import { join } from 'node:path';
+import { expect } from 'chai';
+import type { Collection, Document } from 'mongodb';
+import { writeLock } from '../../lib';
+import { TICKET_LEASE } from '../../lib/waiting/waiting-place';
+import { realNow } from '../support/clock';
+import { freshCollection, mongoBackend, rejectionOf, sleep } from '../support/fixture';
+
+async function queueOf(collection: Collection<Document>, id: unknown): Promise<Array<{ id: string; exp: Date }>> {
+  return ((await collection.findOne({ _id: id as never }))?.lock?.queue ?? []) as Array<{ id: string; exp: Date }>;
+}
+
+function liveTickets(queue: Array<{ exp: Date }>): number {
+  return queue.filter((ticket) => ticket.exp.getTime() > Date.now()).length;
+}
+
+describe('fair mode (fair: true): first come, first served', () => {
+  it('waiters acquire in the order they came, and a newcomer queues behind them', async function () {
+    this.timeout(20_000);
+    const collection = await freshCollection([{ _id: 1 }]);
+    const lock = writeLock({ collection, locktimeout: 10_000, fair: true });
+    const holder = await lock.acquire({ _id: 1 });
+    const order: number[] = [];
+    const waiters = Array.from({ length: 8 }, async (_, i) => {
+      await sleep(30 * i);
+      const handle = await lock.acquire({ _id: 1 }, { wait: 10_000 });
+      order.push(i);
+      await sleep(20);
+      await handle.release();
+    });
+    await sleep(30 * 8 + 100);
+    expect(liveTickets(await queueOf(collection, 1)), 'every waiter holds a ticket').to.equal(8);
+    await holder.release();
+    // A newcomer that does not wait is refused while the waiters go first, even though the lock is free for a moment.
+    const newcomer = await rejectionOf(writeLock({ collection, fair: true }).acquire({ _id: 1 }));
+    expect(newcomer.subtype).to.equal('LockAlreadyTaken');
+    await Promise.all(waiters);
+    expect(order).to.deep.equal([0, 1, 2, 3, 4, 5, 6, 7]);
+    expect(await queueOf(collection, 1), 'every ticket was taken out').to.deep.equal([]);
+  });
+
+  it('abort and wait expiry take the ticket out of the queue', async function () {
+    this.timeout(20_000);
+    const collection = await freshCollection([{ _id: 1 }]);
+    const lock = writeLock({ collection, locktimeout: 10_000, fair: true });
+    const holder = await lock.acquire({ _id: 1 });
+    const aborted = lock.acquire({ _id: 1 }, { wait: 10_000, signal: AbortSignal.timeout(300) });
+    const expired = lock.acquire({ _id: 1 }, { wait: 400 });
+    await sleep(150);
+    expect(liveTickets(await queueOf(collection, 1))).to.equal(2);
+    expect((await rejectionOf(aborted)).name).to.equal('TimeoutError');
+    expect((await rejectionOf(expired)).subtype).to.equal('LockAlreadyTaken');
+    await sleep(50);
+    expect(await queueOf(collection, 1)).to.deep.equal([]);
+    await holder.release();
+    await (await lock.acquire({ _id: 1 })).release(); // nobody queues any more
+  });
+
+  it('a SIGKILLed waiter leaves the queue within its ticket lease; the next waiter gets the lock', async function () {
+    this.timeout(30_000);
+    const collection = await freshCollection([{ _id: 'fifo' }]);
+    const lock = writeLock({ collection, locktimeout: 10_000, fair: true });
+    const holder = await lock.acquire({ _id: 'fifo' });
+    const settings = { uri: mongoBackend().uri, db: collection.dbName, collection: collection.collectionName, indexes: [0], startAt: [Date.now()], holdMs: 10 };
+    const child = spawn(process.execPath, ['--import', 'tsx', join(__dirname, '..', 'support', 'fair-waiter.ts'), JSON.stringify(settings)], { stdio: ['ignore', 'pipe', 'inherit'] });
+    for (let waited = 0; liveTickets(await queueOf(collection, 'fifo')) === 0; waited += 50) {
+      expect(waited, 'the child took a ticket').to.be.below(15_000);
+      await sleep(50);
+    }
+    const behind = lock.acquire({ _id: 'fifo' }, { wait: 20_000 }); // queues behind the child
+    await sleep(200);
+    child.kill('SIGKILL');
+    const killedAt = Date.now();
+    await holder.release();
+    const next = await behind;
+    const tookOver = Date.now() - killedAt;
+    console.log(`      the next waiter got the lock ${tookOver} ms after the waiter ahead of it was killed (ticket lease ${TICKET_LEASE} ms)`);
+    expect(tookOver).to.be.below(TICKET_LEASE + 1_000);
+    await next.release();
+  });
+
+  it('32 waiters across 4 processes acquire in the order they came', async function () {
+    this.timeout(120_000);
+    const collection = await freshCollection([{ _id: 'fifo' }]);
+    const lock = writeLock({ collection, locktimeout: 60_000, fair: true });
+    const holder = await lock.acquire({ _id: 'fifo' });
+    const start = Date.now() + 2_500; // time for the processes to start
+    const gap = 150; // far apart enough that a busy machine cannot reorder when they come
+    const processes = [0, 1, 2, 3].map((p) => {
+      const indexes = Array.from({ length: 8 }, (_, i) => i * 4 + p);
+      const settings = { uri: mongoBackend().uri, db: collection.dbName, collection: collection.collectionName, indexes, startAt: indexes.map((index) => start + index * gap), holdMs: 5 };
+      const child = spawn(process.execPath, ['--import', 'tsx', join(__dirname, '..', 'support', 'fair-waiter.ts'), JSON.stringify(settings)], { stdio: ['ignore', 'pipe', 'inherit'] });
+      let output = '';
+      child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+      return new Promise<Array<{ index: number; fence: number }>>((resolve, reject) =>
+        child.once('exit', (code) => (code === 0 ? resolve(output.split('\n').filter(Boolean).map((line) => JSON.parse(line) as { index: number; fence: number })) : reject(new Error(`waiter process exited ${code}`)))),
+      );
+    });
+    await sleep(start + 32 * gap + 500 - Date.now());
+    expect(liveTickets(await queueOf(collection, 'fifo')), 'all 32 queued').to.equal(32);
+    await holder.release();
+    const acquisitions = (await Promise.all(processes)).flat().sort((a, b) => a.fence - b.fence);
+    expect(acquisitions.map((a) => a.index)).to.deep.equal(Array.from({ length: 32 }, (_, i) => i));
+  });
+});
+
+/*
+ * A fair waiter's ticket writes never hold up its abort or overrun its `wait`. The defects guarded
+ * against:
+ * - an aborted (or timed-out) fair waiter rejected only once its ticket's removal had come back
+ *   (document-lock.ts `acquire` awaited `place.leave()`, whose `dropTicket` is an updateOne bounded
+ *   only by `timeout`), not "at once with signal.reason" (README, Waiting);
+ * - a fair waiter queued behind a waiter of its own process took its ticket (`place.start()`,
+ *   takeTicket: up to 3 stamped attempts) with neither the signal nor the `wait` deadline watching:
+ *   the abort was noticed, and the wait started counting, only after the ticket's reply.
+ *
+ * The slow ticket writes are modelled by a collection wrapper that holds back the replies to the
+ * writes of `lock.queue` (a slow primary, a congested link): the lock's own writes are not delayed.
+ */
+
+/** `collection`, whose writes of `lock.queue` (takeTicket's $push, dropTicket's lone $pull) reply `ms` late. */
+function slowTickets(collection: Collection<Document>, ms: { take?: number; drop?: number }): Collection<Document> {
+  return new Proxy(collection, {
+    get(target, property, receiver) {
+      const value: unknown = Reflect.get(target, property, receiver);
+      if (typeof value !== 'function') return value;
+      if (property !== 'findOneAndUpdate' && property !== 'updateOne') return (value as (...a: unknown[]) => unknown).bind(target);
+      return async (...args: unknown[]) => {
+        const update = args[1] as Document;
+        const take = property === 'findOneAndUpdate' && update.$push && 'lock.queue' in (update.$push as Document);
+        const drop = property === 'updateOne' && Object.keys(update).length === 1 && update.$pull && 'lock.queue' in (update.$pull as Document);
+        const hold = take ? (ms.take ?? 0) : drop ? (ms.drop ?? 0) : 0;
+        const result = await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args);
+        if (hold > 0) await sleep(hold); // the server has applied it; its reply is slow to come back
+        return result;
+      };
+    },
+  });
+}
+
+function settleTime(promise: Promise<unknown>, since: number): Promise<string> {
+  return promise.then(
+    () => `resolved after ${Math.round(realNow() - since)} ms`,
+    (error: Error & { subtype?: string }) => `${error.subtype ?? error.name} after ${Math.round(realNow() - since)} ms`,
+  );
+}
+
+describe('a fair waiter\'s ticket writes and its abort or wait', () => {
+  it('an aborted fair waiter rejects at once, not after its ticket\'s removal came back', async function () {
+    this.timeout(20_000);
+    const collection = await freshCollection([{ _id: 1 }]);
+    const holder = await writeLock({ collection, locktimeout: 10_000 }).acquire({ _id: 1 });
+    const lock = writeLock({ collection: slowTickets(collection, { drop: 3_000 }), locktimeout: 10_000, fair: true });
+    const start = realNow();
+    const outcome = await settleTime(lock.acquire({ _id: 1 }, { wait: 10_000, signal: AbortSignal.timeout(500) }), start);
+    console.log(`      ${outcome}`);
+    await holder.release();
+    expect(outcome).to.match(/^TimeoutError after/);
+    expect(Number(/after (\d+) ms/.exec(outcome)?.[1]), 'ms until the abort (at 500 ms) was reported').to.be.below(800);
+  });
+
+  it('a fair waiter whose wait runs out rejects when it runs out, not after its ticket\'s removal came back', async function () {
+    this.timeout(20_000);
+    const collection = await freshCollection([{ _id: 1 }]);
+    const holder = await writeLock({ collection, locktimeout: 10_000 }).acquire({ _id: 1 });
+    const lock = writeLock({ collection: slowTickets(collection, { drop: 3_000 }), locktimeout: 10_000, fair: true });
+    const start = realNow();
+    const outcome = await settleTime(lock.acquire({ _id: 1 }, { wait: 500 }), start);
+    console.log(`      ${outcome}`);
+    await holder.release();
+    expect(Number(/after (\d+) ms/.exec(outcome)?.[1]), 'ms until a wait of 500 ms gave up').to.be.below(800);
+  });
+
+  it('a fair waiter queued behind one of its process is aborted while its ticket is being taken', async function () {
+    this.timeout(20_000);
+    const collection = await freshCollection([{ _id: 1 }]);
+    const holder = await writeLock({ collection, locktimeout: 10_000 }).acquire({ _id: 1 });
+    const lock = writeLock({ collection: slowTickets(collection, { take: 3_000 }), locktimeout: 10_000, fair: true });
+    const first = lock.acquire({ _id: 1 }, { wait: 10_000 }).catch(() => undefined);
+    await sleep(50);
+    const start = realNow();
+    const outcome = await settleTime(lock.acquire({ _id: 1 }, { wait: 10_000, signal: AbortSignal.timeout(300) }), start);
+    console.log(`      ${outcome}`);
+    await holder.release();
+    await first.then((handle) => handle?.release());
+    expect(outcome).to.match(/^TimeoutError after/);
+    expect(Number(/after (\d+) ms/.exec(outcome)?.[1]), 'ms until the abort (at 300 ms) was reported').to.be.below(600);
+  });
+
+  it('a fair waiter queued behind one of its process gives up when its wait runs out', async function () {
+    this.timeout(20_000);
+    const collection = await freshCollection([{ _id: 1 }]);
+    const holder = await writeLock({ collection, locktimeout: 10_000 }).acquire({ _id: 1 });
+    const lock = writeLock({ collection: slowTickets(collection, { take: 3_000 }), locktimeout: 10_000, fair: true });
+    const first = lock.acquire({ _id: 1 }, { wait: 10_000 }).catch(() => undefined);
+    await sleep(50);
+    const start = realNow();
+    const outcome = await settleTime(lock.acquire({ _id: 1 }, { wait: 300 }), start);
+    console.log(`      ${outcome}`);
+    await holder.release();
+    await first.then((handle) => handle?.release());
+    expect(Number(/after (\d+) ms/.exec(outcome)?.[1]), 'ms until a wait of 300 ms gave up').to.be.below(600);
+  });
+});
+
+/*
+ * In fair mode a waiter that holds a ticket still tries with the caller's whole filter. The defect
+ * guarded against: once a waiter held a ticket, WaitingPlace.filter() (lib/waiting/waiting-place.ts)
+ * replaced the caller's filter by the ticket's document `{ _id }` for every further attempt, so the
+ * rest of the filter was never checked again: a waiter for `{ _id, status: 'open' }` acquired the
+ * document after the holder closed it, and a waiter for "any open job" was pinned to the first job
+ * that refused it and acquired it once done. Without `fair`, the same waits end in
+ * `RessourceNotFound` (or lock an open job), as the filter says.
+ */
+
+async function ticketCount(collection: Collection<Document>, id: unknown): Promise<number> {
+  const queue = ((await collection.findOne({ _id: id as never }))?.lock?.queue ?? []) as unknown[];
+  return queue.length;
+}
+
+describe('a fair waiter keeps the caller\'s filter', () => {
+  it('without fair (control): a waiter for { _id, status: "open" } does not get the job once it was closed', async function () {
+    this.timeout(15_000);
+    const collection = await freshCollection([{ _id: 'job-1', status: 'open' }]);
+    const jobs = writeLock({ collection, locktimeout: 10_000 });
+    const holder = await jobs.acquire({ _id: 'job-1', status: 'open' });
+    const waiter = jobs.acquire({ _id: 'job-1', status: 'open' }, { wait: 3_000 });
+    await sleep(300);
+    await holder.release({ update: { $set: { status: 'done' } } });
+    const error = await rejectionOf(waiter);
+    expect(error.subtype).to.equal('RessourceNotFound');
+  });
+
+  it('fair: a waiter for { _id, status: "open" } does not get the job once the holder closed it', async function () {
+    this.timeout(15_000);
+    const collection = await freshCollection([{ _id: 'job-1', status: 'open' }]);
+    const jobs = writeLock({ collection, locktimeout: 10_000, fair: true });
+    const holder = await jobs.acquire({ _id: 'job-1', status: 'open' });
+    const waiter = jobs.acquire({ _id: 'job-1', status: 'open' }, { wait: 3_000 });
+    for (let waited = 0; (await ticketCount(collection, 'job-1')) === 0; waited += 20) {
+      expect(waited, 'the waiter took a ticket').to.be.below(3_000);
+      await sleep(20);
+    }
+    await holder.release({ update: { $set: { status: 'done' } } }); // the job is done
+    const outcome = await waiter.then(
+      async (handle) => {
+        const doc = await collection.findOne({ _id: 'job-1' as never });
+        await handle.release();
+        return `acquired a lock on a document with status ${JSON.stringify(doc?.status)}`;
+      },
+      (error: Error & { subtype?: string }) => `rejected: ${error.subtype ?? error.message}`,
+    );
+    expect(outcome, 'the filter { status: "open" } no longer matches job-1').to.equal('rejected: RessourceNotFound');
+  });
+
+  it('fair: a waiter for "any open job" does not lock a job that is no longer open', async function () {
+    this.timeout(15_000);
+    const collection = await freshCollection([{ _id: 'job-1', status: 'open' }]);
+    const jobs = writeLock({ collection, locktimeout: 10_000, fair: true });
+    const holder = await jobs.acquire({ status: 'open' }); // job-1, the only open job
+    const waiter = jobs.acquire({ status: 'open' }, { wait: 3_000 });
+    await sleep(300);
+    // A filter that does not name the document's _id takes no ticket: it waits as without fair mode.
+    expect(await ticketCount(collection, 'job-1'), 'no ticket pins the waiter to job-1').to.equal(0);
+    await collection.insertOne({ _id: 'job-2' as never, status: 'open' }); // a new job comes in
+    await holder.release({ update: { $set: { status: 'done' } } }); // job-1 is done
+    const handle = await waiter;
+    const doc = await collection.findOne({ 'lock.tags.write.id': handle.id });
+    await handle.release();
+    expect(doc?._id, `the waiter for { status: 'open' } locked ${String(doc?._id)} (status ${String(doc?.status)})`).to.equal('job-2');
+  });
+});
