@@ -73,14 +73,16 @@ export function explainLostLock(context: LostContext, seen: Inspection, lock: Lo
     return { retry: false, error: lockError('LockNotFound', boom, { detail }) };
   }
   const own = (stored.tags?.[lock.tag] ?? []).find((entry) => matchesProof(entry, proof));
-  if (own && withUpdate) {
+  const ownLive = own !== undefined && seen.serverNow !== undefined && own.exp.getTime() > seen.serverNow.getTime();
+  // A write with an update also needs the tags this lock asserts over gone; an expired lock is reported as expired first.
+  if (ownLive && withUpdate) {
     const asserted = rule.assertive.filter((other) => liveEntries(stored, other, seen.serverNow?.getTime() ?? 0).length > 0);
     if (asserted.length > 0) {
       const detail = `the update was not applied: tag ${asserted.join(', ')}, which this lock asserts over, is still held (continue the acquisition first)`;
       return { retry: false, error: lockError('AssertiveLock', boom, { detail }) };
     }
   }
-  if (own && seen.serverNow && own.exp.getTime() > seen.serverNow.getTime()) return { retry: true, why: stampLag(seen, stamp, tolerance, lease) };
+  if (ownLive) return { retry: true, why: stampLag(seen, stamp, tolerance, lease) };
   // Reacquired: the document has issued a later lock than this one (its fence moved on). A lock
   // whose reply was lost has no known fence (0): nothing tells whether anyone acquired after it.
   const takenOver = !own && ('timestamp' in proof || (lock.fence > 0 && fenceOf(stored) > lock.fence));

@@ -235,6 +235,31 @@ describe('multiLock', () => {
   });
 
   describe('an assertive registration that still waits', () => {
+    // Found by the protocol model (spec/protocol/protocol-model.spec.ts): the expiry is reported first.
+    it('whose lease ran out while the tags it asserts over are held: its commit and its continuation are refused LockNotFound; nothing is written', async () => {
+      const collection = await freshCollection([{ _id: 'b', balance: 1_000 }]);
+      const rw = multiLock({
+        collection,
+        locktimeouts: { read: 600_000, write: 600_000 },
+        lockRelationships: { read: { cooperative: ['write'] }, write: { cooperative: ['write'], assertive: ['read'] } },
+      });
+      await rw.acquire({ _id: 'b' }, { tag: 'read' });
+      const registered = await rejectionOf(rw.acquire({ _id: 'b' }, { tag: 'write' }));
+      expect(registered.subtype).to.equal('AssertiveLock');
+      const writer = registered.lock as LockHandle;
+      // The server's clock passes the registration's lease: its expiry is written a minute into the past.
+      await collection.updateOne({ _id: 'b' as never }, { $set: { 'lock.tags.write.$[mine].exp': new Date(Date.now() - 60_000) } }, { arrayFilters: [{ 'mine.id': writer.id }] });
+
+      const committed = await rejectionOf(writer.release({ update: { $inc: { balance: -1 } } }));
+      const continued = await rejectionOf(rw.acquire({ _id: 'b' }, { lock: writer }));
+      const doc = await collection.findOne({ _id: 'b' as never });
+      expect({ commit: committed.subtype, continuation: continued.subtype, balance: doc?.balance }, committed.message).to.deep.equal({
+        commit: 'LockNotFound',
+        continuation: 'LockNotFound',
+        balance: 1_000,
+      });
+    });
+
     /** A read/write multiLock, and a write registration that asserts over a held read lock. */
     async function registeredOverReader(): Promise<{ collection: Collection<Document>; rw: MultiLock; reader: LockHandle; registered: LockHandle }> {
       const collection = await freshCollection([{ _id: 'doc' }]);
