@@ -342,14 +342,15 @@ class Continue implements Command {
   }
 }
 
-class Release implements Command {
+/** A command on a lock the model handed out earlier: which one (`pick`), through what (`via`), with which fault. */
+abstract class HandleCommand implements Command {
   constructor(
     readonly pick: number,
     readonly via: Via,
     readonly fault: Fault,
   ) {}
 
-  private handle(model: Readonly<ProtocolModel>): ModelHandle | undefined {
+  protected handle(model: Readonly<ProtocolModel>): ModelHandle | undefined {
     return picked(model, this.pick, usable(this.fault, this.via));
   }
 
@@ -357,6 +358,11 @@ class Release implements Command {
     return model.halted === undefined && this.handle(model) !== undefined;
   }
 
+  abstract run(model: ProtocolModel, real: Real): Promise<void>;
+  abstract toString(): string;
+}
+
+class Release extends HandleCommand {
   async run(model: ProtocolModel, real: Real): Promise<void> {
     const handle = this.handle(model)!;
     const what = `release(h${handle.key} by ${this.via}${faultText(this.fault)})`;
@@ -380,20 +386,14 @@ class Release implements Command {
   }
 }
 
-class Commit implements Command {
+class Commit extends HandleCommand {
   constructor(
-    readonly pick: number,
+    pick: number,
     readonly amount: number,
-    readonly via: Via,
-    readonly fault: Fault,
-  ) {}
-
-  private handle(model: Readonly<ProtocolModel>): ModelHandle | undefined {
-    return picked(model, this.pick, usable(this.fault, this.via));
-  }
-
-  check(model: Readonly<ProtocolModel>): boolean {
-    return model.halted === undefined && this.handle(model) !== undefined;
+    via: Via,
+    fault: Fault,
+  ) {
+    super(pick, via, fault);
   }
 
   async run(model: ProtocolModel, real: Real): Promise<void> {
@@ -422,21 +422,7 @@ class Commit implements Command {
   }
 }
 
-class Extend implements Command {
-  constructor(
-    readonly pick: number,
-    readonly via: Via,
-    readonly fault: Fault,
-  ) {}
-
-  private handle(model: Readonly<ProtocolModel>): ModelHandle | undefined {
-    return picked(model, this.pick, usable(this.fault, this.via));
-  }
-
-  check(model: Readonly<ProtocolModel>): boolean {
-    return model.halted === undefined && this.handle(model) !== undefined;
-  }
-
+class Extend extends HandleCommand {
   async run(model: ProtocolModel, real: Real): Promise<void> {
     const handle = this.handle(model)!;
     const what = `extend(h${handle.key} by ${this.via}${faultText(this.fault)})`;
