@@ -103,7 +103,7 @@ interface Resolved {
 }
 
 const NAME = 'monglock';
-// The package's own manifest: `../package.json` from lib/ (sources) and from dist/ (the build) alike.
+// The package's own manifest: three folders up from lib/integrations/hapi (sources) and dist/integrations/hapi (the build) alike.
 // eslint-disable-next-line @typescript-eslint/no-require-imports
 const PACKAGE = require('../../../package.json') as { version: string };
 const PLUGIN_KEYS: ReadonlyArray<keyof MonglockPluginOptions> = ['boom'];
