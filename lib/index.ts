@@ -25,6 +25,7 @@ export type {
 export type { LockRelationships, TagRelationship } from './locks/relationships';
 export type { StoredLock, StoredEntry, StoredCommit, StoredTicket } from './protocol/stored-format';
 export type { UsingBody } from './locks/scoped-hold';
+export type { InspectParams, LockInspection, InspectedLock, InspectedWaiter } from './locks/inspection';
 export type { WaitOptions } from './waiting/wait-options';
 export { resourceLocks, ResourceLockHandle } from './resources/resource-locks';
 export { clearV2Locks } from './locks/v2-upgrade';

@@ -17,7 +17,7 @@ import { AssertivePending, withDocument, type Acquired } from './acquired';
 import { commitRecord, dataWriteConcern, settleCommit, settleTimestampCommit } from './commit-outcome';
 import { explainLostLock, explainRefusedAcquisition, type AcquireContext } from './refusals';
 import { observeWrite, runStamped, type StampedWrite } from './stamped-write';
-import type { Store, Timed } from './store';
+import type { Inspection, Store, Timed } from './store';
 import { failedAcquisition } from './write-failures';
 
 /** What a lock kind adds to an acquisition, and how the engine reports it. */
@@ -66,6 +66,10 @@ export class LockEngine {
 
   get field(): string {
     return this.settings.paths.field;
+  }
+
+  get paths(): LockPaths {
+    return this.settings.paths;
   }
 
   get conflict(): 'LockAlreadyTaken' | 'CooperativeLock' {
@@ -191,10 +195,16 @@ export class LockEngine {
     });
   }
 
-  /** Reads the server's clock (`$$NOW`, beside the first document `target` selects) into the bounds. */
-  async readClock(target: Document, call: ResolvedCallOptions): Promise<void> {
+  /** Reads the first document `target` selects (its lock) and the server's clock (`$$NOW`), on the primary, into the bounds. */
+  async read(target: Document, call: ResolvedCallOptions): Promise<Inspection> {
     const seen = await withDbErrors(call.boom, () => this.settings.store.inspect(target, call));
     if (seen.serverNow) this.settings.clock.observe(seen.serverNow, seen.sentAt, seen.arrivedAt);
+    return seen;
+  }
+
+  /** Reads the server's clock into the bounds (see {@link read}). */
+  async readClock(target: Document, call: ResolvedCallOptions): Promise<void> {
+    await this.read(target, call);
   }
 
   /** A filter that matches `target` only while the lock is held and unexpired by the server's clock. */

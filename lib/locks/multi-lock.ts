@@ -1,5 +1,6 @@
 import type { Document } from 'mongodb';
 import { DocumentLock } from './document-lock';
+import { INSPECT_PARAMS, inspectDocument, type InspectParams, type LockInspection } from './inspection';
 import { describedAs } from './lock-kind';
 import type { UsingBody } from './scoped-hold';
 import type { LockData, LockHandle } from './lock-handle';
@@ -70,6 +71,13 @@ export interface MultiLock<TSchema extends Document = Document, P = undefined> {
     params: A,
     body: UsingBody<T, LockHandle<TSchema, P, DocumentOf<TSchema, DocumentOptionOf<A>>>, TSchema>,
   ): PromiseOf<P, T>;
+  /**
+   * A look without locking: reads, on the primary and writing nothing, the locks of the first
+   * document matching `filter` that are live by the server's clock (id, tag, acquisition, expiry),
+   * its fencing counter and its fair-mode waiters. Rejects with `RessourceNotFound` (404) when no
+   * document matches. What it shows may change the moment after it is read.
+   */
+  inspect(filter: LockFilter<TSchema>, params?: InspectParams): PromiseOf<P, LockInspection>;
 }
 
 const WAIT_KEYS = ['wait', 'signal', 'fair'] as const;
@@ -164,6 +172,11 @@ export function multiLock<TSchema extends Document = Document, P extends Promise
       core.run(async () => {
         const { lock, target } = lockOf(filter, params, EXTEND);
         return core.extendWith(target, lock, { id: lock.id }, params);
+      }),
+    inspect: (filter: unknown, params: unknown) =>
+      core.run(async () => {
+        const target = expectFilter('filter', filter);
+        return inspectDocument(core.engine, target, core.callOptions(readParams('params', params, INSPECT_PARAMS)).call);
       }),
   };
   // The methods return the `Promise` option's promises (run() makes them): typed as such here.

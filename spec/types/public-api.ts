@@ -6,7 +6,7 @@
 import Bluebird from 'bluebird';
 import { expectTypeOf } from 'expect-type';
 import type { Collection, Db, Document, WithId } from 'mongodb';
-import { commit, isLockError, LockHandle, multiLock, resourceLocks, writeLock, type LockError, type MultiLock, type ResourceLockHandle, type WriteLock } from 'monglock';
+import { commit, isLockError, LockHandle, multiLock, resourceLocks, writeLock, type LockError, type LockInspection, type MultiLock, type ResourceLockHandle, type WriteLock } from 'monglock';
 import 'monglock/bluebird';
 
 interface Order {
@@ -24,6 +24,7 @@ export async function typedCollections(db: Db): Promise<void> {
   const handle = await lock.acquire({ _id: 'o-1' }, { wait: 1_000 });
   expectTypeOf(handle).toEqualTypeOf<LockHandle<Order, undefined, never>>();
   expectTypeOf(handle.document).toEqualTypeOf<undefined>();
+  expectTypeOf(lock.inspect({ status: 'open' })).toEqualTypeOf<Promise<LockInspection>>();
   await lock.acquire({ _id: 'o-1', status: 'open', total: { $gt: 10 } });
   // @ts-expect-error: `_id` of an Order is a string
   await lock.acquire({ _id: 42 });
@@ -76,6 +77,7 @@ export async function promiseLibraries(db: Db): Promise<void> {
   expectTypeOf(handle.release()).toEqualTypeOf<Bluebird<void>>();
   expectTypeOf(handle.extend()).toEqualTypeOf<Bluebird<typeof handle>>();
   expectTypeOf(lock.release({ _id: 1 })).toEqualTypeOf<Bluebird<void>>();
+  expectTypeOf(lock.inspect({ _id: 1 })).toEqualTypeOf<Bluebird<LockInspection>>();
   expectTypeOf(lock.using({ _id: 1 }, {}, async () => 'x')).toEqualTypeOf<Bluebird<string>>();
   const tagged = multiLock({ collection: db.collection('jobs'), locktimeout: 1_000, lockRelationships: { run: {} }, Promise: Bluebird });
   expectTypeOf(tagged.acquire({ _id: 1 }, { tag: 'run' })).toEqualTypeOf<Bluebird<LockHandle<Document, typeof Bluebird, never>>>();

@@ -1,6 +1,7 @@
 import type { Collection, Document } from 'mongodb';
 import { resourceLocks } from '../../resources/resource-locks';
-import { LockPaths, type StoredEntry, type StoredLock, type StoredTicket } from '../../protocol/stored-format';
+import { readHolds, type ReadHold } from '../../protocol/lock-reading';
+import { LockPaths, type StoredLock } from '../../protocol/stored-format';
 
 /** One lock, or one waiter's ticket, as the `monglock` CLI lists it. */
 export interface ListedLock {
@@ -49,11 +50,12 @@ export function locksOf(doc: Document, field: string, all: boolean): ListedLock[
   const now = (doc.now as Date).getTime();
   const lock = (doc[field] ?? {}) as StoredLock;
   const fence = typeof lock.fence === 'number' ? lock.fence : null;
-  const entries = Object.entries(lock.tags ?? {}).flatMap(([tag, list]) =>
-    (list ?? []).map((entry: StoredEntry): ListedLock => listed(doc._id, tag, entry, now, fence, entry.exp.getTime() > now ? 'held' : 'expired')),
-  );
-  const tickets = (lock.queue ?? []).map((ticket: StoredTicket): ListedLock => listed(doc._id, ticket.tag, ticket, now, null, ticket.exp.getTime() > now ? 'waiting' : 'expired'));
-  return [...entries, ...tickets].filter((row) => all || row.state !== 'expired');
+  const { entries, tickets } = readHolds(lock, now);
+  const rows = [
+    ...entries.map((entry) => listed(doc._id, entry, now, fence, entry.live ? 'held' : 'expired')),
+    ...tickets.map((ticket) => listed(doc._id, ticket, now, null, ticket.live ? 'waiting' : 'expired')),
+  ];
+  return rows.filter((row) => all || row.state !== 'expired');
 }
 
 /** The locks of the document whose `_id` is `id` (every entry, expired ones included), read on the primary. */
@@ -68,8 +70,8 @@ async function serverTime(collection: Collection<Document>): Promise<Date> {
   return hello.localTime instanceof Date ? hello.localTime : new Date(0);
 }
 
-function listed(target: unknown, tag: string, entry: { id: string; at: Date; exp: Date }, now: number, documentFence: number | null, state: ListedLock['state']): ListedLock {
-  return { target, tag, state, lockId: entry.id, since: entry.at, expiresAt: entry.exp, remainingMs: Math.max(0, entry.exp.getTime() - now), documentFence };
+function listed(target: unknown, hold: ReadHold, now: number, documentFence: number | null, state: ListedLock['state']): ListedLock {
+  return { target, tag: hold.tag, state, lockId: hold.id, since: hold.at, expiresAt: hold.exp, remainingMs: Math.max(0, hold.exp.getTime() - now), documentFence };
 }
 
 /** The locks of a resource-lock collection (`resourceLocks`), by resource and lock id. */

@@ -1,0 +1,87 @@
+import type { Document } from 'mongodb';
+import { lockError } from '../common/errors';
+import { knownKeys } from '../common/known-keys';
+import { FIXED_PER_LOCK, type CallOptions, type ResolvedCallOptions } from '../common/options';
+import type { LockEngine } from '../engine/lock-engine';
+import type { Inspection } from '../engine/store';
+import { NEVER } from '../protocol/lock-data';
+import { readHolds, type ReadHold } from '../protocol/lock-reading';
+import type { LockPaths } from '../protocol/stored-format';
+
+/** Per-call options of `inspect`: a read, so only its deadline and the boom module. */
+export type InspectParams = Pick<CallOptions, 'timeout' | 'boom'>;
+
+export const INSPECT_PARAMS = knownKeys<InspectParams>()(['timeout', 'boom'], {
+  ...FIXED_PER_LOCK,
+  w: 'inspect writes nothing: it has no write concern',
+  releaseW: 'inspect writes nothing: it has no write concern',
+});
+
+/** A live lock, as `inspect` reads it. */
+export interface InspectedLock {
+  /** The lock's id (what its handle's `id` is). */
+  readonly id: string;
+  readonly tag: string;
+  /** When it was acquired, by the server's clock. */
+  readonly acquiredAt: Date;
+  /** When its lease ends, by the server's clock; null: it has none. */
+  readonly expiresAt: Date | null;
+  /** ms of the lease left when it was read, by the server's clock (`Infinity`: no lease). */
+  readonly remaining: number;
+}
+
+/** A waiter's place in a fair queue, as `inspect` reads it. */
+export interface InspectedWaiter {
+  /** The ticket's id. */
+  readonly id: string;
+  /** The tag it waits for. */
+  readonly tag: string;
+  /** When it took its place, by the server's clock. */
+  readonly since: Date;
+  /** When its place lapses unless the waiter renews it (it does while it waits). */
+  readonly expiresAt: Date;
+}
+
+/**
+ * What `inspect(filter)` read of a document's lock, on the primary, without writing anything: the
+ * locks live by the server's clock, and the fair-mode waiters. A look, not a promise: by the time
+ * the caller acts on it, a lock may have been released, taken or have expired.
+ */
+export interface LockInspection {
+  /** The inspected document's `_id`. */
+  readonly documentId: unknown;
+  /** The server's clock when it was read: what "live" is judged by. */
+  readonly serverTime: Date;
+  /** The document's fencing counter: the token of its latest acquisition (0: never locked); the next one is larger. */
+  readonly fence: number;
+  /** The live locks of this lock's tags, oldest first. */
+  readonly locks: readonly InspectedLock[];
+  /** Fair mode: the live waiters of this lock's tags, first in line first. */
+  readonly waiting: readonly InspectedWaiter[];
+}
+
+/** The inspection of the document `seen` read (its lock property and the server's clock), limited to `tags`. */
+export function inspectionOf(seen: Inspection & { value: Document }, paths: LockPaths, tags: ReadonlySet<string>): LockInspection {
+  const serverTime = seen.serverNow ?? new Date(0);
+  const now = serverTime.getTime();
+  const stored = paths.read(seen.value);
+  const { entries, tickets } = readHolds(stored, now);
+  const ours = (hold: ReadHold): boolean => hold.live && tags.has(hold.tag);
+  return {
+    documentId: seen.value._id,
+    serverTime,
+    fence: typeof stored.fence === 'number' ? stored.fence : 0,
+    locks: entries.filter(ours).map((entry) => {
+      const endless = entry.exp.getTime() >= NEVER;
+      return { id: entry.id, tag: entry.tag, acquiredAt: entry.at, expiresAt: endless ? null : entry.exp, remaining: endless ? Infinity : entry.exp.getTime() - now };
+    }),
+    waiting: tickets.filter(ours).map((ticket) => ({ id: ticket.id, tag: ticket.tag, since: ticket.at, expiresAt: ticket.exp })),
+  };
+}
+
+/** Reads the live locks of the first document `filter` matches (one aggregate on the primary, no write); `RessourceNotFound` when none does. */
+export async function inspectDocument(engine: LockEngine, filter: Document, call: ResolvedCallOptions): Promise<LockInspection> {
+  const seen = await engine.read(filter, call);
+  if (!seen.value) throw lockError('RessourceNotFound', call.boom, { detail: 'no document matches the filter' });
+  return inspectionOf({ ...seen, value: seen.value }, engine.paths, engine.tags);
+}
