@@ -1,4 +1,4 @@
-import { spawn } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import { expect } from 'chai';
 import type { Collection, Document } from 'mongodb';
@@ -15,6 +15,38 @@ function liveTickets(queue: Array<{ exp: Date }>): number {
   return queue.filter((ticket) => ticket.exp.getTime() > Date.now()).length;
 }
 
+/** One JSON line a waiter process prints per acquisition. */
+interface WaiterAcquisition {
+  readonly index: number;
+  readonly fence: number;
+  readonly calledAt: number;
+}
+
+/**
+ * Starts a process of fair waiters (spec/support/fair-waiter.ts) and resolves once it is connected:
+ * `go(at)` starts its schedule, `done` resolves what it acquired when it exits.
+ */
+async function waiterProcess(collection: Collection<Document>, indexes: number[], offsets: number[], holdMs: number): Promise<{ child: ChildProcess; go: (at: number) => void; done: Promise<WaiterAcquisition[]> }> {
+  const settings = { uri: mongoBackend().uri, db: collection.dbName, collection: collection.collectionName, indexes, offsets, holdMs };
+  const child = spawn(process.execPath, ['--import', 'tsx', join(__dirname, '..', 'support', 'fair-waiter.ts'), JSON.stringify(settings)], { stdio: ['pipe', 'pipe', 'inherit'] });
+  let output = '';
+  let markReady!: () => void;
+  const ready = new Promise<void>((resolve) => (markReady = resolve));
+  child.stdout!.on('data', (chunk: Buffer) => {
+    output += chunk.toString();
+    if (output.includes('"ready"')) markReady();
+  });
+  const done = new Promise<WaiterAcquisition[]>((resolve, reject) =>
+    child.once('exit', (code) => {
+      const lines = output.split('\n').filter((line) => line.trim() !== '' && !line.includes('"ready"'));
+      if (code === 0) resolve(lines.map((line) => JSON.parse(line) as WaiterAcquisition));
+      else reject(new Error(`waiter process exited ${code}`));
+    }),
+  );
+  await Promise.race([ready, done.then(() => undefined)]);
+  return { child, go: (at) => child.stdin!.end(`${JSON.stringify({ go: at })}\n`), done };
+}
+
 describe('fair mode (fair: true): first come, first served', () => {
   it('waiters acquire in the order they came, and a newcomer queues behind them', async function () {
     this.timeout(20_000);
@@ -29,7 +61,7 @@ describe('fair mode (fair: true): first come, first served', () => {
       await sleep(20);
       await handle.release();
     });
-    await sleep(30 * 8 + 100);
+    for (let i = 0; i < 400 && liveTickets(await queueOf(collection, 1)) < 8; i++) await sleep(25);
     expect(liveTickets(await queueOf(collection, 1)), 'every waiter holds a ticket').to.equal(8);
     await holder.release();
     // A newcomer that does not wait is refused while the waiters go first, even though the lock is free for a moment.
@@ -62,8 +94,8 @@ describe('fair mode (fair: true): first come, first served', () => {
     const collection = await freshCollection([{ _id: 'fifo' }]);
     const lock = writeLock({ collection, locktimeout: 10_000, fair: true });
     const holder = await lock.acquire({ _id: 'fifo' });
-    const settings = { uri: mongoBackend().uri, db: collection.dbName, collection: collection.collectionName, indexes: [0], startAt: [Date.now()], holdMs: 10 };
-    const child = spawn(process.execPath, ['--import', 'tsx', join(__dirname, '..', 'support', 'fair-waiter.ts'), JSON.stringify(settings)], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const { child, go } = await waiterProcess(collection, [0], [0], 10);
+    go(Date.now());
     for (let waited = 0; liveTickets(await queueOf(collection, 'fifo')) === 0; waited += 50) {
       expect(waited, 'the child took a ticket').to.be.below(15_000);
       await sleep(50);
@@ -85,23 +117,24 @@ describe('fair mode (fair: true): first come, first served', () => {
     const collection = await freshCollection([{ _id: 'fifo' }]);
     const lock = writeLock({ collection, locktimeout: 60_000, fair: true });
     const holder = await lock.acquire({ _id: 'fifo' });
-    const start = Date.now() + 2_500; // time for the processes to start
     const gap = 150; // far apart enough that a busy machine cannot reorder when they come
-    const processes = [0, 1, 2, 3].map((p) => {
-      const indexes = Array.from({ length: 8 }, (_, i) => i * 4 + p);
-      const settings = { uri: mongoBackend().uri, db: collection.dbName, collection: collection.collectionName, indexes, startAt: indexes.map((index) => start + index * gap), holdMs: 5 };
-      const child = spawn(process.execPath, ['--import', 'tsx', join(__dirname, '..', 'support', 'fair-waiter.ts'), JSON.stringify(settings)], { stdio: ['ignore', 'pipe', 'inherit'] });
-      let output = '';
-      child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
-      return new Promise<Array<{ index: number; fence: number }>>((resolve, reject) =>
-        child.once('exit', (code) => (code === 0 ? resolve(output.split('\n').filter(Boolean).map((line) => JSON.parse(line) as { index: number; fence: number })) : reject(new Error(`waiter process exited ${code}`)))),
-      );
-    });
-    await sleep(start + 32 * gap + 500 - Date.now());
+    const processes = await Promise.all(
+      [0, 1, 2, 3].map((p) => {
+        const indexes = Array.from({ length: 8 }, (_, i) => i * 4 + p);
+        return waiterProcess(collection, indexes, indexes.map((index) => index * gap), 5);
+      }),
+    );
+    const start = Date.now() + 200; // every process is connected: the schedule starts together
+    for (const waiter of processes) waiter.go(start);
+    for (let i = 0; i < 400 && liveTickets(await queueOf(collection, 'fifo')) < 32; i++) await sleep(50);
     expect(liveTickets(await queueOf(collection, 'fifo')), 'all 32 queued').to.equal(32);
     await holder.release();
-    const acquisitions = (await Promise.all(processes)).flat().sort((a, b) => a.fence - b.fence);
-    expect(acquisitions.map((a) => a.index)).to.deep.equal(Array.from({ length: 32 }, (_, i) => i));
+    const acquisitions = (await Promise.all(processes.map((waiter) => waiter.done))).flat();
+    // The order they came: when each called acquire (one machine's clock); the order served: their fencing tokens.
+    const came = [...acquisitions].sort((a, b) => a.calledAt - b.calledAt).map((a) => a.index);
+    const served = [...acquisitions].sort((a, b) => a.fence - b.fence).map((a) => a.index);
+    expect(served).to.deep.equal(came);
+    expect(came, 'every waiter acquired').to.have.length(32);
   });
 });
 
