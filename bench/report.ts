@@ -44,7 +44,7 @@ const fmt = (value: number | null | undefined, digits = 0): string => (value ===
 const ratio = (value: number | null | undefined, base: number | null | undefined): string => (value && base ? `${(value / base).toFixed(2)}×` : '–');
 
 /** The peers a ratio may compare with: those that acquire safely (not at `w: 1`). */
-function peersOf(level: LevelResults): ContenderResult[] {
+export function peersOf(level: LevelResults): ContenderResult[] {
   return level.contenders.filter((c) => c.kind === 'peer' && !c.failed && !c.unsafe);
 }
 const bestHot = (level: LevelResults, workers: number): number | undefined => Math.max(0, ...peersOf(level).map((p) => p.hot[workers]?.perSecond ?? 0)) || undefined;

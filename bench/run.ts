@@ -14,6 +14,7 @@ import { startMongoBackend } from '../support/mongo-backend';
 import { contenders, type Contender } from './contenders';
 import { runGoPeers, type GoOutcome } from './go-peers';
 import { MajorityProxy } from './majority-proxy';
+import { renderTargets } from './targets';
 import { renderChart, renderTable, type ContenderResult, type LevelResults, type Results } from './report';
 import { commands, hot, latency, manyResources, readModifyWrite } from './workloads';
 
@@ -170,6 +171,7 @@ async function main(): Promise<void> {
     const table = renderTable(output);
     writeFileSync(join(outDir, 'results.md'), table);
     writeFileSync(join(outDir, 'throughput.svg'), renderChart(output));
+    writeFileSync(join(outDir, 'targets.md'), renderTargets(output));
     console.log(table);
   } finally {
     await backend.stop();
