@@ -4,16 +4,17 @@ import type { ResolvedCallOptions } from '../common/options';
 import { acquireOperation, type AcquireExtension } from '../protocol/acquire';
 import { continueOperation } from '../protocol/continue';
 import { extendOperation } from '../protocol/extend';
+import { guardFilter } from '../protocol/guard';
 import { expiryOf, fenceOf, type LockData, type TagRule, type Ticket } from '../protocol/lock-data';
-import { FairTickets } from './fair-tickets';
 import { newLockId } from '../protocol/lock-ids';
 import type { LockOperation } from '../protocol/operation';
 import type { Proof } from '../protocol/proofs';
 import { pruneTagOperation } from '../protocol/prune';
 import { forcedReleaseOperation, releaseOperation } from '../protocol/release';
 import type { ServerClock } from '../protocol/server-clock';
-import { entryLiveOnServer, allOf, hasExpiredEntries, liveEntries, type LockPaths, type StoredLock } from '../protocol/stored-format';
+import { hasExpiredEntries, liveEntries, type LockPaths, type StoredLock } from '../protocol/stored-format';
 import { AssertivePending, withDocument, type Acquired } from './acquired';
+import { FairTickets } from './fair-tickets';
 import { commitRecord, dataWriteConcern, settleCommit, settleTimestampCommit } from './commit-outcome';
 import { explainLostLock, explainRefusedAcquisition, type AcquireContext } from './refusals';
 import { observeWrite, runStamped, type StampedWrite } from './stamped-write';
@@ -209,8 +210,7 @@ export class LockEngine {
 
   /** A filter that matches `target` only while the lock is held and unexpired by the server's clock. */
   guard(target: Document, lock: LockData, extra?: Document): Document {
-    const live = { $expr: entryLiveOnServer(this.settings.paths, lock.tag, { id: lock.id }) };
-    return allOf(target, [live, ...(extra ? [extra] : [])]);
+    return guardFilter(this.settings.paths, target, lock.tag, lock.id, extra);
   }
 
   private stamped<T>(call: ResolvedCallOptions, write: StampedWrite<T>): Promise<T> {
