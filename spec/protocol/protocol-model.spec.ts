@@ -255,6 +255,8 @@ class Acquire implements Command {
     readonly target: Target,
     readonly fair: boolean,
     readonly fault: Fault,
+    /** Ask for the locked document's balance with the lock (`document: { balance: 1 }`). */
+    readonly withDocument = false,
   ) {}
 
   check(model: Readonly<ProtocolModel>): boolean {
@@ -264,7 +266,12 @@ class Acquire implements Command {
   async run(model: ProtocolModel, real: Real): Promise<void> {
     const what = this.toString();
     const from = real.faults.replied.length;
-    const params = { ...(this.owner === 'multiLock' ? { tag: this.tag } : {}), ...(this.fair ? { fair: true } : {}), ...callOptions(this.fault) };
+    const params = {
+      ...(this.owner === 'multiLock' ? { tag: this.tag } : {}),
+      ...(this.fair ? { fair: true } : {}),
+      ...(this.withDocument ? { document: { balance: 1 } } : {}),
+      ...callOptions(this.fault),
+    };
     const observed = await withFault(real, this.fault, isAcquisition, () => real.locks[this.owner].acquire(filterOf(this.target), params), what);
     const given = (observed.value ?? observed.error?.lock) as LockHandle | undefined;
     const step = model.acquire(this.owner, this.tag, this.target, this.fair, this.fault, given?.id);
@@ -272,12 +279,17 @@ class Acquire implements Command {
     if (step.handle && given) real.handles[step.handle.key] = given;
     // A lost acquisition's lock is released by monglock in the background: wait for that release.
     if (this.fault !== 'none' && given) await real.faults.replyOf(isReleaseOf(given.id), from, `${what}: the background release of err.lock`);
-    if (observed.status === 'resolved' && given && step.handle?.doc) await checkHandleTimes(real, given, step.handle.doc, what);
+    if (observed.status === 'resolved' && given && step.handle?.doc) {
+      await checkHandleTimes(real, given, step.handle.doc, what);
+      // The document read with the lock is the one locked, as the model has it (the commits' balance), without the lock field.
+      const expected = this.withDocument ? { _id: step.handle.doc, balance: model.doc(step.handle.doc).balance } : undefined;
+      expect(given.document, `${what}: the document returned with the lock`).to.deep.equal(expected);
+    }
     await afterCommand(model, real, what);
   }
 
   toString(): string {
-    return `acquire(${this.owner}${this.owner === 'multiLock' ? ` ${this.tag}` : ''} on ${this.target}${this.fair ? ', fair' : ''}${faultText(this.fault)})`;
+    return `acquire(${this.owner}${this.owner === 'multiLock' ? ` ${this.tag}` : ''} on ${this.target}${this.fair ? ', fair' : ''}${this.withDocument ? ', document' : ''}${faultText(this.fault)})`;
   }
 }
 
@@ -632,8 +644,8 @@ const targets = fc.constantFrom<Target>('a', 'a', 'a', 'b', 'b', 'b', 'any', 'mi
 const picks = fc.nat({ max: 1_000 });
 const vias = fc.constantFrom<Via>('handle', 'handle', 'lock', 'json');
 
-const acquireWrite = fc.tuple(targets, fc.boolean(), faults).map(([target, fair, fault]): Command => new Acquire('writeLock', 'write', target, fair, fault));
-const acquireMulti = fc.tuple(fc.constantFrom<Tag>('read', 'write'), targets, fc.boolean(), faults).map(([tag, target, fair, fault]): Command => new Acquire('multiLock', tag, target, fair, fault));
+const acquireWrite = fc.tuple(targets, fc.boolean(), faults, fc.boolean()).map(([target, fair, fault, withDocument]): Command => new Acquire('writeLock', 'write', target, fair, fault, withDocument));
+const acquireMulti = fc.tuple(fc.constantFrom<Tag>('read', 'write'), targets, fc.boolean(), faults, fc.boolean()).map(([tag, target, fair, fault, withDocument]): Command => new Acquire('multiLock', tag, target, fair, fault, withDocument));
 const startWaiter = fc.tuple(fc.constantFrom<Waiter['owner']>('fairWriteLock', 'fairMultiLock'), fc.constantFrom<'a' | 'b'>('a', 'b')).map(([owner, doc]): Command => new StartWaiter(owner, doc));
 const commandArbitraries: Array<fc.Arbitrary<Command>> = [
   acquireWrite,
