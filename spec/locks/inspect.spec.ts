@@ -76,8 +76,10 @@ describe('inspect(filter): a look without locking', () => {
     let seen = await lock.inspect({ _id: 1 });
     for (let i = 0; i < 200 && seen.waiting.length < 2; i++) seen = (await sleep(20), await lock.inspect({ _id: 1 }));
     expect(seen.waiting.map(({ tag }) => tag)).to.deep.equal(['write', 'write']);
-    expect(seen.waiting[0]!.since.getTime()).to.be.at.most(seen.waiting[1]!.since.getTime());
-    for (const waiter of seen.waiting) expect(waiter.expiresAt.getTime()).to.be.greaterThan(seen.serverTime.getTime());
+    // The stored tickets, first in line first (by when they came, then id), as the queue orders waiters.
+    const queue = ((await collection.findOne({ _id: 1 as never }))?.lock?.queue ?? []) as Array<{ id: string; at: Date; exp: Date }>;
+    const inLine = queue.filter((t) => t.exp.getTime() > seen.serverTime.getTime()).sort((a, b) => a.at.getTime() - b.at.getTime() || a.id.localeCompare(b.id));
+    expect(seen.waiting.map(({ id, since, expiresAt }) => ({ id, since, expiresAt }))).to.deep.equal(inLine.map(({ id, at, exp }) => ({ id, since: at, expiresAt: exp })));
     expect(seen.locks.map(({ id }) => id)).to.deep.equal([holder.id]);
     await holder.release();
     await Promise.all(waiters);

@@ -22,6 +22,16 @@ interface WaiterAcquisition {
   readonly calledAt: number;
 }
 
+/** Waiter processes still running: a test that fails before they are done must not leave them waiting. */
+const children = new Set<ChildProcess>();
+
+/** Kills the waiter processes still running (a test that failed before they were done). */
+async function stopChildren(): Promise<void> {
+  const running = [...children];
+  for (const child of running) child.kill('SIGKILL');
+  await Promise.all(running.map((child) => (child.exitCode !== null || child.signalCode !== null ? undefined : new Promise((resolve) => child.once('exit', resolve)))));
+}
+
 /**
  * Starts a process of fair waiters (spec/support/fair-waiter.ts) and resolves once it is connected:
  * `go(at)` starts its schedule, `done` resolves what it acquired when it exits.
@@ -29,6 +39,8 @@ interface WaiterAcquisition {
 async function waiterProcess(collection: Collection<Document>, indexes: number[], offsets: number[], holdMs: number): Promise<{ child: ChildProcess; go: (at: number) => void; done: Promise<WaiterAcquisition[]> }> {
   const settings = { uri: mongoBackend().uri, db: collection.dbName, collection: collection.collectionName, indexes, offsets, holdMs };
   const child = spawn(process.execPath, ['--import', 'tsx', join(__dirname, '..', 'support', 'fair-waiter.ts'), JSON.stringify(settings)], { stdio: ['pipe', 'pipe', 'inherit'] });
+  children.add(child);
+  child.once('exit', () => children.delete(child));
   let output = '';
   let markReady!: () => void;
   const ready = new Promise<void>((resolve) => (markReady = resolve));
@@ -48,6 +60,8 @@ async function waiterProcess(collection: Collection<Document>, indexes: number[]
 }
 
 describe('fair mode (fair: true): first come, first served', () => {
+  afterEach(stopChildren);
+
   it('waiters acquire in the order they came, and a newcomer queues behind them', async function () {
     this.timeout(20_000);
     const collection = await freshCollection([{ _id: 1 }]);
