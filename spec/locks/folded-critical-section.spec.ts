@@ -2,11 +2,14 @@ import Hapi from '@hapi/hapi';
 import { expect } from 'chai';
 import type { CommandStartedEvent, Document } from 'mongodb';
 import { commit, multiLock, writeLock } from '../../lib';
-import { lockOf, monglockPlugin } from '../../lib/hapi';
+import { lockOf } from '../../lib/hapi';
 import { delayedCollection } from '../../stress/delayed-collection';
 import { commandsSentBy, freshCollection, newClient, rejectionOf, sleep } from '../support/fixture';
+import { makeServer, stopServers } from '../support/hapi-server';
 
 describe('the critical section folded into the lock\'s own writes', () => {
+  afterEach(stopServers);
+
   it('acquire({ document }) returns the locked document (without the lock field), whole or projected', async () => {
     const collection = await freshCollection([{ _id: 1, balance: 100, owner: 'ann', notes: 'x' }]);
     const accounts = writeLock({ collection });
@@ -135,19 +138,19 @@ describe('the critical section folded into the lock\'s own writes', () => {
   it('hapi: the handler gets the document and returns commit(update, value): applied before the answer, in two commands', async () => {
     const collection = await freshCollection([{ _id: 'acc', balance: 10 }]);
     const accounts = writeLock({ collection, locktimeout: 5_000 });
-    const server = Hapi.server({ debug: false });
-    await server.register({ plugin: monglockPlugin });
-    server.route({
-      method: 'POST',
-      path: '/accounts/{id}/deposit',
-      options: {
-        plugins: { monglock: { lock: accounts, filter: (request: Hapi.Request) => ({ _id: request.params.id }), document: true, wait: 2_000 } },
-        handler: async (request) => {
-          const balance = (lockOf(request).document?.balance as number) + 5;
-          return commit({ $set: { balance } }, { balance });
+    const server = await makeServer((s) =>
+      s.route({
+        method: 'POST',
+        path: '/accounts/{id}/deposit',
+        options: {
+          plugins: { monglock: { lock: accounts, filter: (request: Hapi.Request) => ({ _id: request.params.id }), document: true, wait: 2_000 } },
+          handler: async (request) => {
+            const balance = (lockOf(request).document?.balance as number) + 5;
+            return commit({ $set: { balance } }, { balance });
+          },
         },
-      },
-    });
+      }),
+    );
     const one = await commandsSentBy(() => server.inject({ method: 'POST', url: '/accounts/acc/deposit' }));
     expect(one.commands).to.deep.equal(['findAndModify', 'update']);
     const answers = await Promise.all(Array.from({ length: 10 }, () => server.inject({ method: 'POST', url: '/accounts/acc/deposit' })));
@@ -157,7 +160,6 @@ describe('the critical section folded into the lock\'s own writes', () => {
     expect(stored?.balance, 'no lost update').to.equal(65);
     await sleep(50);
     expect(stored?.lock.tags.write.filter((entry: { exp: Date }) => entry.exp.getTime() > Date.now())).to.deep.equal([]);
-    await server.stop();
   });
 });
 

@@ -6,11 +6,13 @@
 import Hapi from '@hapi/hapi';
 import { expect } from 'chai';
 import { commit, writeLock } from '../../../lib';
-import { monglockPlugin } from '../../../lib/hapi';
 import { delayedCollection } from '../../../stress/delayed-collection';
 import { freshCollection, sleep } from '../../support/fixture';
+import { makeServer, stopServers } from '../../support/hapi-server';
 
 describe('hapi: a handler that returns commit()', () => {
+  afterEach(stopServers);
+
   // README: the handler "answers `value` once the update and the release are applied together".
   // The defect guarded against: a handler that returned commit() after hapi had already answered
   // (a server timeout: 503) still had its update applied, so a client that retried the 503 applied
@@ -19,21 +21,21 @@ describe('hapi: a handler that returns commit()', () => {
   it('a handler that commits after a server timeout (503) writes nothing', async function () {
     this.timeout(15_000);
     const collection = await freshCollection([{ _id: 'a', balance: 100 }]);
-    const server = Hapi.server({ debug: false });
-    await server.register({ plugin: monglockPlugin });
-    server.route({
-      method: 'POST',
-      path: '/accounts/{id}/debit',
-      options: {
-        timeout: { server: 100 },
-        plugins: { monglock: { lock: writeLock({ collection, locktimeout: 5_000 }), filter: (request: Hapi.Request) => ({ _id: request.params.id }), document: true } },
-        handler: async (request) => {
-          const { document } = (request.plugins.monglock as unknown as { document: { balance: number } });
-          await sleep(300); // slower than the route's timeout
-          return commit({ $set: { balance: document.balance - 30 } }, { balance: document.balance - 30 });
+    const server = await makeServer((s) =>
+      s.route({
+        method: 'POST',
+        path: '/accounts/{id}/debit',
+        options: {
+          timeout: { server: 100 },
+          plugins: { monglock: { lock: writeLock({ collection, locktimeout: 5_000 }), filter: (request: Hapi.Request) => ({ _id: request.params.id }), document: true } },
+          handler: async (request) => {
+            const { document } = (request.plugins.monglock as unknown as { document: { balance: number } });
+            await sleep(300); // slower than the route's timeout
+            return commit({ $set: { balance: document.balance - 30 } }, { balance: document.balance - 30 });
+          },
         },
-      },
-    });
+      }),
+    );
     await server.initialize();
     const response = await server.inject({ method: 'POST', url: '/accounts/a/debit' });
     await sleep(500); // the handler finishes
@@ -57,21 +59,21 @@ describe('hapi: a handler that returns commit()', () => {
         return gate;
       },
     });
-    const server = Hapi.server({ debug: false });
-    await server.register({ plugin: monglockPlugin });
-    server.route({
-      method: 'POST',
-      path: '/accounts/{id}/debit',
-      options: {
-        timeout: { server: 1_600 },
-        plugins: { monglock: { lock: writeLock({ collection: slow, locktimeout: 2_000 }), filter: (request: Hapi.Request) => ({ _id: request.params.id }), document: true } },
-        handler: async (request) => {
-          const { document } = request.plugins.monglock as unknown as { document: { balance: number } };
-          await started; // the keeper extends at half the lease: its extension is now in flight
-          return commit({ $set: { balance: document.balance - 30 } }, { balance: document.balance - 30 });
+    const server = await makeServer((s) =>
+      s.route({
+        method: 'POST',
+        path: '/accounts/{id}/debit',
+        options: {
+          timeout: { server: 1_600 },
+          plugins: { monglock: { lock: writeLock({ collection: slow, locktimeout: 2_000 }), filter: (request: Hapi.Request) => ({ _id: request.params.id }), document: true } },
+          handler: async (request) => {
+            const { document } = request.plugins.monglock as unknown as { document: { balance: number } };
+            await started; // the keeper extends at half the lease: its extension is now in flight
+            return commit({ $set: { balance: document.balance - 30 } }, { balance: document.balance - 30 });
+          },
         },
-      },
-    });
+      }),
+    );
     await server.initialize();
     const response = await server.inject({ method: 'POST', url: '/accounts/a/debit' });
     openGate(); // the extension completes after the 503 went out; the commit would follow it
@@ -80,6 +82,5 @@ describe('hapi: a handler that returns commit()', () => {
     expect({ status: response.statusCode, balance }).to.deep.equal({ status: 503, balance: 100 });
     // The lock was released without the update.
     expect((await collection.findOne({ _id: 'a' as never }))?.lock?.tags?.write ?? []).to.have.length(0);
-    await server.stop();
   });
 });

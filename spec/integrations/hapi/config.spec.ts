@@ -9,6 +9,7 @@ import { multiLock, writeLock } from '../../../lib';
 import { lockOf, monglockPlugin } from '../../../lib/hapi';
 import { describeLock } from '../../../lib/locks/lock-kind';
 import { freshCollection, rejectionOf, sleep } from '../../support/fixture';
+import { makeServer, stopServers } from '../../support/hapi-server';
 
 const rw = (collection: Collection<Document>) => ({
   collection,
@@ -19,17 +20,17 @@ const rw = (collection: Collection<Document>) => ({
 /** A server with one `POST /orders/{id}` route configured with `monglock`; counts what the route ran. */
 async function serverWith(monglock: Record<string, unknown>): Promise<{ server: Hapi.Server; ran: string[] }> {
   const ran: string[] = [];
-  const server = Hapi.server({ debug: false });
-  await server.register({ plugin: monglockPlugin });
-  server.route({
-    method: 'POST',
-    path: '/orders/{id}',
-    options: {
-      // Deliberately unchecked: these routes are misconfigured on purpose.
-      plugins: { monglock: { filter: (request: Hapi.Request) => (ran.push('filter'), { _id: request.params.id }), ...monglock } as never },
-      handler: () => (ran.push('handler'), 'ok'),
-    },
-  });
+  const server = await makeServer((s) =>
+    s.route({
+      method: 'POST',
+      path: '/orders/{id}',
+      options: {
+        // Deliberately unchecked: these routes are misconfigured on purpose.
+        plugins: { monglock: { filter: (request: Hapi.Request) => (ran.push('filter'), { _id: request.params.id }), ...monglock } as never },
+        handler: () => (ran.push('handler'), 'ok'),
+      },
+    }),
+  );
   return { server, ran };
 }
 
@@ -42,6 +43,8 @@ async function initializeError(monglock: Record<string, unknown>): Promise<strin
 }
 
 describe('hapi plugin: route configuration is checked at server.initialize()', () => {
+  afterEach(stopServers);
+
   it('a multiLock route needs a tag, and one its lock declares', async () => {
     const collection = await freshCollection();
     expect(await initializeError({ lock: multiLock(rw(collection)) })).to.equal(
@@ -165,19 +168,21 @@ describe('hapi plugin registration', () => {
  *   for the same document was refused (409).
  */
 describe('the hapi route option document', () => {
+  afterEach(stopServers);
+
   it('excluding the lock\'s own field (not named lock) fails server.initialize(), not every request', async function () {
     this.timeout(15_000);
     const collection = await freshCollection([{ _id: 'a', balance: 1 }]);
-    const server = Hapi.server({ debug: false });
-    await server.register({ plugin: monglockPlugin });
-    server.route({
-      method: 'POST',
-      path: '/accounts/{id}',
-      options: {
-        plugins: { monglock: { lock: writeLock({ collection, field: 'mutex' }), filter: (request: Hapi.Request) => ({ _id: request.params.id }), document: { mutex: 0 } } },
-        handler: () => 'ok',
-      },
-    });
+    const server = await makeServer((s) =>
+      s.route({
+        method: 'POST',
+        path: '/accounts/{id}',
+        options: {
+          plugins: { monglock: { lock: writeLock({ collection, field: 'mutex' }), filter: (request: Hapi.Request) => ({ _id: request.params.id }), document: { mutex: 0 } } },
+          handler: () => 'ok',
+        },
+      }),
+    );
     const initialized = await server.initialize().then(
       () => 'initialized',
       (error: Error) => error.message,
@@ -190,16 +195,16 @@ describe('the hapi route option document', () => {
   it('document: { _id: 0, balance: 1 }: the next request for the document gets the lock', async function () {
     this.timeout(15_000);
     const collection = await freshCollection([{ _id: 'a', balance: 100 }]);
-    const server = Hapi.server({ debug: false });
-    await server.register({ plugin: monglockPlugin });
-    server.route({
-      method: 'GET',
-      path: '/accounts/{id}',
-      options: {
-        plugins: { monglock: { lock: writeLock({ collection, locktimeout: 10_000 }), filter: (request: Hapi.Request) => ({ _id: request.params.id }), document: { _id: 0, balance: 1 } } },
-        handler: (request) => ((request.plugins.monglock as unknown as { document: { balance: number } }).document.balance),
-      },
-    });
+    const server = await makeServer((s) =>
+      s.route({
+        method: 'GET',
+        path: '/accounts/{id}',
+        options: {
+          plugins: { monglock: { lock: writeLock({ collection, locktimeout: 10_000 }), filter: (request: Hapi.Request) => ({ _id: request.params.id }), document: { _id: 0, balance: 1 } } },
+          handler: (request) => ((request.plugins.monglock as unknown as { document: { balance: number } }).document.balance),
+        },
+      }),
+    );
     await server.initialize();
     const first = await server.inject({ method: 'GET', url: '/accounts/a' });
     await sleep(100); // the plugin releases after the response

@@ -3,31 +3,14 @@
  * methods included, also when hapi answers early (server timeout, client disconnect) while the
  * handler step goes on.
  */
-import { request as httpRequest } from 'node:http';
 import * as Boom from '@hapi/boom';
 import Hapi from '@hapi/hapi';
 import { expect } from 'chai';
 import type { Collection, Document } from 'mongodb';
-import { isLockError, writeLock, type LockHandle, type WriteLock } from '../../../lib';
-import { lockOf, monglockPlugin } from '../../../lib/hapi';
-import { realNow } from '../../support/clock';
+import { writeLock, type WriteLock } from '../../../lib';
+import { lockOf } from '../../../lib/hapi';
 import { freshCollection, sleep } from '../../support/fixture';
-
-const servers: Hapi.Server[] = [];
-
-async function makeServer(setup: (server: Hapi.Server) => void): Promise<Hapi.Server> {
-  const server = Hapi.server({ host: '127.0.0.1', port: 0, debug: false });
-  await server.register({ plugin: monglockPlugin });
-  setup(server);
-  servers.push(server);
-  return server;
-}
-
-/** Ids of the unexpired `write` entries of document `id`: the lock's stored state. */
-async function heldIds(collection: Collection<Document>, id: unknown): Promise<string[]> {
-  const doc = await collection.findOne({ _id: id as never });
-  return ((doc?.lock?.tags?.write ?? []) as Array<{ id: string; exp: Date }>).filter((e) => e.exp.getTime() > Date.now()).map((e) => e.id);
-}
+import { heldIds, makeServer, send, stopServers } from '../../support/hapi-server';
 
 /** Resolves once document `id` holds no live lock entry; fails after `ms` (well below the 10 s lease, so only a release explains it). */
 async function released(collection: Collection<Document>, id: unknown, ms = 2_000): Promise<void> {
@@ -47,22 +30,6 @@ async function rivalTries(rival: WriteLock, id: unknown): Promise<string> {
   } catch (error) {
     return String((error as { subtype?: string }).subtype ?? error);
   }
-}
-
-/**
- * A real HTTP request; resolves the status, or 0 when `abortAfter` ms cut it short. On Node 20
- * only a request whose body hapi has not read (a GET) makes hapi answer a disconnect at once.
- */
-function send(port: number, method: string, path: string, abortAfter?: number): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const req = httpRequest({ host: '127.0.0.1', port, path, method }, (res) => {
-      res.resume();
-      res.on('end', () => resolve(res.statusCode ?? 0));
-    });
-    req.on('error', (error: NodeJS.ErrnoException) => (abortAfter !== undefined ? resolve(0) : reject(error)));
-    if (abortAfter !== undefined) setTimeout(() => req.destroy(), abortAfter);
-    req.end();
-  });
 }
 
 /** A promise with its resolve function. */
@@ -88,9 +55,7 @@ function responseOf(server: Hapi.Server, path: string): Promise<number> {
 const byId = (request: Hapi.Request): Document => ({ _id: request.params.id });
 
 describe('hapi plugin: the lock covers pre methods and the handler', () => {
-  afterEach(async () => {
-    await Promise.all(servers.splice(0).map((server) => server.stop({ timeout: 1_000 })));
-  });
+  afterEach(stopServers);
 
   it('server timeout during a slow pre: the pre and then the handler run under the lock, a rival is refused until the handler finished', async () => {
     const collection = await freshCollection([{ _id: 'p', writes: 0 }]);
@@ -444,9 +409,7 @@ describe('hapi plugin: the lock covers pre methods and the handler', () => {
  * until the lease ended.
  */
 describe('hapi checkout routes whose lock never reaches the client', () => {
-  afterEach(async () => {
-    await Promise.all(servers.splice(0).map((server) => server.stop({ timeout: 1_000 })));
-  });
+  afterEach(stopServers);
 
   it('the client disconnects while its checkout request waits for the lock: nobody holds the lock afterwards', async () => {
     const collection = await freshCollection([{ _id: 'd' }]);
@@ -491,164 +454,5 @@ describe('hapi checkout routes whose lock never reaches the client', () => {
     expect((await server.inject({ method: 'POST', url: '/docs/e/checkout' })).statusCode).to.equal(500);
     await sleep(200);
     expect(await heldIds(collection, 'e'), 'a failed checkout holds nothing').to.deep.equal([]);
-  });
-});
-
-/*
- * The plugin holds its lock until the response is out and none of the route's pre
- * methods/failActions/handler runs (README: "the handler still finishes under its lock"), and keeps
- * the lease alive meanwhile, as using() does. The defect guarded against: the plugin had no lease
- * keeper, so a handler that ran longer than the lease ran next to another request's handler.
- */
-describe('hapi hold route whose handler outlives the lease', () => {
-  let server: Hapi.Server | undefined;
-  afterEach(async () => {
-    await server?.stop({ timeout: 1_000 });
-  });
-
-  it('the lease is kept alive: never two handlers of one locked document at the same time', async function () {
-    this.timeout(10_000);
-    const collection = await freshCollection([{ _id: 'a' }]);
-    const orders = writeLock({ collection, locktimeout: 500 });
-    let running = 0;
-    let most = 0;
-    server = Hapi.server({ debug: false });
-    await server.register({ plugin: monglockPlugin });
-    server.route({
-      method: 'POST',
-      path: '/orders/{id}/pay',
-      options: {
-        plugins: { monglock: { lock: orders, filter: (request: Hapi.Request): Document => ({ _id: request.params.id }), wait: 3_000 } },
-        handler: async () => {
-          running++;
-          most = Math.max(most, running);
-          await sleep(1_200); // a slow payment provider
-          running--;
-          return 'paid';
-        },
-      },
-    });
-    const first = server.inject({ method: 'POST', url: '/orders/a/pay' });
-    await sleep(100);
-    const second = server.inject({ method: 'POST', url: '/orders/a/pay' });
-    const codes = [(await first).statusCode, (await second).statusCode];
-    expect({ codes, most }, 'one handler at a time on one document').to.deep.equal({ codes: [200, 200], most: 1 });
-  });
-});
-
-/*
- * The plugin's lease keeper replans whenever the handle's expiry changes, as using()'s does. The
- * defect guarded against: it did not watch the handle, so a handler that extended its own lock
- * (`lockOf(request).lock.extend()`, which defaults to the lock's own lease, not the route's
- * `locktimeout`) shortened the server's lease under the keeper's plan: `lockOf(request).signal`
- * stayed un-aborted while another request acquired the lock and ran its handler. (The same
- * scenario for using() is in spec/locks/lease.spec.ts.)
- */
-describe('hapi handler that extends its own lock', () => {
-  let server: Hapi.Server | undefined;
-  afterEach(async () => {
-    await server?.stop({ timeout: 1_000 });
-  });
-
-  it('route locktimeout 4000, lock default 1000, handler calls lock.extend(): the keeper replans, no second handler while the first one\'s signal is live', async function () {
-    this.timeout(15_000);
-    const collection = await freshCollection([{ _id: 'a' }]);
-    const orders = writeLock({ collection, locktimeout: 1_000 });
-    let firstAbortedAt = 0;
-    let secondStartedAt = 0;
-    let firstEndedAt = 0;
-    server = Hapi.server({ debug: false });
-    await server.register({ plugin: monglockPlugin });
-    server.route({
-      method: 'POST',
-      path: '/orders/{id}/pay',
-      options: {
-        plugins: { monglock: { lock: orders, filter: (request: Hapi.Request): Document => ({ _id: request.params.id }), wait: 5_000, locktimeout: 4_000 } },
-        handler: async (request) => {
-          const { lock, signal } = lockOf(request);
-          if (request.query.first === undefined) {
-            secondStartedAt = realNow();
-            return 'second';
-          }
-          signal.addEventListener('abort', () => (firstAbortedAt = realNow()), { once: true });
-          await lock.extend(); // "a full lease before the slow step"
-          // the slow step: runs until the signal says the lock is lost (or 3 s)
-          await new Promise<void>((resolve) => {
-            signal.addEventListener('abort', () => resolve(), { once: true });
-            setTimeout(resolve, 3_000);
-          });
-          firstEndedAt = realNow();
-          return 'first';
-        },
-      },
-    });
-    const first = server.inject({ method: 'POST', url: '/orders/a/pay?first' });
-    await sleep(100);
-    const second = server.inject({ method: 'POST', url: '/orders/a/pay' });
-    const codes = [(await first).statusCode, (await second).statusCode];
-    expect(codes).to.deep.equal([200, 200]);
-    // Either the first handler had ended before the second started, or its signal had told it to stop.
-    const stoppedAt = firstAbortedAt > 0 ? Math.min(firstAbortedAt, firstEndedAt) : firstEndedAt;
-    expect(
-      stoppedAt,
-      `second handler started at ${Math.round(secondStartedAt)}; first handler: signal aborted ${firstAbortedAt ? Math.round(firstAbortedAt - secondStartedAt) + ' ms after that' : 'never'}, ended ${Math.round(firstEndedAt - secondStartedAt)} ms after that`,
-    ).to.be.below(secondStartedAt);
-  });
-});
-
-/*
- * A route whose `maxHold` passes while a pre method still runs: the keeper releases the lock, and
- * the plugin then refuses to start any further route code (README, hapi: "Once the lock is
- * released, the plugin refuses to start any of them ... so route code never runs without the
- * lock"). The defect guarded against: the plugin's request state was not told of the keeper's
- * release, so the handler still started while another client, which took the lock as soon as
- * maxHold released it, held it: two holders of one document lock.
- */
-describe('hapi maxHold passes while a pre method runs', () => {
-  it('no pre method or handler starts after maxHold released the lock', async function () {
-    this.timeout(15_000);
-    const collection = await freshCollection([{ _id: 'o' }]);
-    const lock = writeLock({ collection, locktimeout: 2_000 });
-    const other = writeLock({ collection, locktimeout: 5_000 }); // another client
-    const server = Hapi.server({ debug: false });
-    await server.register({ plugin: monglockPlugin });
-    const otherClient: { held?: LockHandle } = {};
-    let preStarted!: () => void;
-    const routeHoldsTheLock = new Promise<void>((resolve) => (preStarted = resolve));
-    let handlerRanWhileOtherHeld = false;
-    server.route({
-      method: 'POST',
-      path: '/o/{id}',
-      options: {
-        plugins: { monglock: { lock, filter: (request: Hapi.Request) => ({ _id: request.params.id }), maxHold: 300 } },
-        pre: [
-          {
-            method: async () => {
-              preStarted();
-              await sleep(800); // a slow pre method: maxHold (300 ms) passes meanwhile
-              return 'pre done';
-            },
-            assign: 'slow',
-          },
-        ],
-        handler: async () => {
-          // Is another client holding "our" lock while the handler runs?
-          handlerRanWhileOtherHeld = otherClient.held !== undefined && isLockError(await other.acquire({ _id: 'o' }).catch((error: unknown) => error), 'LockAlreadyTaken');
-          return 'handler ran';
-        },
-      },
-    });
-    await server.initialize();
-    const responding = server.inject({ method: 'POST', url: '/o/o' });
-    await routeHoldsTheLock; // the route acquired the lock; its pre method runs
-    // Another client waits for the document and gets it once maxHold released it.
-    otherClient.held = await other.acquire({ _id: 'o' }, { wait: 5_000 });
-    const response = await responding;
-    await sleep(200);
-    console.log(`      other client got the lock; route answered ${response.statusCode} ${String(response.result)}`);
-    expect(handlerRanWhileOtherHeld, 'the handler ran while another client held the lock').to.equal(false);
-    expect(response.result).to.not.equal('handler ran');
-    await otherClient.held.release();
-    await server.stop();
   });
 });

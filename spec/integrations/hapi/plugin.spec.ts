@@ -1,49 +1,14 @@
 import { execFileSync } from 'node:child_process';
-import { request as httpRequest } from 'node:http';
 import * as Boom from '@hapi/boom';
 import Hapi from '@hapi/hapi';
 import { expect } from 'chai';
-import type { Collection, Document } from 'mongodb';
 import { multiLock, writeLock, type LockData } from '../../../lib';
-import { lockOf, monglockPlugin } from '../../../lib/hapi';
+import { lockOf } from '../../../lib/hapi';
 import { freshCollection, sleep } from '../../support/fixture';
-
-const servers: Hapi.Server[] = [];
-
-async function makeServer(setup: (server: Hapi.Server) => void): Promise<Hapi.Server> {
-  const server = Hapi.server({ host: '127.0.0.1', port: 0, debug: false });
-  await server.register({ plugin: monglockPlugin });
-  setup(server);
-  servers.push(server);
-  return server;
-}
-
-async function heldIds(collection: Collection<Document>, id: unknown, tag = 'write'): Promise<string[]> {
-  const doc = await collection.findOne({ _id: id as never });
-  return ((doc?.lock?.tags?.[tag] ?? []) as Array<{ id: string; exp: Date }>).filter((e) => e.exp.getTime() > Date.now()).map((e) => e.id);
-}
-
-/**
- * A real HTTP request (POST unless `method`); resolves the status (or 0 when `abortAfter` ms cut
- * the request short). On Node 20 hapi answers a disconnect at once only for a request whose body
- * it has not read, such as a GET: for a POST it notices only when it sends the response.
- */
-function post(port: number, path: string, abortAfter?: number, method = 'POST'): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const req = httpRequest({ host: '127.0.0.1', port, path, method }, (res) => {
-      res.resume();
-      res.on('end', () => resolve(res.statusCode ?? 0));
-    });
-    req.on('error', (error: NodeJS.ErrnoException) => (abortAfter !== undefined ? resolve(0) : reject(error)));
-    if (abortAfter !== undefined) setTimeout(() => req.destroy(), abortAfter);
-    req.end();
-  });
-}
+import { heldIds, makeServer, send, stopServers } from '../../support/hapi-server';
 
 describe('hapi plugin', () => {
-  afterEach(async () => {
-    await Promise.all(servers.splice(0).map((server) => server.stop({ timeout: 1_000 })));
-  });
+  afterEach(stopServers);
 
   it('locks before the handler, gives it the lock and its guard, and releases after the response', async () => {
     const collection = await freshCollection([{ _id: 'a', status: 'open' }]);
@@ -196,7 +161,7 @@ describe('hapi plugin', () => {
 
     await server.start();
     const answered = new Promise<number>((resolve) => server.events.once('response', (request) => resolve((request.response as unknown as Boom.Boom).output.statusCode)));
-    expect(await post(server.info.port as number, '/slow/d', 100, 'GET')).to.equal(0);
+    expect(await send(server.info.port as number, 'GET', '/slow/d', 100)).to.equal(0);
     expect(await answered, 'hapi answered the disconnect while the handler runs').to.equal(499);
     await sleep(100);
     expect(handlerDone).to.equal(false);
@@ -233,10 +198,10 @@ describe('hapi plugin', () => {
     });
     await server.start();
     const port = server.info.port as number;
-    const fast = await Promise.all(Array.from({ length: 40 }, () => post(port, '/fast')));
+    const fast = await Promise.all(Array.from({ length: 40 }, () => send(port, 'POST', '/fast')));
     expect(fast.filter((code) => code === 200).length).to.be.at.least(1);
     expect(fast.filter((code) => code !== 200 && code !== 409)).to.deep.equal([]);
-    const waited = await Promise.all(Array.from({ length: 40 }, () => post(port, '/wait')));
+    const waited = await Promise.all(Array.from({ length: 40 }, () => send(port, 'POST', '/wait')));
     expect(waited.every((code) => code === 200)).to.equal(true);
     expect(most).to.equal(1);
   });

@@ -1,0 +1,47 @@
+/**
+ * Real hapi servers for the plugin's specs: made with the monglock plugin registered, on a free
+ * port of 127.0.0.1, and stopped by `stopServers()` (an afterEach) whatever the test did.
+ */
+import { request as httpRequest } from 'node:http';
+import Hapi from '@hapi/hapi';
+import type { Collection, Document } from 'mongodb';
+import { monglockPlugin } from '../../lib/hapi';
+
+const servers: Hapi.Server[] = [];
+
+/** A server with the plugin registered; `setup` adds its routes. Stopped by {@link stopServers}. */
+export async function makeServer(setup: (server: Hapi.Server) => void): Promise<Hapi.Server> {
+  const server = Hapi.server({ host: '127.0.0.1', port: 0, debug: false });
+  await server.register({ plugin: monglockPlugin });
+  setup(server);
+  servers.push(server);
+  return server;
+}
+
+/** Stops every server {@link makeServer} made (an afterEach). */
+export async function stopServers(): Promise<void> {
+  await Promise.all(servers.splice(0).map((server) => server.stop({ timeout: 1_000 })));
+}
+
+/** Ids of the unexpired entries of `tag` in document `id`: the lock's stored state. */
+export async function heldIds(collection: Collection<Document>, id: unknown, tag = 'write'): Promise<string[]> {
+  const doc = await collection.findOne({ _id: id as never });
+  return ((doc?.lock?.tags?.[tag] ?? []) as Array<{ id: string; exp: Date }>).filter((e) => e.exp.getTime() > Date.now()).map((e) => e.id);
+}
+
+/**
+ * A real HTTP request; resolves the status, or 0 when `abortAfter` ms cut it short. On Node 20
+ * hapi answers a disconnect at once only for a request whose body it has not read (a GET): for a
+ * POST it notices only when it sends the response.
+ */
+export function send(port: number, method: string, path: string, abortAfter?: number): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest({ host: '127.0.0.1', port, path, method }, (res) => {
+      res.resume();
+      res.on('end', () => resolve(res.statusCode ?? 0));
+    });
+    req.on('error', (error: NodeJS.ErrnoException) => (abortAfter !== undefined ? resolve(0) : reject(error)));
+    if (abortAfter !== undefined) setTimeout(() => req.destroy(), abortAfter);
+    req.end();
+  });
+}
