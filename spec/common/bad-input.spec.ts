@@ -1,22 +1,13 @@
 import { expect } from 'chai';
-import { multiLock, resourceLocks, writeLock, type LockHandle } from '../../lib';
-import { failureOf, freshCollection, snapshotOf } from '../support/fixture';
+import { multiLock, resourceLocks, writeLock } from '../../lib';
+import { failureOf, locksHoldingSomething } from '../support/fixture';
 
 type Case = readonly [string, () => unknown, RegExp];
 
 describe('bad input: every public function and option, nothing written', () => {
   it('at least 50 invalid calls each fail with a clear message naming the argument; the collections are byte-for-byte unchanged', async function () {
     this.timeout(60_000);
-    const docs = await freshCollection([{ _id: 1, v: 'a' }, { _id: 2, v: 'b' }]);
-    const lockColl = await freshCollection();
-    const wl = writeLock({ collection: docs });
-    const ml = multiLock({ collection: docs, locktimeouts: { read: 1000, write: 1000 }, lockRelationships: { read: { cooperative: ['write'] } } });
-    const rl = resourceLocks({ collection: lockColl });
-    const held: LockHandle = await wl.acquire({ _id: 1 });
-    const heldRead = await ml.acquire({ _id: 2 }, { tag: 'read' });
-    await rl.xlock('res', 'group');
-    const snapshot = (): Promise<string> => snapshotOf(docs, lockColl);
-    const before = await snapshot();
+    const { docs, lockColl, wl, ml, rl, held, heldRead, snapshot, before } = await locksHoldingSomething();
 
     const big = 2 ** 40;
     const cases: Case[] = [

@@ -10,6 +10,7 @@ import { LockError, LockHandle, resourceLocks, writeLock } from '../../lib';
 import '../../lib/bluebird';
 import { delayedCollection } from '../../stress/delayed-collection';
 import { freshCollection, rejectionOf, sleep } from '../support/fixture';
+import { whatAnAcquisitionGets } from '../support/lock-commands';
 
 describe('promise libraries', () => {
   it('works in a bluebird chain that retries in the caller, without touching the global Promise', async () => {
@@ -102,7 +103,7 @@ describe('bluebird cancellation racing with the reply releases what the reply br
     setTimeout(() => pending.cancel(), 20);
     await sleep(300);
     expect(pending.isCancelled(), 'the caller cancelled').to.equal(true);
-    const other = await writeLock({ collection }).acquire({ _id: 1 }).then((h) => h.release().then(() => 'acquired'), (e: Error & { subtype?: string }) => e.subtype);
+    const other = await whatAnAcquisitionGets(writeLock({ collection }), { _id: 1 });
     expect(other, 'the cancelled call holds nothing').to.equal('acquired');
   });
 });

@@ -5,9 +5,9 @@
  * acquire fail fast; a relationship that named `wirte` declared a tag nobody holds.
  */
 import { expect } from 'chai';
-import { clearV2Locks, multiLock, resourceLocks, writeLock, type LockHandle } from '../../lib';
+import { clearV2Locks, multiLock, resourceLocks, writeLock } from '../../lib';
 import { instrumentMonglock } from '../../lib/otel';
-import { failureOf, freshCollection, rejectionOf, snapshotOf } from '../support/fixture';
+import { failureOf, freshCollection, locksHoldingSomething, rejectionOf } from '../support/fixture';
 
 /** A call made with a misspelled key: the key as named in the message, and the known key it should suggest. */
 type Case = readonly [string, () => unknown, string, string | undefined];
@@ -57,16 +57,7 @@ describe('unknown keys: a typo never loosens a lock', () => {
 
   it('every options and params object refuses an unknown key, names the nearest known one, and writes nothing', async function () {
     this.timeout(30_000);
-    const docs = await freshCollection([{ _id: 1, v: 'a' }, { _id: 2, v: 'b' }]);
-    const lockColl = await freshCollection();
-    const wl = writeLock({ collection: docs });
-    const ml = multiLock({ collection: docs, locktimeouts: { read: 1000, write: 1000 }, lockRelationships: { read: { cooperative: ['write'] } } });
-    const rl = resourceLocks({ collection: lockColl });
-    const held: LockHandle = await wl.acquire({ _id: 1 });
-    const heldRead = await ml.acquire({ _id: 2 }, { tag: 'read' });
-    const resource = await rl.xlock('res', 'group');
-    const snapshot = (): Promise<string> => snapshotOf(docs, lockColl);
-    const before = await snapshot();
+    const { docs, lockColl, wl, ml, rl, held, heldRead, resource, snapshot, before } = await locksHoldingSomething();
     const body = async (): Promise<number> => 1;
 
     const cases: Case[] = [

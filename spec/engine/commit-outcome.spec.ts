@@ -8,7 +8,7 @@ import type { CommandStartedEvent, Document } from 'mongodb';
 import { commit, isLockError, resourceLocks, writeLock, type LockHandle } from '../../lib';
 import { delayedCollection } from '../../stress/delayed-collection';
 import { freshCollection, newClient, rejectionOf, sleep } from '../support/fixture';
-import { gate } from '../support/lock-commands';
+import { gate, whatAnAcquisitionGets } from '../support/lock-commands';
 
 const debit = (lock: LockHandle<Document, undefined, Document>): Document => ({ $set: { balance: (lock.document?.balance as number) - 30 }, $push: { history: -30 } });
 
@@ -228,14 +228,7 @@ describe('a commit that cannot be applied', () => {
     const accounts = writeLock({ collection, locktimeout: 10_000 });
     const failed = await rejectionOf(accounts.using({ _id: 1 }, { document: true }, () => commit({ $inc: { balance: -30 } }, 'done')));
     console.log(`      using() rejected: ${failed.message}`);
-    const next = await accounts.acquire({ _id: 1 }).then(
-      async (handle) => {
-        await handle.release();
-        return 'free';
-      },
-      (error: Error & { subtype?: string }) => `refused: ${error.subtype ?? error.message}`,
-    );
-    expect(next, 'the lock after using() settled').to.equal('free');
+        expect(await whatAnAcquisitionGets(accounts, { _id: 1 }), 'the lock after using() settled').to.equal('acquired');
   });
 
   it('using(): a unique-index violation in the commit rejects and releases the lock', async function () {
@@ -248,14 +241,7 @@ describe('a commit that cannot be applied', () => {
     const users = writeLock({ collection, locktimeout: 10_000 });
     const failed = await rejectionOf(users.using({ _id: 1 }, undefined, () => commit({ $set: { email: 'b@example.com' } })));
     console.log(`      using() rejected: ${failed.message}`);
-    const next = await users.acquire({ _id: 1 }).then(
-      async (handle) => {
-        await handle.release();
-        return 'free';
-      },
-      (error: Error & { subtype?: string }) => `refused: ${error.subtype ?? error.message}`,
-    );
-    expect(next, 'the lock after using() settled').to.equal('free');
+        expect(await whatAnAcquisitionGets(users, { _id: 1 }), 'the lock after using() settled').to.equal('acquired');
   });
 
   it('using(): a commit that monglock refuses (it touches the lock field) rejects and releases the lock', async function () {
@@ -264,14 +250,7 @@ describe('a commit that cannot be applied', () => {
     const accounts = writeLock({ collection, locktimeout: 10_000 });
     const failed = await rejectionOf(accounts.using({ _id: 1 }, undefined, () => commit({ $set: { 'lock.note': 'x' } })));
     expect(failed.name).to.equal('TypeError');
-    const next = await accounts.acquire({ _id: 1 }).then(
-      async (handle) => {
-        await handle.release();
-        return 'free';
-      },
-      (error: Error & { subtype?: string }) => `refused: ${error.subtype ?? error.message}`,
-    );
-    expect(next, 'the lock after using() settled').to.equal('free');
+        expect(await whatAnAcquisitionGets(accounts, { _id: 1 }), 'the lock after using() settled').to.equal('acquired');
   });
 
   it('resource locks: using() whose body returns commit() is refused and releases its lock without ttl', async function () {

@@ -11,6 +11,7 @@ import { delayedCollection } from '../../stress/delayed-collection';
 import { FaultProxy, type Fault } from '../../stress/fault-proxy';
 import { realNow } from '../support/clock';
 import { freshCollection, mongoBackend, rejectionOf, sleep } from '../support/fixture';
+import { whatAnAcquisitionGets } from '../support/lock-commands';
 
 const TIMEOUT = 400;
 const LEASE = 1_500;
@@ -220,7 +221,7 @@ describe('a lost reply whose request is still in flight', () => {
     expect(isLockError(error, 'DbError'), String(error)).to.equal(true);
     await sleep(1_000);
     const other = writeLock({ collection, locktimeout: 10_000 });
-    const outcome = await other.acquire({ _id: 1 }).then((h) => h.release().then(() => 'acquired'), (e: Error & { subtype?: string }) => e.subtype);
+    const outcome = await whatAnAcquisitionGets(other, { _id: 1 });
     expect(outcome, 'the document is free again (the failed caller holds nothing)').to.equal('acquired');
   });
 });
@@ -272,7 +273,7 @@ describe('releasing a lock whose reply was lost', () => {
     expect(isLockError(error, 'DbError'), String(error)).to.equal(true);
     const own = await (error.lock as LockHandle).release().then(() => 'released', (e: Error & { subtype?: string }) => e.subtype);
     await sleep(700);
-    const other = await writeLock({ collection }).acquire({ _id: 1 }).then((h) => h.release().then(() => 'acquired'), (e: Error & { subtype?: string }) => e.subtype);
+    const other = await whatAnAcquisitionGets(writeLock({ collection }), { _id: 1 });
     expect({ own, other }, 'the caller was told the lock may have been written and to release err.lock').to.deep.equal({ own: 'released', other: 'acquired' });
   });
 });
@@ -320,9 +321,7 @@ describe('a lost reply on a client that has not read the server clock yet, whose
     const error = await rejectionOf(slow.acquire({ _id: 1 }));
     expect(isLockError(error, 'DbError'), String(error)).to.equal(true);
     await sleep(2_000);
-    const outcome = await writeLock({ collection, locktimeout: 60_000 })
-      .acquire({ _id: 1 })
-      .then((h) => h.release().then(() => 'acquired'), (e: Error & { subtype?: string }) => e.subtype);
+    const outcome = await whatAnAcquisitionGets(writeLock({ collection, locktimeout: 60_000 }), { _id: 1 });
     expect(outcome, 'the document is free again (the failed caller holds nothing)').to.equal('acquired');
   });
 
@@ -339,9 +338,7 @@ describe('a lost reply on a client that has not read the server clock yet, whose
     const error = await rejectionOf(slow.acquire({ _id: 1 }));
     expect(isLockError(error, 'DbError'), String(error)).to.equal(true);
     await sleep(2_000);
-    const outcome = await writeLock({ collection, locktimeout: 60_000 })
-      .acquire({ _id: 1 })
-      .then((h) => h.release().then(() => 'acquired'), (e: Error & { subtype?: string }) => e.subtype);
+    const outcome = await whatAnAcquisitionGets(writeLock({ collection, locktimeout: 60_000 }), { _id: 1 });
     expect(outcome).to.equal('acquired');
   });
 });

@@ -6,6 +6,7 @@
 import { expect } from 'chai';
 import { commit, writeLock } from '../../lib';
 import { freshCollection } from '../support/fixture';
+import { whatAnAcquisitionGets } from '../support/lock-commands';
 
 /*
  * The defect guarded against: the handle that writeLock.extend(filter, { lock }) resolves
@@ -35,17 +36,6 @@ describe('the handle returned by extend(filter, { lock })', () => {
  * its lease ended.
  */
 
-/** What another acquisition of document `id` gets now: 'free' (then it lets go at once) or the refusal. */
-async function stateAfter(lock: ReturnType<typeof writeLock>, id: number): Promise<string> {
-  return lock.acquire({ _id: id }).then(
-    async (handle) => {
-      await handle.release();
-      return 'free';
-    },
-    (error: Error & { subtype?: string }) => `refused: ${error.subtype ?? error.message}`,
-  );
-}
-
 describe('a document projection without _id', () => {
   it('handle.release() releases a lock acquired with document: { _id: 0, balance: 1 }', async function () {
     this.timeout(15_000);
@@ -58,7 +48,7 @@ describe('a document projection without _id', () => {
       (error: Error) => error.message,
     );
     expect(released).to.equal('released');
-    expect(await stateAfter(accounts, 1)).to.equal('free');
+    expect(await whatAnAcquisitionGets(accounts, { _id: 1 })).to.equal('acquired');
   });
 
   it('using() with document: { _id: 0 } releases the lock when it settles', async function () {
@@ -67,7 +57,7 @@ describe('a document projection without _id', () => {
     const accounts = writeLock({ collection, locktimeout: 10_000 });
     const result = await accounts.using({ _id: 1 }, { document: { _id: 0 } }, (lock) => lock.document?.balance as number);
     expect(result).to.equal(100);
-    expect(await stateAfter(accounts, 1), 'the lock after using() resolved').to.equal('free');
+    expect(await whatAnAcquisitionGets(accounts, { _id: 1 }), 'the lock after using() resolved').to.equal('acquired');
   });
 
   it('using() with document: { _id: 0 } applies its commit', async function () {

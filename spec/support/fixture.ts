@@ -7,6 +7,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { BSON, MongoClient, type Collection, type CommandStartedEvent, type Db, type Document } from 'mongodb';
+import { multiLock, resourceLocks, writeLock, type LockHandle, type MultiLock, type ResourceLockHandle, type ResourceLocks, type WriteLock } from '../../lib';
 import { attachMongoBackend, startMongoBackend, type BackendCapabilities, type BackendKind, type MongoBackend } from '../../support/mongo-backend';
 
 /** How worker processes find the backend the global setup started. */
@@ -163,4 +164,33 @@ export async function failureOf(call: () => unknown): Promise<Error & Record<str
 export async function snapshotOf(...collections: Collection<Document>[]): Promise<string> {
   const contents = await Promise.all(collections.map((collection) => collection.find().sort({ _id: 1 }).toArray()));
   return BSON.EJSON.stringify(contents, { relaxed: false });
+}
+
+/**
+ * Every kind of lock with something held, for tests that call every public function with bad
+ * input: a writeLock and a read/write multiLock on `docs` (documents 1 and 2, each locked), a
+ * resource lock in `lockColl`, and `snapshot()` of both collections to compare with `before`.
+ */
+export async function locksHoldingSomething(): Promise<{
+  docs: Collection<Document>;
+  lockColl: Collection<Document>;
+  wl: WriteLock;
+  ml: MultiLock;
+  rl: ResourceLocks;
+  held: LockHandle;
+  heldRead: LockHandle;
+  resource: ResourceLockHandle;
+  snapshot: () => Promise<string>;
+  before: string;
+}> {
+  const docs = await freshCollection([{ _id: 1, v: 'a' }, { _id: 2, v: 'b' }]);
+  const lockColl = await freshCollection();
+  const wl = writeLock({ collection: docs });
+  const ml = multiLock({ collection: docs, locktimeouts: { read: 1000, write: 1000 }, lockRelationships: { read: { cooperative: ['write'] } } });
+  const rl = resourceLocks({ collection: lockColl });
+  const held: LockHandle = await wl.acquire({ _id: 1 });
+  const heldRead = await ml.acquire({ _id: 2 }, { tag: 'read' });
+  const resource = await rl.xlock('res', 'group');
+  const snapshot = (): Promise<string> => snapshotOf(docs, lockColl);
+  return { docs, lockColl, wl, ml, rl, held, heldRead, resource, snapshot, before: await snapshot() };
 }

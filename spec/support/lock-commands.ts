@@ -40,3 +40,14 @@ export async function outcomeOf(promise: PromiseLike<unknown>): Promise<'resolve
     return error as Error & { data?: { applied?: unknown } } & Record<string, unknown>;
   }
 }
+
+/** What another acquisition of the document `filter` selects gets now: 'acquired' (then it lets go at once), or the refusal's subtype (its message for other errors). */
+export async function whatAnAcquisitionGets(lock: { acquire(filter: Document): PromiseLike<{ release(): PromiseLike<void> }> }, filter: Document): Promise<string> {
+  try {
+    const handle = await lock.acquire(filter);
+    await handle.release();
+    return 'acquired';
+  } catch (error) {
+    return String((error as { subtype?: string }).subtype ?? error);
+  }
+}

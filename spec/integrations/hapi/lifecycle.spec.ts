@@ -7,9 +7,10 @@ import * as Boom from '@hapi/boom';
 import Hapi from '@hapi/hapi';
 import { expect } from 'chai';
 import type { Collection, Document } from 'mongodb';
-import { writeLock, type WriteLock } from '../../../lib';
+import { writeLock } from '../../../lib';
 import { lockOf } from '../../../lib/hapi';
 import { freshCollection, sleep } from '../../support/fixture';
+import { whatAnAcquisitionGets } from '../../support/lock-commands';
 import { heldIds, makeServer, send, stopServers } from '../../support/hapi-server';
 
 /** Resolves once document `id` holds no live lock entry; fails after `ms` (well below the 10 s lease, so only a release explains it). */
@@ -18,17 +19,6 @@ async function released(collection: Collection<Document>, id: unknown, ms = 2_00
   while ((await heldIds(collection, id)).length > 0) {
     if (Date.now() > deadline) throw new Error(`document ${String(id)} is still locked after ${ms} ms`);
     await sleep(10);
-  }
-}
-
-/** What a second client gets: 'acquired' (then it lets go at once) or the refusal's subtype. */
-async function rivalTries(rival: WriteLock, id: unknown): Promise<string> {
-  try {
-    const handle = await rival.acquire({ _id: id });
-    await handle.release();
-    return 'acquired';
-  } catch (error) {
-    return String((error as { subtype?: string }).subtype ?? error);
   }
 }
 
@@ -76,7 +66,7 @@ describe('hapi plugin: the lock covers pre methods and the handler', () => {
               method: async (request: Hapi.Request) => {
                 await answered; // the 503 is out; the pre goes on
                 await sleep(50);
-                seen.rivalDuringPre = await rivalTries(rival, request.params.id);
+                seen.rivalDuringPre = await whatAnAcquisitionGets(rival, { _id: request.params.id });
                 await sleep(150);
                 return 'checked';
               },
@@ -85,7 +75,7 @@ describe('hapi plugin: the lock covers pre methods and the handler', () => {
           handler: async (request) => {
             const write = await collection.updateOne(lockOf(request).guard(), { $inc: { writes: 1 } });
             seen.matched = write.matchedCount;
-            seen.rivalDuringHandler = await rivalTries(rival, request.params.id);
+            seen.rivalDuringHandler = await whatAnAcquisitionGets(rival, { _id: request.params.id });
             handlerDone.resolve();
             return 'done';
           },
@@ -98,7 +88,7 @@ describe('hapi plugin: the lock covers pre methods and the handler', () => {
     await handlerDone.promise;
     expect(seen).to.deep.equal({ rivalDuringPre: 'LockAlreadyTaken', matched: 1, rivalDuringHandler: 'LockAlreadyTaken' });
     await released(collection, 'p');
-    expect(await rivalTries(rival, 'p')).to.equal('acquired');
+    expect(await whatAnAcquisitionGets(rival, { _id: 'p' })).to.equal('acquired');
     expect((await collection.findOne({ _id: 'p' as never }))?.writes).to.equal(1);
   });
 
@@ -120,14 +110,14 @@ describe('hapi plugin: the lock covers pre methods and the handler', () => {
               await answered; // the client is gone and hapi has finished the request
               await sleep(50);
               seen.secondRequest = await send(port, 'POST', `/orders/${request.params.id}/quick`);
-              seen.rivalDuringPre = await rivalTries(rival, request.params.id);
+              seen.rivalDuringPre = await whatAnAcquisitionGets(rival, { _id: request.params.id });
               await sleep(150);
               return 'checked';
             },
           ],
           handler: async (request) => {
             seen.matched = (await collection.updateOne(lockOf(request).guard(), { $inc: { writes: 1 } })).matchedCount;
-            seen.rivalDuringHandler = await rivalTries(rival, request.params.id);
+            seen.rivalDuringHandler = await whatAnAcquisitionGets(rival, { _id: request.params.id });
             handlerDone.resolve();
             return 'done';
           },
@@ -165,7 +155,7 @@ describe('hapi plugin: the lock covers pre methods and the handler', () => {
               async (request: Hapi.Request, h: Hapi.ResponseToolkit) => {
                 await responses[id];
                 await sleep(50);
-                seen[id] = await rivalTries(rival, request.params.id);
+                seen[id] = await whatAnAcquisitionGets(rival, { _id: request.params.id });
                 await sleep(50);
                 presDone[id].resolve();
                 if (id === 'throw') throw new Error('the pre failed');
@@ -210,7 +200,7 @@ describe('hapi plugin: the lock covers pre methods and the handler', () => {
                 method: async (request: Hapi.Request) => {
                   await answered;
                   await sleep(50);
-                  seen.slow = await rivalTries(rival, request.params.id);
+                  seen.slow = await whatAnAcquisitionGets(rival, { _id: request.params.id });
                   await sleep(100);
                   return 'slow';
                 },
@@ -219,7 +209,7 @@ describe('hapi plugin: the lock covers pre methods and the handler', () => {
             {
               assign: 'later',
               method: async (request: Hapi.Request) => {
-                seen.later = await rivalTries(rival, request.params.id);
+                seen.later = await whatAnAcquisitionGets(rival, { _id: request.params.id });
                 return 'later';
               },
             },
@@ -262,7 +252,7 @@ describe('hapi plugin: the lock covers pre methods and the handler', () => {
               },
               failAction: async (request: Hapi.Request) => {
                 await sleep(50);
-                seen.failAction = await rivalTries(rival, request.params.id);
+                seen.failAction = await whatAnAcquisitionGets(rival, { _id: request.params.id });
                 await sleep(50);
                 return 'default price';
               },
@@ -376,7 +366,7 @@ describe('hapi plugin: the lock covers pre methods and the handler', () => {
           pre: [
             async (request: Hapi.Request) => {
               await sleep(150);
-              seen.rivalDuringPre = await rivalTries(rival, request.params.id);
+              seen.rivalDuringPre = await whatAnAcquisitionGets(rival, { _id: request.params.id });
               await sleep(50);
               return 'checked';
             },
