@@ -1,0 +1,281 @@
+/**
+ * The harness of the protocol model test (spec/protocol/protocol-model.spec.ts): the real side of
+ * a sequence (a collection whose chosen calls lose their request or reply, the four lock objects,
+ * the handles), how a call's outcome is observed and compared with the model's, and the checks of
+ * the stored state after every command.
+ */
+import { expect } from 'chai';
+import type { Collection, Document } from 'mongodb';
+import { multiLock, writeLock, LockHandle, type MultiLock, type WriteLock } from '../../lib';
+import { delayedCollection, type Delays, type DelayedMethod } from '../../stress/delayed-collection';
+import { freshCollection, sleep } from './fixture';
+import { never } from './lock-commands';
+import {
+  DOC_IDS,
+  kindOf,
+  LEASE_MS,
+  ProtocolModel,
+  type Expected,
+  type Fault,
+  type Owner,
+  type Step,
+  type Tag,
+  type Target,
+} from './protocol-model';
+
+/** The `timeout` of a call whose request or reply is lost, in ms. */
+export const FAULT_TIMEOUT = 400;
+export const START_BALANCE = 1_000;
+/** How far into the past an expired entry's `exp` is moved, in ms: beyond every stamp tolerance. */
+export const EXPIRED_BY = 60_000;
+
+export type Matcher = (method: DelayedMethod, args: readonly unknown[]) => boolean;
+
+/** Loses the request or the reply of the next call `arm` names, once; records every call that got its reply. */
+export class FaultPlan {
+  private armed: { phase: 'request' | 'reply'; match: Matcher } | undefined;
+  private fired = false;
+  readonly replied: Array<{ method: DelayedMethod; args: readonly unknown[] }> = [];
+  readonly delays: Delays = {
+    request: (method, _n, args) => this.take('request', method, args),
+    reply: (method, _n, args) => {
+      this.replied.push({ method, args });
+      return this.take('reply', method, args);
+    },
+  };
+
+  arm(fault: Fault, match: Matcher): void {
+    this.fired = false;
+    this.armed = fault === 'none' ? undefined : { phase: fault === 'lostRequest' ? 'request' : 'reply', match };
+  }
+
+  /** Disarms; true when the armed fault was applied. */
+  disarm(): boolean {
+    this.armed = undefined;
+    return this.fired;
+  }
+
+  /** Resolves once a call matching `match` got its reply (from the `from`-th on), or fails after `ms`. */
+  async replyOf(match: Matcher, from: number, what: string, ms = 8_000): Promise<void> {
+    const until = Date.now() + ms;
+    while (!this.replied.slice(from).some((call) => match(call.method, call.args))) {
+      if (Date.now() > until) throw new Error(`${what} did not happen within ${ms} ms`);
+      await sleep(10);
+    }
+  }
+
+  private take(phase: 'request' | 'reply', method: DelayedMethod, args: readonly unknown[]): Promise<never> | undefined {
+    if (this.armed?.phase !== phase || !this.armed.match(method, args)) return undefined;
+    this.armed = undefined;
+    this.fired = true;
+    return never;
+  }
+}
+
+/** The part of writeLock and multiLock that the handle commands call by the lock's API. */
+export interface LockApi {
+  acquire(filter: Document, params: Record<string, unknown>): Promise<LockHandle>;
+  release(filter: Document, params?: Record<string, unknown>): Promise<void>;
+  extend(filter: Document, params: Record<string, unknown>): Promise<LockHandle>;
+}
+
+export interface Real {
+  readonly raw: Collection<Document>;
+  readonly faults: FaultPlan;
+  readonly locks: Record<Owner, LockApi>;
+  /** The real handle (or `err.lock`) of each model handle, by its key. */
+  readonly handles: LockHandle[];
+  /** The fair waiters in the background, by ticket id. */
+  readonly waiters: Map<string, RealWaiter>;
+}
+
+export interface RealWaiter {
+  readonly promise: Promise<Observed>;
+  settled: boolean;
+  readonly controller: AbortController;
+}
+
+/** Counts over the whole run, for the report. */
+export const stats = { sequences: 0, operations: 0, faultsFired: 0, waitersWon: 0, waitersReordered: 0, contestedHandOvers: 0, inconclusive: 0, outcomes: {} as Record<string, number> };
+
+export interface Observed {
+  readonly status: 'resolved' | 'rejected';
+  readonly value?: unknown;
+  readonly error?: Error & { subtype?: string; lock?: unknown; data?: { applied?: unknown } };
+}
+
+export async function observe(promise: PromiseLike<unknown>): Promise<Observed> {
+  try {
+    return { status: 'resolved', value: await promise };
+  } catch (error) {
+    return { status: 'rejected', error: error as Observed['error'] };
+  }
+}
+
+/** An outcome as the model states it: status, subtype, the fence of a handle or `err.lock`, `data.applied`. */
+export function summary(observed: Observed, withFence: boolean): Expected {
+  if (observed.status === 'resolved') {
+    const fence = (observed.value as LockHandle | undefined)?.fence;
+    return withFence ? { status: 'resolved', fence } : { status: 'resolved' };
+  }
+  const error = observed.error;
+  const subtype = (error?.subtype ?? `${error?.name}: ${error?.message}`) as never;
+  const lock = error?.lock as LockHandle | undefined;
+  const applied = error?.data?.applied;
+  return { status: 'rejected', subtype, ...(lock ? { lock: { fence: lock.fence } } : {}), ...(applied !== undefined ? { applied: applied as boolean | 'unknown' } : {}) };
+}
+
+/** Fails unless the call settled as the model expects. */
+export function expectOutcome(observed: Observed, step: Step, what: string, withFence = false): 'halt' | undefined {
+  const actual = summary(observed, withFence);
+  const name = actual.status === 'resolved' ? 'resolved' : actual.subtype;
+  stats.outcomes[name] = (stats.outcomes[name] ?? 0) + 1;
+  if (actual.status === 'rejected' && actual.applied === 'unknown' && step.expected.status === 'rejected' && step.expected.applied !== undefined && /could not be (reached|read)/.test(observed.error?.message ?? '')) {
+    // The settlement itself timed out (a stalled machine): 'unknown' is then the truth, and the entry's state cannot be told.
+    stats.inconclusive++;
+    return 'halt';
+  }
+  expect(actual, `${what}: ${observed.error?.message ?? 'resolved'}`).to.deep.equal(step.expected);
+  const lock = observed.error?.lock;
+  if (lock !== undefined) expect(lock instanceof LockHandle, `${what}: err.lock is a handle`).to.equal(true);
+  return undefined;
+}
+
+/** The filter of a target. */
+export function filterOf(target: Target): Document {
+  return target === 'any' ? { kind: 'acct' } : { _id: target };
+}
+
+export const mentions = (args: readonly unknown[], id: string): boolean => JSON.stringify(args[0]).includes(id);
+export const updateOf = (args: readonly unknown[]): Document => (args[1] ?? {}) as Document;
+export const isReleaseOf = (id: string): Matcher => (method, args) => method === 'updateOne' && mentions(args, id) && updateOf(args).$push === undefined && updateOf(args).$pull !== undefined;
+export const isContinuationOf = (id: string): Matcher => (method, args) =>
+  method === 'findOneAndUpdate' && mentions(args, id) && updateOf(args).$inc === undefined && updateOf(args).$set === undefined;
+
+/** Runs a call with `fault` armed on the command `match` names; checks that the fault was applied. */
+export async function withFault(real: Real, fault: Fault, match: Matcher, call: () => PromiseLike<unknown>, what: string): Promise<Observed> {
+  real.faults.arm(fault, match);
+  const observed = await observe(call());
+  const fired = real.faults.disarm();
+  if (fault !== 'none') {
+    expect(fired, `${what}: the ${fault} was applied`).to.equal(true);
+    stats.faultsFired++;
+  }
+  return observed;
+}
+
+export const callOptions = (fault: Fault): Record<string, unknown> => (fault === 'none' ? {} : { timeout: FAULT_TIMEOUT });
+
+/** The documents as stored, against the model: fence, balance, entries per tag (live or not), the queue; `until` covers every live entry. */
+export async function checkState(model: ProtocolModel, real: Real, after: string): Promise<void> {
+  const stored = await real.raw.find({ _id: { $in: [...DOC_IDS] as never[] } }).toArray();
+  const now = Date.now();
+  for (const id of DOC_IDS) {
+    const doc = stored.find((candidate) => (candidate._id as unknown) === id);
+    const lock = (doc?.lock ?? {}) as { fence?: number; until?: Date; tags?: Record<string, Array<{ id: string; exp: Date }>>; queue?: Array<{ id: string; tag: string }> };
+    const entries = (tag: Tag): string[] => (lock.tags?.[tag] ?? []).map((entry) => `${entry.id}:${entry.exp.getTime() > now ? 'live' : 'expired'}`).sort();
+    const actual = { fence: lock.fence ?? 0, balance: doc?.balance, read: entries('read'), write: entries('write'), queue: (lock.queue ?? []).map((ticket) => `${ticket.tag}:${ticket.id}`).sort() };
+    const m = model.doc(id);
+    const modelEntries = (tag: Tag): string[] => m.tags[tag].map((entry) => `${entry.id}:${model.live(entry) ? 'live' : 'expired'}`).sort();
+    const wanted = { fence: m.fence, balance: m.balance, read: modelEntries('read'), write: modelEntries('write'), queue: m.queue.map((ticket) => `${ticket.tag}:${ticket.id}`).sort() };
+    expect(actual, `document ${id} after ${after}`).to.deep.equal(wanted);
+    const liveExp = Math.max(0, ...(['read', 'write'] as const).flatMap((tag) => (lock.tags?.[tag] ?? []).map((entry) => entry.exp.getTime()).filter((exp) => exp > now)));
+    if (liveExp > 0) expect(lock.until?.getTime() ?? 0, `document ${id} after ${after}: until covers every live entry`).to.be.at.least(liveExp);
+  }
+}
+
+/** The stored entry of a handle's lock: its `at` and `exp` are the handle's `timestamp` and `expiresAt`. */
+export async function checkHandleTimes(real: Real, handle: LockHandle, doc: string, what: string): Promise<void> {
+  const stored = await real.raw.findOne({ _id: doc as never });
+  const entry = (stored?.lock?.tags?.[handle.tag] as Array<{ id: string; at: Date; exp: Date }> | undefined)?.find((candidate) => candidate.id === handle.id);
+  expect({ at: entry?.at.getTime(), exp: entry?.exp.getTime() }, `${what}: the handle's timestamp and expiresAt are the stored entry's`).to.deep.equal({
+    at: handle.timestamp,
+    exp: handle.expiresAt,
+  });
+}
+
+/**
+ * After each command: the fair waiters the model lets win must win (each checked like an
+ * acquisition, in the order they landed, which the model must allow); the others must still wait.
+ */
+export async function settleWaiters(model: ProtocolModel, real: Real, after: string): Promise<void> {
+  const winners = model.mustWin();
+  if (winners.some((winner) => model.waiters.filter((waiter) => waiter.doc === winner.doc).length > 1)) stats.contestedHandOvers++;
+  const timeout = (): Promise<Observed> => sleep(10_000).then(() => ({ status: 'rejected', error: new Error('the fair waiter did not win within 10 s') }));
+  const settled = await Promise.all(winners.map(async (waiter) => ({ waiter, observed: await Promise.race([real.waiters.get(waiter.ticket)!.promise, timeout()]) })));
+  const landed = settled.sort((x, y) => ((x.observed.value as LockHandle | undefined)?.fence ?? 0) - ((y.observed.value as LockHandle | undefined)?.fence ?? 0));
+  for (const { waiter, observed } of landed) {
+    const what = `after ${after}: the fair waiter ${waiter.ticket.slice(0, 6)} (${waiter.owner} ${waiter.tag} on ${waiter.doc})`;
+    expect(model.mayWin(waiter.ticket), `${what} won while an earlier ticket or a lock blocked it`).to.equal(true);
+    const handle = observed.value as LockHandle | undefined;
+    const step = model.waiterWon(waiter.ticket, handle?.id ?? '<no handle>');
+    real.waiters.delete(waiter.ticket);
+    expectOutcome(observed, step, what, true);
+    stats.waitersWon++;
+    if (step.handle && handle) {
+      real.handles[step.handle.key] = handle;
+      await checkHandleTimes(real, handle, waiter.doc, what);
+    }
+  }
+  for (const waiter of model.waiters) {
+    expect(real.waiters.get(waiter.ticket)?.settled, `after ${after}: the fair waiter ${waiter.ticket.slice(0, 6)} is blocked, so still waits`).to.equal(false);
+  }
+}
+
+/** What every command does after its call: the fair waiter, then the stored state. */
+export async function afterCommand(model: ProtocolModel, real: Real, what: string): Promise<void> {
+  stats.operations++;
+  await settleWaiters(model, real, what);
+  await checkState(model, real, what);
+}
+
+export function faultText(fault: Fault): string {
+  return fault === 'none' ? '' : `, ${fault}`;
+}
+
+/** A fresh collection and the four lock objects of one sequence, each with its clock learned (an acquisition on a document the sequence never uses). */
+export async function setup(): Promise<{ model: ProtocolModel; real: Real }> {
+  const raw = await freshCollection([
+    { _id: 'a', kind: 'acct', balance: START_BALANCE },
+    { _id: 'b', kind: 'acct', balance: START_BALANCE },
+    { _id: 'warm-up' },
+  ]);
+  const faults = new FaultPlan();
+  const faulty = delayedCollection(raw, faults.delays);
+  const rw = { locktimeouts: { read: LEASE_MS, write: LEASE_MS }, lockRelationships: { read: { cooperative: ['write'] }, write: { cooperative: ['write'], assertive: ['read'] } } };
+  const locks: Record<Owner, WriteLock | MultiLock> = {
+    writeLock: writeLock({ collection: faulty, locktimeout: LEASE_MS }),
+    multiLock: multiLock({ collection: faulty, ...rw }),
+    fairWriteLock: writeLock({ collection: raw, locktimeout: LEASE_MS, fair: true }),
+    fairMultiLock: multiLock({ collection: raw, ...rw, fair: true }),
+  };
+  for (const [owner, lock] of Object.entries(locks)) {
+    const handle = await (lock as unknown as LockApi).acquire({ _id: 'warm-up' }, kindOf(owner as Owner) === 'multiLock' ? { tag: 'read' } : {});
+    await handle.release();
+  }
+  stats.sequences++;
+  return { model: new ProtocolModel(START_BALANCE), real: { raw, faults, locks: locks as unknown as Record<Owner, LockApi>, handles: [], waiters: new Map() } };
+}
+
+/** Ends a sequence: every fair waiter still waiting is aborted, rejects with the abort's reason, and its ticket leaves the queue. */
+export async function teardown(model: ProtocolModel, real: Real, passed: boolean): Promise<void> {
+  if (real.waiters.size === 0) return;
+  const reason = new Error('sequence over');
+  const waiting = [...real.waiters];
+  real.waiters.clear();
+  for (const [, waiter] of waiting) waiter.controller.abort(reason);
+  const outcomes = await Promise.all(waiting.map(([, waiter]) => waiter.promise));
+  if (!passed) return;
+  for (const observed of outcomes) expect(observed.error, 'an aborted fair waiter rejects with the abort reason').to.equal(reason);
+  for (const [ticket] of waiting) model.waiterAborted(ticket);
+  const until = Date.now() + 5_000;
+  for (;;) {
+    try {
+      await checkState(model, real, 'the fair waiters aborted');
+      return;
+    } catch (error) {
+      if (Date.now() > until) throw error;
+      await sleep(20);
+    }
+  }
+}
