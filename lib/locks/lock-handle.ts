@@ -245,7 +245,8 @@ export function readLockData(name: string, value: unknown, knownTags: ReadonlySe
   if (typeof value !== 'object' || value === null) {
     throw new TypeError(`Expected \`${name}\` to be a lock returned by acquire, got ${value === null ? 'null' : typeof value}`);
   }
-  const lock = (value instanceof Handle ? Handle.claim(value) : value) as Partial<Record<keyof LockData, unknown>>;
+  const claim = value instanceof Handle ? Handle.claim(value) : undefined;
+  const lock = (claim ?? value) as Partial<Record<keyof LockData, unknown>>;
   if (typeof lock.id !== 'string' || !LOCK_ID.test(lock.id)) {
     throw new TypeError(`Expected \`${name}.id\` to be the id string of a lock returned by acquire`);
   }
@@ -267,7 +268,7 @@ export function readLockData(name: string, value: unknown, knownTags: ReadonlySe
     expiresAt: (lock.expiresAt as number | undefined) ?? 0,
   };
   // A handle knows whether its acquisition landed; a lock passed as JSON is bounded by its stamp.
-  return value instanceof Handle ? { ...data, landsBy: Handle.claim(value).landsBy } : data;
+  return claim ? { ...data, landsBy: claim.landsBy } : data;
 }
 
 /** Releases the lock an acquisition's unseen outcome carries (its caller cancelled): the handle it won, or one its error hands over. */
