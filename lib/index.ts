@@ -2,12 +2,14 @@ export { writeLock, WRITE_TAG } from './locks/write-lock';
 export type { WriteLock, WriteLockOptions, WriteLockAcquireParams, WriteLockReleaseParams, WriteLockExtendParams } from './locks/write-lock';
 export { multiLock } from './locks/multi-lock';
 export type { MultiLock, MultiLockOptions, MultiLockAcquireParams, MultiLockReleaseParams, MultiLockExtendParams } from './locks/multi-lock';
+export { semaphore, PERMIT_TAG } from './locks/semaphore';
+export type { Semaphore, SemaphoreOptions, SemaphoreAcquireParams, SemaphoreReleaseParams, SemaphoreExtendParams } from './locks/semaphore';
 export { LockHandle } from './locks/lock-handle';
 export { commit, Commit } from './locks/commit';
 export type { HandleParams, LockData } from './locks/lock-handle';
 export type { PromiseLibraries, PromiseOf } from './common/promise-types';
 export { LockError, isLockError } from './common/errors';
-export type { LockErrorType, LockErrorSubtype, LockErrorFields, LockErrorDetails, BoomLike } from './common/errors';
+export type { ConflictSubtype, LockErrorType, LockErrorSubtype, LockErrorFields, LockErrorDetails, BoomLike } from './common/errors';
 export type {
   CallOptions,
   DocumentOf,
@@ -22,7 +24,7 @@ export type {
   UpdateParams,
   WriteConcernW,
 } from './common/options';
-export type { LockRelationships, TagRelationship } from './locks/relationships';
+export type { LockRelationships, TagRelationship, TagLimits } from './locks/relationships';
 export type { StoredLock, StoredEntry, StoredCommit, StoredTicket } from './protocol/stored-format';
 export type { UsingBody } from './locks/scoped-hold';
 export type { InspectParams, LockInspection, InspectedLock, InspectedWaiter } from './locks/inspection';

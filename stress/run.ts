@@ -1,9 +1,10 @@
 /**
  * `npm run stress`: mutual exclusion under load. Several OS processes (each with its own driver
  * client and several workers) contend on a few targets of each lock kind (writeLock, a cooperative
- * multiLock tag, resource locks, fair writeLock, folded writeLock sections); an independent checker
- * reads every process's append-only log and the counters and verifies: never two holders at once,
- * fencing tokens strictly increasing per target, no lost update. Full mode runs until at least
+ * multiLock tag, resource locks, fair writeLock, folded writeLock sections, a semaphore); an
+ * independent checker reads every process's append-only log and the counters and verifies: never
+ * two holders at once, fencing tokens strictly increasing per target, no lost update, and never
+ * more than the limit of a semaphore's permits held at once. Full mode runs until at least
  * 100,000 critical sections; `--small` runs a few seconds (part of `npm test`). Exits non-zero on
  * any violation.
  */
@@ -14,6 +15,9 @@ import { join } from 'node:path';
 import { MongoClient } from 'mongodb';
 import { startMongoBackend } from '../support/mongo-backend';
 import type { SectionRecord, WorkerSettings } from './worker';
+
+/** The limit of the semaphore documents (`s0`, `s1`, …). */
+const SEMAPHORE_LIMIT = 3;
 
 const small = process.argv.includes('--small');
 const settings = small
@@ -31,6 +35,10 @@ export interface StressReport {
   readonly fenceRegressions: number;
   readonly rejectedWrites: number;
   readonly lostUpdates: number;
+  /** Instants at which a semaphore's holders held more permits than its limit. */
+  readonly permitsOverLimit: number;
+  /** The most permits of one semaphore held at once. */
+  readonly mostPermits: number;
   readonly seconds: number;
 }
 
@@ -40,7 +48,7 @@ async function runBatch(uri: string, db: string, dir: string, batch: number): Pr
     Array.from({ length: settings.processes }, (_, p) => {
       const log = join(dir, `batch${batch}-process${p}.jsonl`);
       logs.push(log);
-      const worker: WorkerSettings = { uri, db, workers: settings.workers, durationMs: settings.batchMs, targets: settings.targets, log };
+      const worker: WorkerSettings = { uri, db, workers: settings.workers, durationMs: settings.batchMs, targets: settings.targets, semaphoreLimit: SEMAPHORE_LIMIT, log };
       const child = spawn(process.execPath, ['--import', 'tsx', join(__dirname, 'worker.ts'), JSON.stringify(worker)], { stdio: ['ignore', 'inherit', 'inherit'] });
       return new Promise<void>((resolve, reject) => child.once('exit', (code) => (code === 0 ? resolve() : reject(new Error(`worker process ${p} exited with ${code}`)))));
     }),
@@ -64,8 +72,8 @@ async function main(): Promise<number> {
   const dir = mkdtempSync(join(tmpdir(), 'monglock-stress-'));
   try {
     const db = client.db(dbName);
-    const targets = ['w', 'm', 'r', 'q', 'f'].flatMap((kind) => Array.from({ length: settings.targets }, (_, i) => `${kind}${i}`));
-    await db.collection('counters').insertMany(targets.filter((t) => !t.startsWith('f')).map((target) => ({ _id: target as never, value: 0, lastFence: 0 })));
+    const targets = ['w', 'm', 'r', 'q', 'f', 's'].flatMap((kind) => Array.from({ length: settings.targets }, (_, i) => `${kind}${i}`));
+    await db.collection('counters').insertMany(targets.filter((t) => !t.startsWith('f') && !t.startsWith('s')).map((target) => ({ _id: target as never, value: 0, lastFence: 0 })));
     // Folded sections keep their counter in the locked document itself.
     await db.collection('documents').insertMany(targets.filter((t) => !t.startsWith('r')).map((target) => ({ _id: target as never, ...(target.startsWith('f') ? { value: 0 } : {}) })));
     console.error(`stress on ${backend.description}: ${settings.processes} processes x ${settings.workers} workers, ${targets.length} targets`);
@@ -81,7 +89,9 @@ async function main(): Promise<number> {
     let fenceRegressions = 0;
     const byTarget = new Map<string, SectionRecord[]>();
     for (const record of records) byTarget.set(record.target, [...(byTarget.get(record.target) ?? []), record]);
-    for (const list of byTarget.values()) {
+    const { over: permitsOverLimit, most: mostPermits } = permitsAtOnce(records.filter((r) => r.permits !== undefined));
+    for (const [target, list] of byTarget) {
+      if (target.startsWith('s')) continue; // a semaphore's holders overlap: checked by their permits
       list.sort((a, b) => a.enter - b.enter);
       for (let i = 1; i < list.length; i++) {
         if (list[i]!.enter < list[i - 1]!.exit) overlaps++;
@@ -105,7 +115,10 @@ async function main(): Promise<number> {
         resourceLocks: records.filter((r) => r.target.startsWith('r')).length,
         'writeLock fair': records.filter((r) => r.target.startsWith('q')).length,
         'writeLock folded': records.filter((r) => r.target.startsWith('f')).length,
+        semaphore: records.filter((r) => r.target.startsWith('s')).length,
       },
+      permitsOverLimit,
+      mostPermits,
       overlaps,
       fenceRegressions,
       rejectedWrites: records.filter((r) => !r.written).length,
@@ -113,7 +126,7 @@ async function main(): Promise<number> {
       seconds: Math.round((Date.now() - started) / 1000),
     };
     console.log(JSON.stringify(report));
-    const violations = overlaps + fenceRegressions + report.rejectedWrites + lostUpdates;
+    const violations = overlaps + fenceRegressions + report.rejectedWrites + lostUpdates + permitsOverLimit;
     console.error(`${report.sections} critical sections (${JSON.stringify(report.byKind)}), ${violations} violations, ${report.seconds} s`);
     return violations === 0 && records.length > 0 ? 0 : 1;
   } finally {
@@ -122,6 +135,25 @@ async function main(): Promise<number> {
     await backend.stop();
     rmSync(dir, { recursive: true, force: true });
   }
+}
+
+/** Sweeps the semaphore sections of each target: instants where the permits held exceed the limit, and the most held at once. */
+function permitsAtOnce(sections: readonly SectionRecord[]): { over: number; most: number } {
+  let over = 0;
+  let most = 0;
+  const byTarget = new Map<string, SectionRecord[]>();
+  for (const section of sections) byTarget.set(section.target, [...(byTarget.get(section.target) ?? []), section]);
+  for (const list of byTarget.values()) {
+    // Exits before entries at the same instant: a section that ends as another begins does not overlap it.
+    const events = list.flatMap((s) => [{ at: s.enter, delta: s.permits! }, { at: s.exit, delta: -s.permits! }]).sort((a, b) => a.at - b.at || a.delta - b.delta);
+    let held = 0;
+    for (const event of events) {
+      held += event.delta;
+      most = Math.max(most, held);
+      if (held > SEMAPHORE_LIMIT) over++;
+    }
+  }
+  return { over, most };
 }
 
 main().then(

@@ -1,7 +1,8 @@
 /**
  * One OS process of the mutual-exclusion stress: its own driver client, several workers, each
  * repeatedly locking a random target (a writeLock document, a cooperative multiLock tag, a
- * resource lock, a fair writeLock document, or a folded writeLock section) and doing a
+ * resource lock, a fair writeLock document, a folded writeLock section, or 1–2 permits of a
+ * semaphore of limit 3, whose holders overlap and only log their permits) and doing a
  * read-modify-write of that target's counter inside the critical section, guarded by the fencing
  * token (the folded kind keeps its counter in the locked document, read by the acquisition and
  * written by the release itself). Every entry and exit goes to an append-only log
@@ -10,7 +11,7 @@
  */
 import { appendFileSync } from 'node:fs';
 import { MongoClient } from 'mongodb';
-import { commit, multiLock, resourceLocks, writeLock, type LockHandle } from 'monglock';
+import { commit, multiLock, resourceLocks, semaphore, writeLock, type LockHandle } from 'monglock';
 
 export interface WorkerSettings {
   readonly uri: string;
@@ -18,6 +19,8 @@ export interface WorkerSettings {
   readonly workers: number;
   readonly durationMs: number;
   readonly targets: number;
+  /** The limit of the semaphore documents (`s0`, `s1`, …). */
+  readonly semaphoreLimit: number;
   readonly log: string;
 }
 
@@ -30,6 +33,8 @@ export interface SectionRecord {
   /** The guarded read-modify-write of the counter was applied. */
   readonly written: boolean;
   readonly pid: number;
+  /** Semaphore sections: the permits held (holders overlap; their sum may never exceed the limit). */
+  readonly permits?: number;
 }
 
 const now = (): number => performance.timeOrigin + performance.now();
@@ -44,6 +49,7 @@ async function main(): Promise<void> {
   const tagged = multiLock({ collection: documents, locktimeouts: { edit: 10_000 }, lockRelationships: { edit: { cooperative: ['edit'] } } });
   const resources = resourceLocks({ collection: db.collection('locks') });
   const fair = writeLock({ collection: documents, locktimeout: 10_000, fair: true });
+  const permits = semaphore({ collection: documents, limit: settings.semaphoreLimit, locktimeout: 10_000 });
   const deadline = now() + settings.durationMs;
   let buffered: string[] = [];
   const flush = (): void => {
@@ -89,7 +95,17 @@ async function main(): Promise<void> {
     Array.from({ length: settings.workers }, async (_, worker) => {
       for (let round = 0; now() < deadline; round++) {
         const n = Math.floor(Math.random() * settings.targets);
-        switch ((worker + round) % 5) {
+        switch ((worker + round) % 6) {
+          case 5: {
+            const taken = 1 + (round % 2);
+            const handle = await permits.acquire({ _id: `s${n}` }, { wait: 30_000, permits: taken });
+            const enter = now();
+            await new Promise((done) => setTimeout(done, 2));
+            const exit = now();
+            await handle.release();
+            buffered.push(`${JSON.stringify({ target: `s${n}`, fence: handle.fence, enter, exit, written: true, pid: process.pid, permits: taken } satisfies SectionRecord)}\n`);
+            break;
+          }
           case 3:
             await section(`q${n}`, () => fair.acquire({ _id: `q${n}` }, { wait: 30_000 }), fenced(`q${n}`));
             break;

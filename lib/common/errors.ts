@@ -10,7 +10,12 @@ export type LockErrorSubtype =
   | 'AssertiveLock'
   | 'LockNotFound'
   | 'DbError'
-  | 'MaxHoldExceeded';
+  | 'MaxHoldExceeded'
+  | 'SemaphoreFull'
+  | 'LimitMismatch';
+
+/** The subtype of a refused acquisition: writeLock's, multiLock's, or a semaphore's. */
+export type ConflictSubtype = 'LockAlreadyTaken' | 'CooperativeLock' | 'SemaphoreFull';
 
 const TYPES: Readonly<Record<LockErrorSubtype, { type: LockErrorType; statusCode: number }>> = {
   RessourceNotFound: { type: 'notFound', statusCode: 404 },
@@ -21,6 +26,8 @@ const TYPES: Readonly<Record<LockErrorSubtype, { type: LockErrorType; statusCode
   LockNotFound: { type: 'conflict', statusCode: 409 },
   DbError: { type: 'badImplementation', statusCode: 500 },
   MaxHoldExceeded: { type: 'badImplementation', statusCode: 500 },
+  SemaphoreFull: { type: 'conflict', statusCode: 409 },
+  LimitMismatch: { type: 'conflict', statusCode: 409 },
 };
 
 /**

@@ -1,5 +1,5 @@
 import type { Document } from 'mongodb';
-import { isLockError, lockError, withDbErrors } from '../common/errors';
+import { isLockError, lockError, withDbErrors, type ConflictSubtype } from '../common/errors';
 import type { ResolvedCallOptions } from '../common/options';
 import { acquireOperation, type AcquireExtension } from '../protocol/acquire';
 import { continueOperation } from '../protocol/continue';
@@ -31,6 +31,8 @@ export interface AcquireExtras extends AcquireExtension {
   readonly document?: Document | true;
   /** Fair mode: refuse while a live ticket of a cooperative tag came first; take `ticket` out of the queue on success. */
   readonly fair?: { readonly ticket?: Ticket };
+  /** For a tag with a limit: the permits to take (default 1). */
+  readonly permits?: number;
 }
 
 /** The configuration an engine runs with; writeLock and multiLock differ only here. */
@@ -40,7 +42,7 @@ export interface EngineSettings {
   readonly rules: ReadonlyMap<string, TagRule>;
   readonly clock: ServerClock;
   /** Subtype of a refused acquisition. */
-  readonly conflict: 'LockAlreadyTaken' | 'CooperativeLock';
+  readonly conflict: ConflictSubtype;
   /** True for writeLock: a lost lock is `LockWasReacquired` when someone acquired after it. */
   readonly reportsReacquired: boolean;
 }
@@ -73,7 +75,7 @@ export class LockEngine {
     return this.settings.paths;
   }
 
-  get conflict(): 'LockAlreadyTaken' | 'CooperativeLock' {
+  get conflict(): ConflictSubtype {
     return this.settings.conflict;
   }
 
@@ -97,18 +99,19 @@ export class LockEngine {
     const { paths, store, conflict } = this.settings;
     const rule = this.rule(tag);
     const id = newLockId();
-    const context: AcquireContext = { paths, rule, conflict, lease, boom: call.boom, fair: extras.fair, refusal: extras.refusal };
+    const permits = rule.limit === undefined ? undefined : (extras.permits ?? 1);
+    const context: AcquireContext = { paths, rule, conflict, lease, permits, boom: call.boom, fair: extras.fair, refusal: extras.refusal };
     return this.stamped(call, {
       target: filter,
       lease,
       write: async (stamp, tolerance) => {
         const entry = { id, at: new Date(stamp), exp: new Date(expiryOf(stamp, lease)) };
-        const operation = acquireOperation({ paths, rule, tags: this.tags, filter, entry, tolerance, fair: extras.fair, extension: extras });
+        const operation = acquireOperation({ paths, rule, tags: this.tags, filter, entry, tolerance, fair: extras.fair, permits, extension: extras });
         let reply: Timed<Document | null>;
         try {
           reply = await store.apply(operation, call, call.w, extras.document);
         } catch (error) {
-          const attempted: LockData = { id, tag, timestamp: stamp, fence: 0, expiresAt: entry.exp.getTime() };
+          const attempted: LockData = { id, tag, timestamp: stamp, fence: 0, expiresAt: entry.exp.getTime(), ...(permits && { permits }) };
           throw failedAcquisition(error, call.boom, { lock: attempted, target: {}, landsBy: stamp + tolerance } satisfies Acquired);
         }
         if (!reply.value) return undefined;
@@ -116,7 +119,7 @@ export class LockEngine {
         const lock = paths.read(reply.value);
         const target = { _id: reply.value._id };
         if (!rule.exclusive && hasExpiredEntries(lock, tag, now)) await this.pruneOwnTag(pruneTagOperation(paths, target, tag, new Date(now)), call);
-        const data: LockData = { id, tag, timestamp: stamp, fence: fenceOf(lock), expiresAt: entry.exp.getTime() };
+        const data: LockData = { id, tag, timestamp: stamp, fence: fenceOf(lock), expiresAt: entry.exp.getTime(), ...(permits && { permits }) };
         return withDocument(this.assertiveOutcome(data, target, lock, now), reply.value, paths.field, extras.document);
       },
       explain: extras.explain === false ? null : (seen, stamp, tolerance) => explainRefusedAcquisition(context, seen, stamp, tolerance),

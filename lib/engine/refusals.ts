@@ -1,6 +1,7 @@
 import type { BoomLike } from '../common/errors';
-import { lockError, type LockErrorSubtype } from '../common/errors';
-import { fenceOf, type LockData, type Ticket, type TagRule } from '../protocol/lock-data';
+import { lockError, type ConflictSubtype, type LockErrorSubtype } from '../common/errors';
+import { fenceOf, queuedBehind, type LockData, type Ticket, type TagRule } from '../protocol/lock-data';
+import { isLimited, usedPermits } from '../protocol/permits';
 import { ambiguous, matchesProof, type Proof } from '../protocol/proofs';
 import { earlierTickets, liveEntries, type LockPaths, type StoredLock } from '../protocol/stored-format';
 import { refusedBy } from './acquired';
@@ -17,8 +18,10 @@ export interface AcquireContext {
   readonly paths: LockPaths;
   readonly rule: TagRule;
   /** The subtype of a refusal. */
-  readonly conflict: 'LockAlreadyTaken' | 'CooperativeLock';
+  readonly conflict: ConflictSubtype;
   readonly lease: number;
+  /** For a tag with a limit: the permits asked for. */
+  readonly permits?: number;
   readonly boom: BoomLike | undefined;
   readonly fair?: { readonly ticket?: Ticket };
   /** Why the lock kind's own conditions refuse `lock` at server time `now` (ms), if they do. */
@@ -27,8 +30,9 @@ export interface AcquireContext {
 
 /**
  * Explains an acquisition that matched nothing, from a read of the document: no document; held by
- * a cooperative tag; waiters first in line (fair mode); a later acquisition stamped meanwhile
- * (retry with a later stamp); a stamp the server refused (retry); the kind's own conditions.
+ * a cooperative tag; a limit that is not the document's (`LimitMismatch`); waiters first in line
+ * (fair mode); too few permits left; a later acquisition stamped meanwhile (retry with a later
+ * stamp); a stamp the server refused (retry); the kind's own conditions.
  */
 export function explainRefusedAcquisition(context: AcquireContext, seen: Inspection, stamp: number, tolerance: number): Verdict {
   const { paths, rule, conflict, boom } = context;
@@ -38,8 +42,16 @@ export function explainRefusedAcquisition(context: AcquireContext, seen: Inspect
   const refused = (detail: string): Verdict => ({ retry: false, error: refusedBy(lockError(conflict, boom, { detail }), seen.value?._id) });
   const holders = rule.cooperative.filter((other) => liveEntries(lock, other, now).length > 0);
   if (holders.length > 0) return refused(`held by tag ${holders.join(', ')}`);
-  const ahead = context.fair ? earlierTickets(lock, rule.cooperative, now, context.fair.ticket).length : 0;
+  const used = isLimited(rule) ? usedPermits(lock, rule.tag, now) : 0;
+  const stored = lock.limits?.[rule.tag];
+  if (isLimited(rule) && used > 0 && stored !== rule.limit) {
+    const detail = `the document's ${used} held permit(s) of tag ${rule.tag} were taken under limit ${stored ?? '(none)'}, this lock's is ${rule.limit}: processes sharing a document must agree on its limit (it changes once no permit is held)`;
+    return { retry: false, error: refusedBy(lockError('LimitMismatch', boom, { detail }), seen.value._id) };
+  }
+  const ahead = context.fair ? earlierTickets(lock, queuedBehind(rule), now, context.fair.ticket).length : 0;
   if (ahead > 0) return refused(`${ahead} waiter(s) came first (fair mode)`);
+  const permits = context.permits ?? 1;
+  if (isLimited(rule) && used + permits > rule.limit) return refused(`${used} of ${rule.limit} permits of tag ${rule.tag} are held, ${permits} asked`);
   const latest = rule.exclusive ? Math.max(0, ...(lock.recent?.[rule.tag] ?? []).map((date) => date.getTime())) : 0;
   if (latest > stamp) {
     return { retry: true, why: 'a later acquisition was stamped meanwhile', minStamp: latest, error: lockError(conflict, boom, { detail: 'held when the update ran' }) };

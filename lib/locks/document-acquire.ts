@@ -2,7 +2,8 @@ import type { Document } from 'mongodb';
 import type { LockCallContext } from '../common/diagnostics';
 import { isLockError, lockError } from '../common/errors';
 import { type ResolvedCallOptions } from '../common/options';
-import { expectDocumentOption, expectFilter } from '../common/validation';
+import { expectDocumentOption, expectFilter, expectPermits } from '../common/validation';
+import type { TagRule } from '../protocol/lock-data';
 import type { Cancellation } from '../common/promise-library';
 import { AssertivePending, lockWrittenBy, type Acquired } from '../engine/acquired';
 import type { LockEngine } from '../engine/lock-engine';
@@ -53,6 +54,7 @@ filter: unknown,
   const ruleTag = resumed?.lock.tag ?? tag ?? '';
   if (context) context.tag = ruleTag;
   const lease = site.leaseOf(ruleTag, p);
+  const permits = resumed ? undefined : permitsOf(site.engine.rule(ruleTag), p);
   const document = expectDocumentOption('params.document', p.document, site.engine.field);
   const waiting = readWaitParams(p);
   const { signal, dispose } = linkSignals(waiting.signal, cancellation?.signal);
@@ -76,7 +78,7 @@ filter: unknown,
         () =>
           continuing
             ? site.engine.resume(continuing.target, continuing.lock, call, document)
-            : site.engine.acquire(place.filter(userFilter), ruleTag, lease, call, { explain, document, fair: place.fairness }),
+            : site.engine.acquire(place.filter(userFilter), ruleTag, lease, call, { explain, document, fair: place.fairness, permits }),
         (won) => (won.lock.id === resumed?.lock.id ? undefined : won),
       );
     } catch (error) {
@@ -132,6 +134,13 @@ filter: unknown,
     dispose();
     place.leave(won !== undefined);
   }
+}
+
+/** `params.permits`, validated against the tag's limit (undefined: the default, one). */
+function permitsOf(rule: TagRule, params: Record<string, unknown>): number | undefined {
+  if (params.permits === undefined) return undefined;
+  if (rule.limit === undefined) throw new TypeError(`Expected no \`params.permits\`: tag \`${rule.tag}\` has no limit (a multiLock declares one in \`options.limits\`)`);
+  return expectPermits('params.permits', params.permits, rule.limit);
 }
 
 /** A lock the caller passes back to continue, in the document its filter selects. */

@@ -1,6 +1,7 @@
 import type { Document } from 'mongodb';
 import { acquireOnDocument, type AcquireSite } from './document-acquire';
 import { isTraced, traced } from '../common/diagnostics';
+import type { ConflictSubtype } from '../common/errors';
 import type { KnownKeys } from '../common/known-keys';
 import type { Acquired } from '../engine/acquired';
 import { LockEngine } from '../engine/lock-engine';
@@ -20,11 +21,11 @@ import { readWaitParams } from '../waiting/wait-options';
 
 /** How the two factories differ. */
 export interface DocumentLockKind {
-  readonly name: 'writeLock' | 'multiLock';
+  readonly name: 'writeLock' | 'multiLock' | 'semaphore';
   /** The keys its options may have. */
   readonly options: KnownKeys;
   readonly rules: ReadonlyMap<string, TagRule>;
-  readonly conflict: 'LockAlreadyTaken' | 'CooperativeLock';
+  readonly conflict: ConflictSubtype;
   readonly reportsReacquired: boolean;
 }
 
@@ -147,7 +148,7 @@ export class DocumentLock implements HandleOwner, AcquireSite {
     try {
       await this.engine.release(filter, tag, proof, claimed, call, update);
     } finally {
-      this.released(filter, tag, proof && 'id' in proof ? proof.id : undefined);
+      this.released(filter, tag, proof && 'id' in proof ? proof.id : undefined, claimed?.permits);
     }
   }
 
@@ -170,11 +171,14 @@ export class DocumentLock implements HandleOwner, AcquireSite {
     return this.run(() => this.releaseWith(target, lock.tag, { id: lock.id }, lock, readParams('params', params, HANDLE_PARAMS)));
   }
 
-  /** A lock of `tag` on the document `target` names was let go in this process: hands the document to the first local waiter it blocked. */
-  private released(target: Document, tag: string, lockId: string | undefined): void {
+  /**
+   * A lock of `tag` on the document `target` names was let go in this process: hands the document
+   * to the first local waiter it blocked (as many as the permits it held, for a limited tag).
+   */
+  private released(target: Document, tag: string, lockId: string | undefined, permits = 1): void {
     const id: unknown = target._id;
-    if (id !== undefined && !(isPlainObject(id) && Object.keys(id).some((key) => key.startsWith('$')))) this.waiters.released(id, tag, lockId);
-    else if (lockId !== undefined) this.waiters.releasedLock(lockId, tag);
+    if (id !== undefined && !(isPlainObject(id) && Object.keys(id).some((key) => key.startsWith('$')))) this.waiters.released(id, tag, lockId, permits);
+    else if (lockId !== undefined) this.waiters.releasedLock(lockId, tag, permits);
   }
 
   extend(target: Document, lock: LockData, params: unknown, locktimeout: unknown): Promise<Extension> {

@@ -1,11 +1,14 @@
 import type { Document } from 'mongodb';
 import { lockError } from '../common/errors';
 import { knownKeys } from '../common/known-keys';
-import { FIXED_PER_LOCK, type CallOptions, type ResolvedCallOptions } from '../common/options';
+import { FIXED_PER_LOCK, readParams, type CallOptions, type ResolvedCallOptions } from '../common/options';
+import { expectFilter } from '../common/validation';
+import type { DocumentLock } from './document-lock';
 import type { LockEngine } from '../engine/lock-engine';
 import type { Inspection } from '../engine/store';
 import { NEVER } from '../protocol/lock-data';
 import { readHolds, type ReadHold } from '../protocol/lock-reading';
+import { usedPermits } from '../protocol/permits';
 import type { LockPaths } from '../protocol/stored-format';
 
 /** Per-call options of `inspect`: a read, so only its deadline and the boom module. */
@@ -28,6 +31,8 @@ export interface InspectedLock {
   readonly expiresAt: Date | null;
   /** ms of the lease left when it was read, by the server's clock (`Infinity`: no lease). */
   readonly remaining: number;
+  /** The permits it holds, for a tag with a limit (a semaphore); absent otherwise. */
+  readonly permits?: number;
 }
 
 /** A waiter's place in a fair queue, as `inspect` reads it. */
@@ -58,10 +63,15 @@ export interface LockInspection {
   readonly locks: readonly InspectedLock[];
   /** Fair mode: the live waiters of this lock's tags, first in line first. */
   readonly waiting: readonly InspectedWaiter[];
+  /**
+   * Tags with a limit (a semaphore's `permit`, a multiLock's `limits`): the permits held and the
+   * limit they were taken under, as stored in the document (null before its first acquisition).
+   */
+  readonly permits: Readonly<Record<string, { readonly used: number; readonly limit: number | null }>>;
 }
 
 /** The inspection of the document `seen` read (its lock property and the server's clock), limited to `tags`. */
-export function inspectionOf(seen: Inspection & { value: Document }, paths: LockPaths, tags: ReadonlySet<string>): LockInspection {
+export function inspectionOf(seen: Inspection & { value: Document }, paths: LockPaths, tags: ReadonlySet<string>, limited: readonly string[] = []): LockInspection {
   const serverTime = seen.serverNow ?? new Date(0);
   const now = serverTime.getTime();
   const stored = paths.read(seen.value);
@@ -73,15 +83,31 @@ export function inspectionOf(seen: Inspection & { value: Document }, paths: Lock
     fence: typeof stored.fence === 'number' ? stored.fence : 0,
     locks: entries.filter(ours).map((entry) => {
       const endless = entry.exp.getTime() >= NEVER;
-      return { id: entry.id, tag: entry.tag, acquiredAt: entry.at, expiresAt: endless ? null : entry.exp, remaining: endless ? Infinity : entry.exp.getTime() - now };
+      const { permits } = entry.extra;
+      return {
+        id: entry.id,
+        tag: entry.tag,
+        acquiredAt: entry.at,
+        expiresAt: endless ? null : entry.exp,
+        remaining: endless ? Infinity : entry.exp.getTime() - now,
+        ...(typeof permits === 'number' && { permits }),
+      };
     }),
     waiting: tickets.filter(ours).map((ticket) => ({ id: ticket.id, tag: ticket.tag, since: ticket.at, expiresAt: ticket.exp })),
+    permits: Object.fromEntries(limited.map((tag) => [tag, { used: usedPermits(stored, tag, now), limit: stored.limits?.[tag] ?? null }])),
   };
+}
+
+/** The `inspect(filter, params?)` method of a document lock. */
+export function inspectMethod(core: DocumentLock): (filter: unknown, params: unknown) => Promise<LockInspection> {
+  return (filter, params) =>
+    core.run(async () => inspectDocument(core.engine, expectFilter('filter', filter), core.callOptions(readParams('params', params, INSPECT_PARAMS)).call));
 }
 
 /** Reads the live locks of the first document `filter` matches (one aggregate on the primary, no write); `RessourceNotFound` when none does. */
 export async function inspectDocument(engine: LockEngine, filter: Document, call: ResolvedCallOptions): Promise<LockInspection> {
   const seen = await engine.read(filter, call);
   if (!seen.value) throw lockError('RessourceNotFound', call.boom, { detail: 'no document matches the filter' });
-  return inspectionOf({ ...seen, value: seen.value }, engine.paths, engine.tags);
+  const limited = [...engine.tags].filter((tag) => engine.rule(tag).limit !== undefined);
+  return inspectionOf({ ...seen, value: seen.value }, engine.paths, engine.tags, limited);
 }

@@ -98,6 +98,8 @@ export class Handle implements LockHandle<Document, unknown, Document> {
   readonly tag: string;
   readonly timestamp: number;
   readonly fence: number;
+  /** The permits it holds, for a tag with a limit (a semaphore); absent otherwise. */
+  readonly permits?: number;
   #expiresAt: number;
   readonly #owner: HandleOwner;
   readonly #target: Document;
@@ -125,6 +127,7 @@ export class Handle implements LockHandle<Document, unknown, Document> {
     this.tag = data.tag;
     this.timestamp = data.timestamp;
     this.fence = data.fence;
+    if (data.permits !== undefined) this.permits = data.permits;
     this.#expiresAt = data.expiresAt;
     this.#owner = owner;
     this.#target = target;
@@ -225,7 +228,8 @@ export class Handle implements LockHandle<Document, unknown, Document> {
 
   /** The plain data, for JSON. */
   toJSON(): LockData {
-    return { id: this.id, tag: this.tag, timestamp: this.timestamp, fence: this.fence, expiresAt: this.#expiresAt };
+    const data = { id: this.id, tag: this.tag, timestamp: this.timestamp, fence: this.fence, expiresAt: this.#expiresAt };
+    return this.permits === undefined ? data : { ...data, permits: this.permits };
   }
 
   /** The timestamp, so that v2 code treating the token as a number keeps working. */
@@ -253,7 +257,7 @@ export function readLockData(name: string, value: unknown, knownTags: ReadonlySe
   if (typeof lock.tag !== 'string' || !knownTags.has(lock.tag)) {
     throw new TypeError(`Expected \`${name}.tag\` to be one of this lock's tags (${[...knownTags].join(', ')})`);
   }
-  const numbers = ['timestamp', 'fence', 'expiresAt'] as const;
+  const numbers = ['timestamp', 'fence', 'expiresAt', 'permits'] as const;
   for (const key of numbers) {
     const n = lock[key];
     if (n !== undefined && (typeof n !== 'number' || !Number.isSafeInteger(n) || n < 0)) {
@@ -266,6 +270,7 @@ export function readLockData(name: string, value: unknown, knownTags: ReadonlySe
     timestamp: (lock.timestamp as number | undefined) ?? 0,
     fence: (lock.fence as number | undefined) ?? 0,
     expiresAt: (lock.expiresAt as number | undefined) ?? 0,
+    ...(typeof lock.permits === 'number' && { permits: lock.permits }),
   };
   // A handle knows whether its acquisition landed; a lock passed as JSON is bounded by its stamp.
   return claim ? { ...data, landsBy: claim.landsBy } : data;

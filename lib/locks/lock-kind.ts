@@ -1,7 +1,7 @@
 /** What the hapi plugin (and other integrations) may ask of a lock instance made by this package. */
 export interface LockDescription {
   /** The factory that made it. */
-  readonly kind: 'writeLock' | 'multiLock';
+  readonly kind: 'writeLock' | 'multiLock' | 'semaphore';
   /** Its declared tags (`write` for a writeLock). */
   readonly tags: ReadonlySet<string>;
   /** The property of each document that holds its lock. */

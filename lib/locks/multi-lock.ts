@@ -1,14 +1,14 @@
 import type { Document } from 'mongodb';
 import { DocumentLock } from './document-lock';
-import { INSPECT_PARAMS, inspectDocument, type InspectParams, type LockInspection } from './inspection';
+import { inspectMethod, type InspectParams, type LockInspection } from './inspection';
 import { describedAs } from './lock-kind';
 import type { UsingBody } from './scoped-hold';
 import type { LockData, LockHandle } from './lock-handle';
 import type { PromiseOf } from '../common/promise-types';
-import { knownKeys } from '../common/known-keys';
+import { knownKeys, type KnownKeys } from '../common/known-keys';
 import { CALL_KEYS, FIXED_PER_LOCK, LOCK_OPTION_KEYS, readParams, type CallOptions, type DocumentOf, type DocumentOptionOf, type DocumentParams, type HoldParams, type LockFilter, type LockOptions, type PromiseLibrary, type UpdateParams } from '../common/options';
 import { describe, expectFilter, expectSafeName } from '../common/validation';
-import { resolveTagRules, type LockRelationships } from './relationships';
+import { resolveTagRules, type LockRelationships, type TagLimits } from './relationships';
 import type { WaitOptions } from '../waiting/wait-options';
 
 /** Options of {@link multiLock}. */
@@ -19,12 +19,19 @@ export interface MultiLockOptions<TSchema extends Document = Document, P extends
   readonly locktimeout?: number;
   /** `{ [tag]: { cooperative?: tags[], assertive?: tags[] } }`; tags not named are concurrent. */
   readonly lockRelationships?: LockRelationships;
+  /**
+   * Tags that are counting semaphores: `{ editor: 3 }` admits at most 3 permits of `editor` at
+   * once (each acquisition takes `params.permits`, default 1), beside the tag's relationships.
+   */
+  readonly limits?: TagLimits;
 }
 
 /** Per-call options of `acquire`: a `tag` for a new lock, or the `lock` that `AssertiveLock` carried to continue. */
 export interface MultiLockAcquireParams extends CallOptions, WaitOptions, DocumentParams {
   readonly tag?: string;
   readonly lock?: LockData;
+  /** For a tag in `options.limits`: the permits to take. @default 1 */
+  readonly permits?: number;
   /** Lease of a new lock in ms. @default options.locktimeouts[tag] */
   readonly locktimeout?: number;
 }
@@ -81,18 +88,43 @@ export interface MultiLock<TSchema extends Document = Document, P = undefined> {
 }
 
 const WAIT_KEYS = ['wait', 'signal', 'fair'] as const;
-const OPTIONS = knownKeys<MultiLockOptions>()([...LOCK_OPTION_KEYS, 'locktimeouts', 'locktimeout', 'lockRelationships'], {
+const OPTIONS = knownKeys<MultiLockOptions>()([...LOCK_OPTION_KEYS, 'locktimeouts', 'locktimeout', 'lockRelationships', 'limits'], {
   tag: 'the tag is per call: `acquire(filter, { tag })`',
   wait: 'waiting is per call: `acquire(filter, { tag, wait })`',
 });
-const ACQUIRE = knownKeys<MultiLockAcquireParams>()([...CALL_KEYS, ...WAIT_KEYS, 'document', 'tag', 'lock', 'locktimeout'], FIXED_PER_LOCK);
-const USING = knownKeys<MultiLockAcquireParams & HoldParams>()([...CALL_KEYS, ...WAIT_KEYS, 'document', 'tag', 'lock', 'locktimeout', 'maxHold'], FIXED_PER_LOCK);
+const ACQUIRE = knownKeys<MultiLockAcquireParams>()([...CALL_KEYS, ...WAIT_KEYS, 'document', 'tag', 'lock', 'locktimeout', 'permits'], FIXED_PER_LOCK);
+const USING = knownKeys<MultiLockAcquireParams & HoldParams>()([...CALL_KEYS, ...WAIT_KEYS, 'document', 'tag', 'lock', 'locktimeout', 'permits', 'maxHold'], FIXED_PER_LOCK);
 const RELEASE = knownKeys<MultiLockReleaseParams>()([...CALL_KEYS, 'update', 'lock'], {
   ...FIXED_PER_LOCK,
   locktimeout: 'a release takes no lease (`locktimeout` is for acquire and extend)',
   tag: 'a release names its lock (`{ lock }`), whose tag it knows',
 });
 const EXTEND = knownKeys<MultiLockExtendParams>()([...CALL_KEYS, 'update', 'lock', 'locktimeout'], FIXED_PER_LOCK);
+
+/** The lock `params.lock` names (required: a multiLock or semaphore release or extension names its lock), and the caller's filter, validated. */
+function namedLock(core: DocumentLock, filter: unknown, params: unknown, known: KnownKeys): { lock: LockData; target: Document } {
+  const target = expectFilter('filter', filter);
+  const p = readParams('params', params, known, false);
+  if (p.lock === undefined) throw new TypeError('Expected `params.lock` to be the lock to release or extend (a handle or its JSON)');
+  return { lock: core.lockData('params.lock', p.lock), target };
+}
+
+/** `release` and `extend` of the lock `params.lock` names, and `inspect`: alike for a multiLock and a semaphore. */
+export function namedLockMethods(core: DocumentLock, release: KnownKeys, extend: KnownKeys) {
+  return {
+    release: (filter: unknown, params: unknown) =>
+      core.run(async () => {
+        const { lock, target } = namedLock(core, filter, params, release);
+        await core.releaseWith(target, lock.tag, { id: lock.id }, lock, params);
+      }),
+    extend: (filter: unknown, params: unknown) =>
+      core.run(async () => {
+        const { lock, target } = namedLock(core, filter, params, extend);
+        return core.extendWith(target, lock, { id: lock.id }, params);
+      }),
+    inspect: inspectMethod(core),
+  };
+}
 
 /**
  * Creates a multiLock: tagged locks on the caller's documents.
@@ -109,7 +141,7 @@ export function multiLock<TSchema extends Document = Document, P extends Promise
   const o = readParams('options', options, OPTIONS, false);
   const core = new DocumentLock(options, {
     options: OPTIONS,
-    rules: resolveTagRules(o.locktimeouts, o.locktimeout, o.lockRelationships),
+    rules: resolveTagRules(o.locktimeouts, o.locktimeout, o.lockRelationships, o.limits),
     name: 'multiLock',
     conflict: 'CooperativeLock',
     reportsReacquired: false,
@@ -122,14 +154,6 @@ export function multiLock<TSchema extends Document = Document, P extends Promise
     const tag = expectSafeName('params.tag', params.tag);
     if (!core.engine.tags.has(tag)) throw new TypeError(`Unknown tag \`${tag}\`: declare it in \`locktimeouts\` or \`lockRelationships\``);
     return tag;
-  };
-
-  /** The lock in `params`, and the caller's filter (validated). */
-  const lockOf = (filter: unknown, params: unknown, known: typeof RELEASE): { lock: LockData; target: Document } => {
-    const target = expectFilter('filter', filter);
-    const p = readParams('params', params, known, false);
-    if (p.lock === undefined) throw new TypeError('Expected `params.lock` to be the lock to release or extend');
-    return { lock: core.lockData('params.lock', p.lock), target };
   };
 
   /** The assertive registration `params.lock` continues, if any; a `tag` beside it must be its tag. */
@@ -163,21 +187,7 @@ export function multiLock<TSchema extends Document = Document, P extends Promise
         const continued = continuedOf(p);
         return core.using(filter, continued?.tag ?? tagOf(p), p, body, cancellation, continued);
       }),
-    release: (filter: unknown, params: unknown) =>
-      core.run(async () => {
-        const { lock, target } = lockOf(filter, params, RELEASE);
-        await core.releaseWith(target, lock.tag, { id: lock.id }, lock, params);
-      }),
-    extend: (filter: unknown, params: unknown) =>
-      core.run(async () => {
-        const { lock, target } = lockOf(filter, params, EXTEND);
-        return core.extendWith(target, lock, { id: lock.id }, params);
-      }),
-    inspect: (filter: unknown, params: unknown) =>
-      core.run(async () => {
-        const target = expectFilter('filter', filter);
-        return inspectDocument(core.engine, target, core.callOptions(readParams('params', params, INSPECT_PARAMS)).call);
-      }),
+    ...namedLockMethods(core, RELEASE, EXTEND),
   };
   // The methods return the `Promise` option's promises (run() makes them): typed as such here.
   return describedAs(lock, { kind: 'multiLock', tags: core.engine.tags, field: core.engine.field }) as unknown as MultiLock<TSchema, P>;

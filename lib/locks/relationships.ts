@@ -20,19 +20,28 @@ export type LockRelationships = Readonly<Record<string, TagRelationship>>;
 
 const RELATIONSHIP = knownKeys<TagRelationship>()(['cooperative', 'assertive']);
 
+/** `{ [tag]: limit }`: tags that are counting semaphores (at most `limit` permits held at once). */
+export type TagLimits = Readonly<Record<string, number>>;
+
+/** The most a limit may be: a document holds an entry per lock, and stays well under 16 MB. */
+export const MAX_LIMIT = 10_000;
+
 /**
- * Validates tags, leases and relationships, and returns one rule per tag. The keys of
+ * Validates tags, leases, relationships and limits, and returns one rule per tag. The keys of
  * `locktimeouts` declare the tags (as in monglock v2); without `locktimeouts`, the keys of
  * `lockRelationships` do (each with the default `locktimeout`). A relationship may only name
  * declared tags, as its key or in its lists, so that a misspelled name (`wirte`) is refused
  * instead of becoming a tag nobody holds, which would switch exclusion off. Refused with a TypeError/RangeError: unsafe tag names, tags without a lease, undeclared
  * tags in relationship lists, unknown keys, a tag both cooperative with and assertive over
- * another, and any cycle of assertive relationships (a tag over itself included), which can deadlock.
+ * another, and any cycle of assertive relationships (a tag over itself included), which can deadlock;
+ * limits of undeclared tags, of tags cooperative with themselves (exclusive already), or that are
+ * not whole numbers from 1 to {@link MAX_LIMIT}.
  */
 export function resolveTagRules(
   locktimeouts: unknown,
   locktimeout: unknown,
   lockRelationships: unknown,
+  tagLimits?: unknown,
 ): ReadonlyMap<string, TagRule> {
   const leases = locktimeouts === undefined ? {} : expectObject('options.locktimeouts', locktimeouts);
   const relationships = lockRelationships === undefined ? {} : expectObject('options.lockRelationships', lockRelationships);
@@ -77,8 +86,21 @@ export function resolveTagRules(
     const { cooperative = [], assertive = [] } = lists.get(tag) ?? {};
     rules.set(tag, { tag, lease, cooperative, assertive, exclusive: cooperative.includes(tag) });
   }
+  for (const [tag, limit] of Object.entries(tagLimits === undefined ? {} : expectObject('options.limits', tagLimits))) {
+    const rule = rules.get(tag);
+    if (!rule) throw undeclared(tag, '`options.limits`', declared);
+    if (rule.exclusive) throw new TypeError(`Tag \`${tag}\` is cooperative with itself (one holder at a time), so it cannot have a limit: drop one of the two`);
+    rules.set(tag, { ...rule, limit: expectLimit(`options.limits.${tag}`, limit) });
+  }
   rejectAssertiveCycles(rules);
   return rules;
+}
+
+/** Throws unless `value` is a whole number from 1 to {@link MAX_LIMIT}. */
+export function expectLimit(name: string, value: unknown): number {
+  if (typeof value !== 'number' || !Number.isInteger(value)) throw new TypeError(`Expected \`${name}\` to be a whole number of permits, got ${describe(value)}`);
+  if (value < 1 || value > MAX_LIMIT) throw new RangeError(`Expected \`${name}\` to be between 1 and ${MAX_LIMIT}, got ${describe(value)}`);
+  return value;
 }
 
 /** A relationship list: declared tags only (a name that is not a key of `locktimeouts` or `lockRelationships` is refused). */

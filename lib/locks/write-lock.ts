@@ -1,6 +1,6 @@
 import type { Document } from 'mongodb';
 import { DocumentLock } from './document-lock';
-import { INSPECT_PARAMS, inspectDocument, type InspectParams, type LockInspection } from './inspection';
+import { inspectMethod, type InspectParams, type LockInspection } from './inspection';
 import { describedAs } from './lock-kind';
 import type { UsingBody } from './scoped-hold';
 import type { LockData, LockHandle } from './lock-handle';
@@ -147,11 +147,7 @@ export function writeLock<TSchema extends Document = Document, P extends Promise
         const claimed: LockData = { id: '', tag: WRITE_TAG, timestamp, fence: 0, expiresAt: 0 };
         return core.extendWith(target, claimed, { timestamp }, params);
       }),
-    inspect: (filter: unknown, params: unknown) =>
-      core.run(async () => {
-        const target = expectFilter('filter', filter);
-        return inspectDocument(core.engine, target, core.callOptions(readParams('params', params, INSPECT_PARAMS)).call);
-      }),
+    inspect: inspectMethod(core),
   };
   // The methods return the `Promise` option's promises (run() makes them): typed as such here.
   return describedAs(lock, { kind: 'writeLock', tags: core.engine.tags, field: core.engine.field }) as unknown as WriteLock<TSchema, P>;

@@ -1,5 +1,6 @@
 import type { Document } from 'mongodb';
-import type { Ticket, TagRule } from './lock-data';
+import { queuedBehind, type Ticket, type TagRule } from './lock-data';
+import { isLimited, permitConditions, recordLimit } from './permits';
 import { mergeUpdates, type LockOperation } from './operation';
 import {
   allOf,
@@ -38,6 +39,8 @@ export interface AcquireRequest {
   readonly tolerance: number;
   /** Fair mode: the waiter's ticket, if it has one. */
   readonly fair?: { readonly ticket?: Ticket };
+  /** For a tag with a limit: the permits it takes (default 1). */
+  readonly permits?: number;
   readonly extension?: AcquireExtension;
 }
 
@@ -47,10 +50,13 @@ export interface AcquireRequest {
  * Checks, in the filter: no unexpired entry of a tag this one is cooperative with, judged at the
  * stamp, which the same filter proves to be at or below `$$NOW` and within `tolerance` of it (so
  * a live lock never looks expired); for an exclusive tag, a stamp not earlier than its last two
- * acquisitions; in fair mode, no live ticket of a cooperative tag that came first; and the kind's
- * conditions.
+ * acquisitions; for a tag with a limit, that the permits live at the stamp plus these stay within
+ * the limit stored in the document, which must be the caller's unless no permit is live (see
+ * lib/protocol/permits.ts); in fair mode, no live ticket of a cooperative tag (or, limited, of
+ * its own) that came first; and the kind's conditions.
  *
- * Writes the entry (replacing an exclusive tag's array, whose entries the filter proved expired),
+ * Writes the entry (replacing an exclusive tag's array, whose entries the filter proved expired;
+ * with its `permits` and the limit for a limited tag),
  * +1 on the fence, the server's clock (`$currentDate` of `now`), the latest expiry (`$max` of
  * `until`), and prunes the expired entries of the other tags and the commit records past their
  * time (at the stamp, which the server has passed); in fair mode, it takes the waiter's ticket
@@ -59,14 +65,18 @@ export interface AcquireRequest {
  * Why it never admits a second holder: the only writes that add an entry are this one, and it
  * matches only while every entry that excludes it has expired by the server's clock. Two
  * acquisitions cooperative with each other are serialized by the document's update, and the
- * second one's filter sees the first one's entry.
+ * second one's filter sees the first one's entry; the same holds for the permits of a limited tag,
+ * whose count at the stamp includes every entry live at `$$NOW` or later.
  */
 export function acquireOperation(request: AcquireRequest): LockOperation {
   const { paths, rule, entry, fair, extension } = request;
   const { tag } = rule;
   const at = entry.at;
   const others = [...request.tags].filter((other) => other !== tag);
-  const stored: StoredEntry = { ...extension?.entry, ...entry };
+  const limited = isLimited(rule) ? rule : undefined;
+  const permits = request.permits ?? 1;
+  const stored: StoredEntry = { ...extension?.entry, ...entry, ...(limited ? { permits } : {}) };
+  const queueTags = queuedBehind(rule);
   const queue = fair ? { [paths.queue]: fair.ticket ? { $or: [{ id: fair.ticket.id }, { exp: { $lte: at } }] } : { exp: { $lte: at } } } : undefined;
   const update = mergeUpdates(
     {
@@ -76,12 +86,14 @@ export function acquireOperation(request: AcquireRequest): LockOperation {
       ...(rule.exclusive ? { $set: { [paths.tag(tag)]: [stored] }, $push: recordStamp(paths, tag, at) } : { $push: { [paths.tag(tag)]: stored } }),
       $pull: { ...pruneTags(paths, others, at), ...pruneCommits(paths, at), ...queue },
     },
+    limited && recordLimit(paths, limited),
     extension?.update?.(at, entry.exp),
   );
   const filter = allOf(request.filter, [
     ...rule.cooperative.map((other) => noLiveEntry(paths, other, at)),
     ...(rule.exclusive ? [stampNotBeforeRecent(paths, tag, at)] : []),
-    ...(fair && rule.cooperative.length > 0 ? [noEarlierTicket(paths, rule.cooperative, at, fair.ticket)] : []),
+    ...(limited ? permitConditions(paths, limited, permits, at) : []),
+    ...(fair && queueTags.length > 0 ? [noEarlierTicket(paths, queueTags, at, fair.ticket)] : []),
     { $expr: stampWithin(at, request.tolerance) },
     ...(extension?.conditions?.(at) ?? []),
   ]);

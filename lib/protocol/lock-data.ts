@@ -12,6 +12,8 @@ export interface LockData {
   readonly fence: number;
   /** When the lease ends, ms since the epoch by the server's clock. */
   readonly expiresAt: number;
+  /** The permits it holds, for a tag with a limit (a semaphore); absent otherwise. */
+  readonly permits?: number;
 }
 
 /** A waiter's ticket in a fair queue (`lock.queue`). */
@@ -33,6 +35,22 @@ export interface TagRule {
   readonly assertive: readonly string[];
   /** Cooperative with itself: at most one unexpired lock of this tag at a time. */
   readonly exclusive: boolean;
+  /** A counting semaphore: the most permits its unexpired locks may hold in all (never with `exclusive`). */
+  readonly limit?: number;
+}
+
+/**
+ * The tags whose earlier fair-mode tickets an acquisition of `rule` queues behind: those it is
+ * cooperative with, and its own when it has a limit (a large request is not overtaken by a
+ * stream of small ones).
+ */
+export function queuedBehind(rule: TagRule): readonly string[] {
+  return rule.limit === undefined ? rule.cooperative : [...rule.cooperative, rule.tag];
+}
+
+/** The tags whose locks an acquisition of `rule` waits for: cooperative, asserted over, and its own when limited. */
+export function waitsFor(rule: TagRule): ReadonlySet<string> {
+  return new Set([...queuedBehind(rule), ...rule.assertive]);
 }
 
 /** Expiry of a lock without a lease: the last ms of year 9999. */

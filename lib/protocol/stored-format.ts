@@ -12,11 +12,13 @@ import type { Document } from 'mongodb';
  *   committed: [ { id: '5d…', lock: '9f…', exp: ISODate }, … ],  // records of recent commits (each
  *                                   // commit's own id, the lock it released), kept until exp, at
  *                                   // most 64: how a lost reply is settled
+ *   limits: { permit: 4 },          // tags with a limit (semaphores): the limit their permits were judged by
  *   until: ISODate,                 // the latest expiry ever written (locks and tickets): a document
  *                                   // whose until has passed holds nothing live (the CLI lists by it)
  *   tags: {
  *     write: [ { id: '9f…', at: ISODate, exp: ISODate } ],   // one array per tag
- *     read:  [ { id: '1c…', at: ISODate, exp: ISODate }, … ]
+ *     read:  [ { id: '1c…', at: ISODate, exp: ISODate }, … ],
+ *     permit: [ { id: '3b…', at: ISODate, exp: ISODate, permits: 2 }, … ]  // a tag with a limit
  *   }
  * }
  * ```
@@ -30,6 +32,8 @@ export interface StoredEntry {
   id: string;
   at: Date;
   exp: Date;
+  /** The permits it holds, in a tag with a limit (absent: one). */
+  permits?: number;
 }
 
 /** A waiter's place in a fair queue: its tag, when it came (server time) and until when it is live. */
@@ -68,6 +72,8 @@ export interface StoredLock {
   queue?: StoredTicket[];
   /** Records of recent commits (releases with an update): how a commit whose reply was lost is settled. */
   committed?: StoredCommit[];
+  /** Tags with a limit (semaphores): the limit the live permits were acquired under. */
+  limits?: Record<string, number | undefined>;
   /** The latest expiry written (`$max`), of a lock or a ticket: nothing in the document is live once the server's clock passes it. */
   until?: Date;
   tags?: Record<string, StoredEntry[] | undefined>;
@@ -78,7 +84,7 @@ export interface StoredLock {
  * `active`/`timestamp`). monglock v2 stored a tag's entries at `lock.<tag>`, so a v2 document with
  * a tag of one of these names collides with this layout (an acquisition fails with DbError).
  */
-export const RESERVED_TAG_NAMES: ReadonlySet<string> = new Set(['fence', 'now', 'recent', 'born', 'queue', 'committed', 'until', 'tags', 'active', 'timestamp']);
+export const RESERVED_TAG_NAMES: ReadonlySet<string> = new Set(['fence', 'now', 'recent', 'born', 'queue', 'committed', 'until', 'tags', 'limits', 'active', 'timestamp']);
 
 /** Dot paths into the stored lock property. */
 export class LockPaths {
@@ -98,12 +104,17 @@ export class LockPaths {
     this.queue = `${field}.queue`;
     this.committed = `${field}.committed`;
     this.until = `${field}.until`;
-    this.reply = Object.fromEntries([this.fence, this.now, this.born, this.queue, this.until, `${field}.recent`, `${field}.tags`].map((path) => [path, 1]));
+    this.reply = Object.fromEntries([this.fence, this.now, this.born, this.queue, this.until, `${field}.recent`, `${field}.tags`, `${field}.limits`].map((path) => [path, 1]));
   }
 
   /** The last two acquisition stamps of an exclusive tag. */
   recent(tag: string): string {
     return `${this.field}.recent.${tag}`;
+  }
+
+  /** The limit a limited tag's permits were acquired under. */
+  limit(tag: string): string {
+    return `${this.field}.limits.${tag}`;
   }
 
   /** The array of a tag's entries. */

@@ -46,21 +46,22 @@ export class LocalWaiters {
    * Lock `lockId` of `tag` was let go in this process by a call that did not name its document
    * (a filter without `_id`): finds its document among those held here, and wakes as below.
    */
-  releasedLock(lockId: string, tag: string): void {
+  releasedLock(lockId: string, tag: string, permits = 1): void {
     for (const [key, locks] of this.held) {
       if (!locks.has(lockId)) continue;
       locks.delete(lockId);
       if (locks.size === 0) this.held.delete(key);
-      this.wakeKey(key, tag);
+      this.wakeKey(key, tag, permits);
       return;
     }
   }
 
   /**
    * A lock of `tag` on document `id` was let go in this process (released, or found lost; all of
-   * them without `lockId`): wakes the first waiter it may have blocked.
+   * them without `lockId`): wakes the first waiter it may have blocked (for a limited tag, the
+   * first `permits` waiters: each may fit in what the lock held).
    */
-  released(id: unknown, tag: string, lockId?: string): void {
+  released(id: unknown, tag: string, lockId?: string, permits = 1): void {
     const key = keyOf(id);
     const locks = this.held.get(key);
     if (locks) {
@@ -68,7 +69,7 @@ export class LocalWaiters {
       else locks.delete(lockId);
       if (locks.size === 0) this.held.delete(key);
     }
-    this.wake(id, tag);
+    this.wakeKey(keyOf(id), tag, permits);
   }
 
   /**
@@ -97,20 +98,17 @@ export class LocalWaiters {
     return waiter;
   }
 
-  /** A lock of `tag` on document `id` was released: wakes the first-ranked waiter that a `tag` lock blocks. */
-  private wake(id: unknown, tag: string): void {
-    this.wakeKey(keyOf(id), tag);
-  }
-
-  /** Wakes the first-ranked waiter of the document `key` that a `tag` lock blocks (any waiter without `tag`). */
-  private wakeKey(key: string, tag: string | undefined): void {
+  /** Wakes the `count` first-ranked waiters of the document `key` that a `tag` lock blocks (any waiter without `tag`). */
+  private wakeKey(key: string, tag: string | undefined, count = 1): void {
     const waiters = this.byDocument.get(key);
     if (!waiters || waiters.size === 0) return;
-    let first: Waiter | undefined;
-    for (const waiter of waiters) {
-      if ((tag === undefined || waiter.blockedBy.has(tag)) && (!first || waiter.before(first))) first = waiter;
+    const blocked = [...waiters].filter((waiter) => tag === undefined || waiter.blockedBy.has(tag));
+    if (count === 1) {
+      const first = blocked.reduce<Waiter | undefined>((best, waiter) => (!best || waiter.before(best) ? waiter : best), undefined);
+      first?.wake();
+      return;
     }
-    first?.wake();
+    for (const waiter of blocked.sort((a, b) => (a.before(b) ? -1 : b.before(a) ? 1 : 0)).slice(0, count)) waiter.wake();
   }
 }
 

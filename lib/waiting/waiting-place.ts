@@ -3,7 +3,7 @@ import type { Document } from 'mongodb';
 import { isLockError, lockError } from '../common/errors';
 import { refusedDocumentOf } from '../engine/acquired';
 import type { LockEngine } from '../engine/lock-engine';
-import type { Ticket } from '../protocol/lock-data';
+import { waitsFor, type Ticket } from '../protocol/lock-data';
 import type { LocalWaiters, Waiter } from './local-waiters';
 import type { ResolvedCallOptions } from '../common/options';
 import { delay, MAX_RETRY_DELAY } from './wait-options';
@@ -31,7 +31,7 @@ export class WaitingPlace {
   /** Queued behind local waiters before its first attempt. */
   private behindOthers = false;
 
-  /** The tags whose locks this acquisition waits for: those it is cooperative with or asserts over. */
+  /** The tags whose locks this acquisition waits for: those it is cooperative with or asserts over, and its own when it has a limit. */
   private readonly blockedBy: ReadonlySet<string>;
 
   constructor(
@@ -42,8 +42,7 @@ export class WaitingPlace {
     private readonly fair: boolean,
   ) {
     this.since = performance.now();
-    const rule = engine.rule(tag);
-    this.blockedBy = new Set([...rule.cooperative, ...rule.assertive]);
+    this.blockedBy = waitsFor(engine.rule(tag));
   }
 
   /**

@@ -224,7 +224,7 @@ function resolveRoute(where: string, config: unknown): Resolved {
 function lockFor(where: string, given: unknown): CallableLock {
   if (isPlainObject(given) && typeof given.acquire === 'function') return given as unknown as CallableLock;
   throw new TypeError(
-    `Expected \`plugins.monglock.lock\` of ${where} to be a writeLock or multiLock instance, got ${describe(given)}: ` +
+    `Expected \`plugins.monglock.lock\` of ${where} to be a writeLock, multiLock or semaphore instance, got ${describe(given)}: ` +
       'make the lock once with writeLock()/multiLock() and pass it (hapi deep-copies route options, which breaks a driver Collection inside lock options)',
   );
 }
@@ -234,9 +234,10 @@ function expectTag(where: string, lock: CallableLock, tag: unknown): void {
   // Undefined for locks made elsewhere, and for instances hidden by hapi's copy of route options: their acquire decides.
   const description = describeLock(lock);
   if (!description) return;
-  if (description.kind === 'writeLock') {
-    if (tag !== undefined && tag !== WRITE_TAG) {
-      throw new TypeError(`Expected no \`plugins.monglock.tag\` of ${where}: its lock is a writeLock (tag \`${WRITE_TAG}\`), got ${describe(tag)}`);
+  if (description.kind !== 'multiLock') {
+    const only = description.kind === 'writeLock' ? WRITE_TAG : undefined; // a semaphore's acquire takes no tag
+    if (tag !== undefined && tag !== only) {
+      throw new TypeError(`Expected no \`plugins.monglock.tag\` of ${where}: its lock is a ${description.kind}${only ? ` (tag \`${only}\`)` : ''}, got ${describe(tag)}`);
     }
     return;
   }

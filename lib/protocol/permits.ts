@@ -1,0 +1,44 @@
+import type { Document } from 'mongodb';
+import type { TagRule } from './lock-data';
+import { liveEntries, noLiveEntry, type LockPaths, type StoredLock } from './stored-format';
+
+/**
+ * Counting semaphores: a tag with a `limit` admits live locks holding at most `limit` permits in
+ * all, each lock its own entry (id, lease, fencing token) with its `permits`. The limit is stored
+ * in the document (`lock.limits.<tag>`), so that every process judges by the same number: a
+ * caller configured with another limit is refused while permits are held, and the first
+ * acquisition on a document without a live permit stores its own (how a limit is changed).
+ */
+
+/** `$expr` operand: the permits of `tag`'s entries unexpired at `at` (an entry without `permits` holds one). */
+function usedAt(paths: LockPaths, tag: string, at: Date): Document {
+  const live = { $filter: { input: { $ifNull: [`$${paths.tag(tag)}`, []] }, as: 'entry', cond: { $gt: ['$$entry.exp', at] } } };
+  return { $sum: { $map: { input: live, as: 'entry', in: { $ifNull: ['$$entry.permits', 1] } } } };
+}
+
+/**
+ * What an acquisition of `permits` of a limited tag also checks, at the stamp `at`: the document's
+ * limit is the caller's (or no permit of the tag is live, and the acquisition stores the caller's),
+ * and the live permits plus these stay within it.
+ */
+export function permitConditions(paths: LockPaths, rule: TagRule & { limit: number }, permits: number, at: Date): Document[] {
+  return [
+    { $or: [{ [paths.limit(rule.tag)]: rule.limit }, noLiveEntry(paths, rule.tag, at)] },
+    { $expr: { $lte: [{ $add: [usedAt(paths, rule.tag, at), permits] }, rule.limit] } },
+  ];
+}
+
+/** What an acquisition of a limited tag also writes: the limit it was judged by. */
+export function recordLimit(paths: LockPaths, rule: TagRule & { limit: number }): Document {
+  return { $set: { [paths.limit(rule.tag)]: rule.limit } };
+}
+
+/** The permits of `tag` held in `lock` at server time `now` (ms). */
+export function usedPermits(lock: StoredLock, tag: string, now: number): number {
+  return liveEntries(lock, tag, now).reduce((sum, entry) => sum + (entry.permits ?? 1), 0);
+}
+
+/** True for a tag with a limit (a semaphore, or a multiLock tag in `limits`). */
+export function isLimited(rule: TagRule): rule is TagRule & { limit: number } {
+  return rule.limit !== undefined;
+}
