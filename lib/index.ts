@@ -4,6 +4,8 @@ export { multiLock } from './locks/multi-lock';
 export type { MultiLock, MultiLockOptions, MultiLockAcquireParams, MultiLockReleaseParams, MultiLockExtendParams } from './locks/multi-lock';
 export { semaphore, PERMIT_TAG } from './locks/semaphore';
 export type { Semaphore, SemaphoreOptions, SemaphoreAcquireParams, SemaphoreReleaseParams, SemaphoreExtendParams } from './locks/semaphore';
+export { withOwner } from './locks/owner-context';
+export { MAX_HOLDS } from './protocol/reentry';
 export { LockHandle } from './locks/lock-handle';
 export { commit, Commit } from './locks/commit';
 export type { HandleParams, LockData } from './locks/lock-handle';
@@ -25,7 +27,8 @@ export type {
   WriteConcernW,
 } from './common/options';
 export type { LockRelationships, TagRelationship, TagLimits } from './locks/relationships';
-export type { StoredLock, StoredEntry, StoredCommit, StoredTicket } from './protocol/stored-format';
+export type { StoredLock, StoredEntry, StoredCommit, StoredTicket, StoredUpgrade } from './protocol/stored-format';
+export type { ConvertParams } from './locks/conversion';
 export type { UsingBody } from './locks/scoped-hold';
 export type { InspectParams, LockInspection, InspectedLock, InspectedWaiter } from './locks/inspection';
 export type { WaitOptions } from './waiting/wait-options';

@@ -9,7 +9,7 @@ import { isLockError } from './errors';
 export interface LockCallContext {
   /** `acquire`, `release` or `extend`. */
   readonly operation: 'acquire' | 'release' | 'extend';
-  /** `writeLock`, `multiLock` or `resourceLocks`. */
+  /** `writeLock`, `multiLock`, `semaphore` or `resourceLocks`. */
   readonly kind: string;
   /** The locked collection, `db.collection`. */
   readonly namespace: string;
@@ -26,6 +26,11 @@ export interface LockCallContext {
   fence?: number;
   /** Acquire: the lease's end, ms since the epoch in the server's time. */
   expiresAt?: number;
+  /** Acquire by an owner (reentrant): the owner, and whether the hold was nested in one it already had. */
+  owner?: string;
+  nested?: boolean;
+  /** Acquire of a tag with a limit (a semaphore): the permits taken. */
+  permits?: number;
   /** Set by Node's tracing: what the call resolved, or why it failed. */
   result?: unknown;
   error?: unknown;

@@ -12,7 +12,9 @@ export type LockErrorSubtype =
   | 'DbError'
   | 'MaxHoldExceeded'
   | 'SemaphoreFull'
-  | 'LimitMismatch';
+  | 'LimitMismatch'
+  | 'TooManyHolds'
+  | 'UpgradeConflict';
 
 /** The subtype of a refused acquisition: writeLock's, multiLock's, or a semaphore's. */
 export type ConflictSubtype = 'LockAlreadyTaken' | 'CooperativeLock' | 'SemaphoreFull';
@@ -28,6 +30,8 @@ const TYPES: Readonly<Record<LockErrorSubtype, { type: LockErrorType; statusCode
   MaxHoldExceeded: { type: 'badImplementation', statusCode: 500 },
   SemaphoreFull: { type: 'conflict', statusCode: 409 },
   LimitMismatch: { type: 'conflict', statusCode: 409 },
+  TooManyHolds: { type: 'conflict', statusCode: 409 },
+  UpgradeConflict: { type: 'conflict', statusCode: 409 },
 };
 
 /**

@@ -48,6 +48,12 @@ export function expectMaxHold(name: string, value: unknown, fallback: number): n
   return expectMs(name, value);
 }
 
+/** Throws unless `value` is an owner id: a string of 1 to 256 characters. */
+export function expectOwner(name: string, value: unknown): string {
+  if (typeof value !== 'string' || value.length === 0 || value.length > 256) throw new TypeError(`Expected \`${name}\` to be an owner id (a string of 1 to 256 characters), got ${describe(value)}`);
+  return value;
+}
+
 /** Throws unless `value` is a whole number of permits from 1 to `limit`. */
 export function expectPermits(name: string, value: unknown, limit: number): number {
   if (typeof value !== 'number' || !Number.isInteger(value)) throw new TypeError(`Expected \`${name}\` to be a whole number of permits, got ${describe(value)}`);

@@ -16,6 +16,8 @@ export interface Acquired {
   readonly appliedAt?: number;
   /** The locked document after the acquisition, when it was asked for (without the lock field, unless projected). */
   readonly document?: Document;
+  /** A nested hold of an owner that held the lock already (it took no place in the fair queue). */
+  readonly nested?: boolean;
 }
 
 /** An acquisition that registered a lock which still waits for the tags it is assertive over. */

@@ -11,6 +11,7 @@ import type { LockOperation } from '../protocol/operation';
 import type { Proof } from '../protocol/proofs';
 import { pruneTagOperation } from '../protocol/prune';
 import { forcedReleaseOperation, releaseOperation } from '../protocol/release';
+import type { OwnedAcquisition } from '../protocol/reentry';
 import type { ServerClock } from '../protocol/server-clock';
 import { hasExpiredEntries, liveEntries, type LockPaths, type StoredLock } from '../protocol/stored-format';
 import { AssertivePending, withDocument, type Acquired } from './acquired';
@@ -33,6 +34,8 @@ export interface AcquireExtras extends AcquireExtension {
   readonly fair?: { readonly ticket?: Ticket };
   /** For a tag with a limit: the permits to take (default 1). */
   readonly permits?: number;
+  /** An owner's first hold (reentrant locks): the owner, and the fencing counter it read. */
+  readonly owned?: OwnedAcquisition;
 }
 
 /** The configuration an engine runs with; writeLock and multiLock differ only here. */
@@ -83,6 +86,10 @@ export class LockEngine {
     return this.settings.clock;
   }
 
+  get store(): Store {
+    return this.settings.store;
+  }
+
   /** The rule of a known tag. */
   rule(tag: string): TagRule {
     const rule = this.settings.rules.get(tag);
@@ -100,18 +107,19 @@ export class LockEngine {
     const rule = this.rule(tag);
     const id = newLockId();
     const permits = rule.limit === undefined ? undefined : (extras.permits ?? 1);
-    const context: AcquireContext = { paths, rule, conflict, lease, permits, boom: call.boom, fair: extras.fair, refusal: extras.refusal };
+    const { owned } = extras;
+    const context: AcquireContext = { paths, rule, conflict, lease, permits, owned, boom: call.boom, fair: extras.fair, refusal: extras.refusal };
     return this.stamped(call, {
       target: filter,
       lease,
       write: async (stamp, tolerance) => {
         const entry = { id, at: new Date(stamp), exp: new Date(expiryOf(stamp, lease)) };
-        const operation = acquireOperation({ paths, rule, tags: this.tags, filter, entry, tolerance, fair: extras.fair, permits, extension: extras });
+        const operation = acquireOperation({ paths, rule, tags: this.tags, filter, entry, tolerance, fair: extras.fair, permits, owned, extension: extras });
         let reply: Timed<Document | null>;
         try {
           reply = await store.apply(operation, call, call.w, extras.document);
         } catch (error) {
-          const attempted: LockData = { id, tag, timestamp: stamp, fence: 0, expiresAt: entry.exp.getTime(), ...(permits && { permits }) };
+          const attempted: LockData = { id, tag, timestamp: stamp, fence: 0, expiresAt: entry.exp.getTime(), ...(permits && { permits }), ...(owned && { owner: owned.owner }) };
           throw failedAcquisition(error, call.boom, { lock: attempted, target: {}, landsBy: stamp + tolerance } satisfies Acquired);
         }
         if (!reply.value) return undefined;
@@ -119,7 +127,7 @@ export class LockEngine {
         const lock = paths.read(reply.value);
         const target = { _id: reply.value._id };
         if (!rule.exclusive && hasExpiredEntries(lock, tag, now)) await this.pruneOwnTag(pruneTagOperation(paths, target, tag, new Date(now)), call);
-        const data: LockData = { id, tag, timestamp: stamp, fence: fenceOf(lock), expiresAt: entry.exp.getTime(), ...(permits && { permits }) };
+        const data: LockData = { id, tag, timestamp: stamp, fence: fenceOf(lock), expiresAt: entry.exp.getTime(), ...(permits && { permits }), ...(owned && { owner: owned.owner }) };
         return withDocument(this.assertiveOutcome(data, target, lock, now), reply.value, paths.field, extras.document);
       },
       explain: extras.explain === false ? null : (seen, stamp, tolerance) => explainRefusedAcquisition(context, seen, stamp, tolerance),

@@ -2,6 +2,8 @@ import type { BoomLike } from '../common/errors';
 import { lockError, type ConflictSubtype, type LockErrorSubtype } from '../common/errors';
 import { fenceOf, queuedBehind, type LockData, type Ticket, type TagRule } from '../protocol/lock-data';
 import { isLimited, usedPermits } from '../protocol/permits';
+import { holdsOf, type OwnedAcquisition } from '../protocol/reentry';
+import { pendingUpgrade } from '../protocol/convert';
 import { ambiguous, matchesProof, type Proof } from '../protocol/proofs';
 import { earlierTickets, liveEntries, type LockPaths, type StoredLock } from '../protocol/stored-format';
 import { refusedBy } from './acquired';
@@ -22,6 +24,8 @@ export interface AcquireContext {
   readonly lease: number;
   /** For a tag with a limit: the permits asked for. */
   readonly permits?: number;
+  /** An owner's first hold: refused because the owner holds the lock already, or the counter moved on, it is tried again (see {@link ownerMayRetry}). */
+  readonly owned?: OwnedAcquisition;
   readonly boom: BoomLike | undefined;
   readonly fair?: { readonly ticket?: Ticket };
   /** Why the lock kind's own conditions refuse `lock` at server time `now` (ms), if they do. */
@@ -41,7 +45,14 @@ export function explainRefusedAcquisition(context: AcquireContext, seen: Inspect
   const now = seen.serverNow?.getTime() ?? stamp;
   const refused = (detail: string): Verdict => ({ retry: false, error: refusedBy(lockError(conflict, boom, { detail }), seen.value?._id) });
   const holders = rule.cooperative.filter((other) => liveEntries(lock, other, now).length > 0);
+  if (context.owned && (holdsOf(lock, rule.tag, context.owned.owner, now).length > 0 || (holders.length === 0 && (lock.fence ?? 0) !== context.owned.counter))) {
+    const verdict = refused(holders.length > 0 ? `held by tag ${holders.join(', ')}` : 'the fencing counter moved on');
+    if (!verdict.retry) ownerRetries.add(verdict.error);
+    return verdict;
+  }
   if (holders.length > 0) return refused(`held by tag ${holders.join(', ')}`);
+  const upgrade = pendingUpgrade(lock, now);
+  if (upgrade && rule.yieldsToUpgradesOf?.includes(upgrade.tag)) return refused(`a holder's upgrade to ${upgrade.tag} is pending (writer preference)`);
   const used = isLimited(rule) ? usedPermits(lock, rule.tag, now) : 0;
   const stored = lock.limits?.[rule.tag];
   if (isLimited(rule) && used > 0 && stored !== rule.limit) {
@@ -58,6 +69,14 @@ export function explainRefusedAcquisition(context: AcquireContext, seen: Inspect
   }
   if (stampRefused(seen, stamp, tolerance)) return { retry: true, why: stampLag(seen, stamp, tolerance, context.lease) };
   return refused(context.refusal?.(lock, now) ?? 'held when the update ran');
+}
+
+/** Refusals of an owner's first hold that a fresh read may turn into a hold: the owner took the lock meanwhile, or the counter moved on. */
+const ownerRetries = new WeakSet<object>();
+
+/** True when an owner's refused first hold should read the document again and retry (as a nested hold if the owner holds it now). */
+export function ownerMayRetry(error: unknown): boolean {
+  return typeof error === 'object' && error !== null && ownerRetries.has(error);
 }
 
 /** What explains a write that needed a held lock. */

@@ -32,7 +32,8 @@ const VERSION = (require('../../package.json') as { version: string }).version;
  *   the cause; failed extensions are span events);
  * - `monglock.acquisitions` (counter, by outcome), `monglock.acquire.wait` and `monglock.hold`
  *   (histograms, ms), `monglock.held` (gauge: locks this process holds now).
- * Attributes: `monglock.namespace`, `monglock.kind`, `monglock.tag`, `monglock.outcome`.
+ * Attributes: `monglock.namespace`, `monglock.kind`, `monglock.tag`, `monglock.outcome`; for an
+ * owner's acquisition `monglock.nested` (a re-entry: true), for a semaphore's `monglock.permits`.
  * Returns `disable()`, which unsubscribes.
  * @example
  * const { instrumentMonglock } = require('monglock/otel');
@@ -85,7 +86,12 @@ export function instrumentMonglock(options: MonglockInstrumentationOptions = {})
     asyncEnd(message: unknown) {
       const context = message as LockCallContext;
       const span = calls.get(context);
-      const attributes = { ...attributesOf(context), 'monglock.outcome': context.outcome ?? 'unknown' };
+      const attributes = {
+        ...attributesOf(context),
+        'monglock.outcome': context.outcome ?? 'unknown',
+        ...(context.nested !== undefined ? { 'monglock.nested': context.nested } : {}),
+        ...(context.permits !== undefined ? { 'monglock.permits': context.permits } : {}),
+      };
       if (span) {
         span.setAttributes({
           ...attributes,

@@ -2,7 +2,9 @@ import type { Document } from 'mongodb';
 import type { LockCallContext } from '../common/diagnostics';
 import { isLockError, lockError } from '../common/errors';
 import { type ResolvedCallOptions } from '../common/options';
-import { expectDocumentOption, expectFilter, expectPermits } from '../common/validation';
+import { expectDocumentOption, expectFilter, expectOwner, expectPermits } from '../common/validation';
+import { acquireOwned } from '../engine/owned-acquisition';
+import { contextOwner } from './owner-context';
 import type { TagRule } from '../protocol/lock-data';
 import type { Cancellation } from '../common/promise-library';
 import { AssertivePending, lockWrittenBy, type Acquired } from '../engine/acquired';
@@ -55,6 +57,7 @@ filter: unknown,
   if (context) context.tag = ruleTag;
   const lease = site.leaseOf(ruleTag, p);
   const permits = resumed ? undefined : permitsOf(site.engine.rule(ruleTag), p);
+  const owner = resumed ? undefined : ownerOf(site.engine.rule(ruleTag), p);
   const document = expectDocumentOption('params.document', p.document, site.engine.field);
   const waiting = readWaitParams(p);
   const { signal, dispose } = linkSignals(waiting.signal, cancellation?.signal);
@@ -78,7 +81,9 @@ filter: unknown,
         () =>
           continuing
             ? site.engine.resume(continuing.target, continuing.lock, call, document)
-            : site.engine.acquire(place.filter(userFilter), ruleTag, lease, call, { explain, document, fair: place.fairness, permits }),
+            : owner
+              ? acquireOwned(site.engine, place.filter(userFilter), ruleTag, lease, call, { explain, document, fair: place.fairness }, owner)
+              : site.engine.acquire(place.filter(userFilter), ruleTag, lease, call, { explain, document, fair: place.fairness, permits }),
         (won) => (won.lock.id === resumed?.lock.id ? undefined : won),
       );
     } catch (error) {
@@ -109,7 +114,8 @@ filter: unknown,
     (isLockError(error, 'LockNotFound') && resumed === undefined);
   let won: Acquired | undefined;
   try {
-    if (waiting.wait > 0 && !resumed) await acquisition.race(place.start(userFilter, waiting.wait), signal, () => undefined);
+    // An owner does not queue behind this process's waiters first: they may be waiting for its own lock, which it re-enters.
+    if (waiting.wait > 0 && !resumed && !owner) await acquisition.race(place.start(userFilter, waiting.wait), signal, () => undefined);
     won = await retryWithin(
       { wait: waiting.wait, signal },
       () => acquisition.race(step(), signal, (outcome) => (outcome.lock.id === resumed?.lock.id ? undefined : outcome)),
@@ -118,7 +124,11 @@ filter: unknown,
       place.sleep,
     );
     const handle = await handleFor(site, won, acquisition, call);
-    if (context) Object.assign(context, { lockId: handle.id, fence: handle.fence, expiresAt: handle.expiresAt });
+    if (context) {
+      Object.assign(context, { lockId: handle.id, fence: handle.fence, expiresAt: handle.expiresAt });
+      if (owner !== undefined) Object.assign(context, { owner, nested: won.nested === true });
+      if (handle.permits !== undefined) context.permits = handle.permits;
+    }
     return handle;
   } catch (error) {
     // Without waiting, an assertive registration is the caller's to continue (monglock v2).
@@ -132,7 +142,8 @@ filter: unknown,
   } finally {
     if (context) context.attempts = attempts;
     dispose();
-    place.leave(won !== undefined);
+    // A nested hold took no ticket out of the fair queue: its ticket (taken while it waited) is dropped.
+    place.leave(won !== undefined && !won.nested);
   }
 }
 
@@ -141,6 +152,13 @@ function permitsOf(rule: TagRule, params: Record<string, unknown>): number | und
   if (params.permits === undefined) return undefined;
   if (rule.limit === undefined) throw new TypeError(`Expected no \`params.permits\`: tag \`${rule.tag}\` has no limit (a multiLock declares one in \`options.limits\`)`);
   return expectPermits('params.permits', params.permits, rule.limit);
+}
+
+/** The owner of a reentrant acquisition: `params.owner`, else the context's ({@link withOwner}) unless the tag has a limit. */
+function ownerOf(rule: TagRule, params: Record<string, unknown>): string | undefined {
+  if (params.owner === undefined) return rule.limit === undefined ? contextOwner() : undefined;
+  if (rule.limit !== undefined) throw new TypeError(`Expected no \`params.owner\`: tag \`${rule.tag}\` has a limit, and its holders are counted by permits, not owned`);
+  return expectOwner('params.owner', params.owner);
 }
 
 /** A lock the caller passes back to continue, in the document its filter selects. */

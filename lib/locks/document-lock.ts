@@ -1,12 +1,14 @@
 import type { Document } from 'mongodb';
 import { acquireOnDocument, type AcquireSite } from './document-acquire';
+import { convertHeld } from './conversion';
 import { isTraced, traced } from '../common/diagnostics';
 import type { ConflictSubtype } from '../common/errors';
 import type { KnownKeys } from '../common/known-keys';
 import type { Acquired } from '../engine/acquired';
 import { LockEngine } from '../engine/lock-engine';
 import type { Proof } from '../protocol/proofs';
-import { extensionOf, HANDLE_PARAMS, Handle, readLockData, releaseUnclaimed, type Extension, type HandleOwner, type LockData } from './lock-handle';
+import { extensionOf, HANDLE_PARAMS, Handle, releaseUnclaimed, type Extension, type HandleOwner, type LockData } from './lock-handle';
+import { readLockData } from './lock-passed-back';
 import { readParams, resolveCallOptions, resolveLockOptions, type PromiseLibrary, type ResolvedCallOptions } from '../common/options';
 import { expectFilter, expectFunction, expectUpdate, isPlainObject, expectMaxHold, expectMs, expectObject } from '../common/validation';
 import type { TagRule } from '../protocol/lock-data';
@@ -143,7 +145,7 @@ export class DocumentLock implements HandleOwner, AcquireSite {
   private async releaseNow(target: unknown, tag: string, proof: Proof | undefined, claimed: LockData | undefined, params: unknown): Promise<void> {
     const filter = expectFilter('filter', target);
     const { params: p, call } = this.callOptions(params);
-    const update = this.updateOf(p);
+    const update = updateOf(p, this.engine.field);
     if (update && !proof) throw new TypeError('Expected `params.lock` (or `params.timestamp`) with `params.update`: a forced release applies no update');
     try {
       await this.engine.release(filter, tag, proof, claimed, call, update);
@@ -160,7 +162,7 @@ export class DocumentLock implements HandleOwner, AcquireSite {
   async extendWith(target: unknown, lock: LockData, proof: Proof, params: unknown): Promise<Handle> {
     const filter = expectFilter('filter', target);
     const { params: p, call } = this.callOptions(params);
-    const extended = await this.extendTraced(lock, () => this.engine.extend(filter, lock, proof, this.leaseOf(lock.tag, p), call, undefined, this.updateOf(p)));
+    const extended = await this.extendTraced(lock, () => this.engine.extend(filter, lock, proof, this.leaseOf(lock.tag, p), call, undefined, updateOf(p, this.engine.field)));
     for (const given of [p.lock, p.timestamp]) {
       if (given instanceof Handle && given.id === lock.id) Handle.updateExpiry(given, extensionOf(extended));
     }
@@ -185,7 +187,7 @@ export class DocumentLock implements HandleOwner, AcquireSite {
     return this.run(async () => {
       const { params: p, call } = this.callOptions(readParams('params', params, HANDLE_PARAMS));
       const lease = locktimeout === undefined ? this.engine.rule(lock.tag).lease : expectMs('locktimeout', locktimeout);
-      return extensionOf(await this.extendTraced(lock, () => this.engine.extend(target, lock, { id: lock.id }, lease, call, undefined, this.updateOf(p))));
+      return extensionOf(await this.extendTraced(lock, () => this.engine.extend(target, lock, { id: lock.id }, lease, call, undefined, updateOf(p, this.engine.field))));
     });
   }
 
@@ -203,6 +205,11 @@ export class DocumentLock implements HandleOwner, AcquireSite {
     );
   }
 
+  /** Converts `lock` (a multiLock's) to `tag` ({@link convertHeld}); the lock it resolves has its new tag, token and lease. */
+  convert(target: Document, lock: LockData, tag: unknown, params: unknown): Promise<LockData> {
+    return this.run(async () => (await convertHeld(this, target, lock, tag, params)).lock);
+  }
+
   guard(target: Document, lock: LockData, extra?: Document): Document {
     if (extra !== undefined) expectObject('extra', extra);
     return this.engine.guard(target, lock, extra);
@@ -217,11 +224,6 @@ export class DocumentLock implements HandleOwner, AcquireSite {
     return readLockData(name, value, this.engine.tags);
   }
 
-  /** `params.update`, validated (update operators that leave the lock field alone), if any. */
-  private updateOf(params: Record<string, unknown>): Document | undefined {
-    return params.update === undefined ? undefined : expectUpdate('params.update', params.update, this.engine.field);
-  }
-
   /** `params.locktimeout`, validated, else the tag's lease. */
   leaseOf(tag: string, params: Record<string, unknown>): number {
     return params.locktimeout === undefined ? this.engine.rule(tag).lease : expectMs('params.locktimeout', params.locktimeout);
@@ -231,4 +233,9 @@ export class DocumentLock implements HandleOwner, AcquireSite {
   async releaseWritten(written: Acquired, call: ResolvedCallOptions): Promise<void> {
     await this.engine.release(written.target, written.lock.tag, { id: written.lock.id }, written.lock, call);
   }
+}
+
+/** `params.update`, validated (update operators that leave the lock `field` alone), if any. */
+function updateOf(params: Record<string, unknown>, field: string): Document | undefined {
+  return params.update === undefined ? undefined : expectUpdate('params.update', params.update, field);
 }

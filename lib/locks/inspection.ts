@@ -9,7 +9,8 @@ import type { Inspection } from '../engine/store';
 import { NEVER } from '../protocol/lock-data';
 import { readHolds, type ReadHold } from '../protocol/lock-reading';
 import { usedPermits } from '../protocol/permits';
-import type { LockPaths } from '../protocol/stored-format';
+import { pendingUpgrade } from '../protocol/convert';
+import type { LockPaths, StoredLock } from '../protocol/stored-format';
 
 /** Per-call options of `inspect`: a read, so only its deadline and the boom module. */
 export type InspectParams = Pick<CallOptions, 'timeout' | 'boom'>;
@@ -33,6 +34,8 @@ export interface InspectedLock {
   readonly remaining: number;
   /** The permits it holds, for a tag with a limit (a semaphore); absent otherwise. */
   readonly permits?: number;
+  /** The owner whose hold it is (reentrant locks: each nested hold is listed); absent otherwise. */
+  readonly owner?: string;
 }
 
 /** A waiter's place in a fair queue, as `inspect` reads it. */
@@ -68,6 +71,8 @@ export interface LockInspection {
    * limit they were taken under, as stored in the document (null before its first acquisition).
    */
   readonly permits: Readonly<Record<string, { readonly used: number; readonly limit: number | null }>>;
+  /** A pending upgrade (a conversion that waits, with writer preference): the converting lock's id, the tag it waits to become, when its mark lapses unless renewed. */
+  readonly upgrade: { readonly lockId: string; readonly tag: string; readonly expiresAt: Date } | null;
 }
 
 /** The inspection of the document `seen` read (its lock property and the server's clock), limited to `tags`. */
@@ -83,7 +88,7 @@ export function inspectionOf(seen: Inspection & { value: Document }, paths: Lock
     fence: typeof stored.fence === 'number' ? stored.fence : 0,
     locks: entries.filter(ours).map((entry) => {
       const endless = entry.exp.getTime() >= NEVER;
-      const { permits } = entry.extra;
+      const { permits, owner } = entry.extra;
       return {
         id: entry.id,
         tag: entry.tag,
@@ -91,11 +96,19 @@ export function inspectionOf(seen: Inspection & { value: Document }, paths: Lock
         expiresAt: endless ? null : entry.exp,
         remaining: endless ? Infinity : entry.exp.getTime() - now,
         ...(typeof permits === 'number' && { permits }),
+        ...(typeof owner === 'string' && { owner }),
       };
     }),
     waiting: tickets.filter(ours).map((ticket) => ({ id: ticket.id, tag: ticket.tag, since: ticket.at, expiresAt: ticket.exp })),
     permits: Object.fromEntries(limited.map((tag) => [tag, { used: usedPermits(stored, tag, now), limit: stored.limits?.[tag] ?? null }])),
+    upgrade: upgradeOf(stored, now, tags),
   };
+}
+
+/** The live pending upgrade of one of `tags`, if any. */
+function upgradeOf(stored: StoredLock, now: number, tags: ReadonlySet<string>): LockInspection['upgrade'] {
+  const mark = pendingUpgrade(stored, now);
+  return mark && tags.has(mark.tag) ? { lockId: mark.id, tag: mark.tag, expiresAt: mark.exp } : null;
 }
 
 /** The `inspect(filter, params?)` method of a document lock. */

@@ -5,6 +5,7 @@ import { knownKeys } from '../common/known-keys';
 import { CALL_KEYS, FIXED_PER_LOCK, type CallOptions, type UpdateParams } from '../common/options';
 import type { Unclaimed } from '../common/promise-library';
 import type { PromiseOf } from '../common/promise-types';
+import type { ConvertParams } from './conversion';
 
 /** Per-call options of `handle.release()` and `handle.extend()`. */
 export interface HandleParams<TSchema extends Document = Document> extends CallOptions, UpdateParams<TSchema> {}
@@ -17,25 +18,8 @@ export const HANDLE_PARAMS = knownKeys<HandleParams>()([...CALL_KEYS, 'update'],
 });
 
 export type { LockData } from '../protocol/lock-data';
-
-/** A lease's new end, and when (by the server's clock) the write that set it was applied. */
-export interface Extension {
-  readonly expiresAt: number;
-  readonly appliedAt: number;
-}
-
-/** What a handle calls back into: the lock that made it. `target` is the locked document's `{ _id }`. */
-export interface HandleOwner {
-  /** Releases `lock`; `params` as the caller passed them (validated against {@link HANDLE_PARAMS}). */
-  release(target: Document, lock: LockData, params: unknown): Promise<void>;
-  /** Extends `lock` to `locktimeout` ms (the positional argument; default the lock's lease); `params` as passed. */
-  extend(target: Document, lock: LockData, params: unknown, locktimeout: unknown): Promise<Extension>;
-  guard(target: Document, lock: LockData, extra?: Document): Document;
-  /** ms of the lease left by the upper bound of the server's clock. */
-  remaining(lock: LockData): number;
-  /** The locked collection, `db.collection`. */
-  readonly namespace: string;
-}
+export { extensionOf, type Extension, type HandleOwner } from './handle-owner';
+import type { Extension, HandleOwner } from './handle-owner';
 
 /** The locked document as a collection of `TSchema` stores it: `WithId<TSchema>`, or any document for an untyped collection. */
 export type SchemaDocument<TSchema extends Document> = Document extends TSchema ? Document : WithId<TSchema>;
@@ -81,6 +65,15 @@ export interface LockHandle<TSchema extends Document = Document, P = undefined, 
    */
   extend(locktimeout?: number, params?: HandleParams<TSchema>): PromiseOf<P, this>;
   /**
+   * multiLock: turns this lock into a lock of another `tag` in one atomic update (upgrade, for
+   * example read → write, or downgrade): at no instant is the document free of it. Resolves this
+   * handle, with its new `tag`, `fence` (a new token) and lease. Refused while other locks the new
+   * tag waits for are held (`CooperativeLock`); with `wait`, it waits with writer preference (new
+   * locks of those tags are refused meanwhile). Two upgrades waiting for each other cannot be:
+   * the second is refused at once (`UpgradeConflict`).
+   */
+  convert(tag: string, params?: ConvertParams): PromiseOf<P, this>;
+  /**
    * A filter that matches the locked document only while this lock is held and unexpired by the
    * server's clock, combined with `extra`: `collection.updateOne(handle.guard(), update)` from a
    * holder whose lease ran out matches nothing.
@@ -95,11 +88,13 @@ export interface LockHandle<TSchema extends Document = Document, P = undefined, 
 /** The class behind every {@link LockHandle}: made by the locks of this package, never by callers. */
 export class Handle implements LockHandle<Document, unknown, Document> {
   readonly id: string;
-  readonly tag: string;
-  readonly timestamp: number;
-  readonly fence: number;
+  #tag: string;
+  #timestamp: number;
+  #fence: number;
   /** The permits it holds, for a tag with a limit (a semaphore); absent otherwise. */
   readonly permits?: number;
+  /** The owner whose hold it is (reentrant acquisitions); absent otherwise. */
+  readonly owner?: string;
   #expiresAt: number;
   readonly #owner: HandleOwner;
   readonly #target: Document;
@@ -124,10 +119,11 @@ export class Handle implements LockHandle<Document, unknown, Document> {
    */
   constructor(data: LockData, owner: HandleOwner, target: Document, more: { unconfirmed?: boolean; landsBy?: number; document?: Document } = {}) {
     this.id = data.id;
-    this.tag = data.tag;
-    this.timestamp = data.timestamp;
-    this.fence = data.fence;
+    this.#tag = data.tag;
+    this.#timestamp = data.timestamp;
+    this.#fence = data.fence;
     if (data.permits !== undefined) this.permits = data.permits;
+    if (data.owner !== undefined) this.owner = data.owner;
     this.#expiresAt = data.expiresAt;
     this.#owner = owner;
     this.#target = target;
@@ -139,6 +135,21 @@ export class Handle implements LockHandle<Document, unknown, Document> {
   /** The locked collection, `db.collection` (for logs and events; not part of the JSON). */
   get namespace(): string {
     return this.#owner.namespace;
+  }
+
+  /** The lock's tag (`write` for a writeLock); a conversion changes it. */
+  get tag(): string {
+    return this.#tag;
+  }
+
+  /** Acquisition (or conversion) time, ms since the epoch by the server's clock. */
+  get timestamp(): number {
+    return this.#timestamp;
+  }
+
+  /** Fencing token: strictly increases per document over all acquisitions (and conversions). */
+  get fence(): number {
+    return this.#fence;
   }
 
   /** When the lease ends, ms since the epoch by the server's clock. */
@@ -217,6 +228,18 @@ export class Handle implements LockHandle<Document, unknown, Document> {
     });
   }
 
+  /** Converts this lock to another tag of its multiLock (see {@link LockHandle.convert}); resolves this handle, changed. */
+  convert(tag: string, params?: ConvertParams): Promise<this> {
+    if (!this.#owner.convert) return Promise.reject(new TypeError('Only a multiLock lock converts to another tag'));
+    return this.#owner.convert(this.#target, Handle.claim(this), tag, params).then((converted) => {
+      this.#tag = converted.tag;
+      this.#timestamp = converted.timestamp;
+      this.#fence = converted.fence;
+      Handle.updateExpiry(this, { expiresAt: converted.expiresAt, appliedAt: Math.max(this.#appliedAt, converted.timestamp) });
+      return this;
+    });
+  }
+
   /**
    * A filter that matches the locked document only while this lock is held and unexpired by the
    * server's clock, combined with `extra`: `collection.updateOne(handle.guard(), update)` from a
@@ -228,8 +251,15 @@ export class Handle implements LockHandle<Document, unknown, Document> {
 
   /** The plain data, for JSON. */
   toJSON(): LockData {
-    const data = { id: this.id, tag: this.tag, timestamp: this.timestamp, fence: this.fence, expiresAt: this.#expiresAt };
-    return this.permits === undefined ? data : { ...data, permits: this.permits };
+    return {
+      id: this.id,
+      tag: this.tag,
+      timestamp: this.timestamp,
+      fence: this.fence,
+      expiresAt: this.#expiresAt,
+      ...(this.permits !== undefined && { permits: this.permits }),
+      ...(this.owner !== undefined && { owner: this.owner }),
+    };
   }
 
   /** The timestamp, so that v2 code treating the token as a number keeps working. */
@@ -238,53 +268,10 @@ export class Handle implements LockHandle<Document, unknown, Document> {
   }
 }
 
-/** Ids monglock issues are 32 hex digits; any such plain string is accepted (a forged one is then `LockNotFound`). */
-const LOCK_ID = /^[A-Za-z0-9_-]{1,64}$/;
-
-/**
- * Validates a lock passed back by a caller (a handle, or its JSON) and returns its data.
- * Throws a TypeError naming `name` for anything else, including handles edited by hand.
- */
-export function readLockData(name: string, value: unknown, knownTags: ReadonlySet<string>): LockData & { readonly landsBy?: number } {
-  if (typeof value !== 'object' || value === null) {
-    throw new TypeError(`Expected \`${name}\` to be a lock returned by acquire, got ${value === null ? 'null' : typeof value}`);
-  }
-  const claim = value instanceof Handle ? Handle.claim(value) : undefined;
-  const lock = (claim ?? value) as Partial<Record<keyof LockData, unknown>>;
-  if (typeof lock.id !== 'string' || !LOCK_ID.test(lock.id)) {
-    throw new TypeError(`Expected \`${name}.id\` to be the id string of a lock returned by acquire`);
-  }
-  if (typeof lock.tag !== 'string' || !knownTags.has(lock.tag)) {
-    throw new TypeError(`Expected \`${name}.tag\` to be one of this lock's tags (${[...knownTags].join(', ')})`);
-  }
-  const numbers = ['timestamp', 'fence', 'expiresAt', 'permits'] as const;
-  for (const key of numbers) {
-    const n = lock[key];
-    if (n !== undefined && (typeof n !== 'number' || !Number.isSafeInteger(n) || n < 0)) {
-      throw new TypeError(`Expected \`${name}.${key}\` to be a non-negative integer`);
-    }
-  }
-  const data = {
-    id: lock.id,
-    tag: lock.tag,
-    timestamp: (lock.timestamp as number | undefined) ?? 0,
-    fence: (lock.fence as number | undefined) ?? 0,
-    expiresAt: (lock.expiresAt as number | undefined) ?? 0,
-    ...(typeof lock.permits === 'number' && { permits: lock.permits }),
-  };
-  // A handle knows whether its acquisition landed; a lock passed as JSON is bounded by its stamp.
-  return claim ? { ...data, landsBy: claim.landsBy } : data;
-}
-
 /** Releases the lock an acquisition's unseen outcome carries (its caller cancelled): the handle it won, or one its error hands over. */
 export function releaseUnclaimed(outcome: Unclaimed): void {
   const lock = 'value' in outcome ? outcome.value : (outcome.error as { lock?: unknown } | undefined)?.lock;
   if (lock instanceof Handle) void lock.release().catch(() => undefined);
-}
-
-/** The extension an extend's outcome reports (when the server applied it unknown: the earliest possible). */
-export function extensionOf(extended: { readonly lock: LockData; readonly appliedAt?: number }): Extension {
-  return { expiresAt: extended.lock.expiresAt, appliedAt: extended.appliedAt ?? 0 };
 }
 
 /** `value instanceof LockHandle` is true for the handles of this package's locks (handles are never made by callers). */

@@ -8,7 +8,7 @@ import type { PromiseOf } from '../common/promise-types';
 import { knownKeys, type KnownKeys } from '../common/known-keys';
 import { CALL_KEYS, FIXED_PER_LOCK, LOCK_OPTION_KEYS, readParams, type CallOptions, type DocumentOf, type DocumentOptionOf, type DocumentParams, type HoldParams, type LockFilter, type LockOptions, type PromiseLibrary, type UpdateParams } from '../common/options';
 import { describe, expectFilter, expectSafeName } from '../common/validation';
-import { resolveTagRules, type LockRelationships, type TagLimits } from './relationships';
+import { resolveTagRules, withUpgradePreference, type LockRelationships, type TagLimits } from './relationships';
 import type { WaitOptions } from '../waiting/wait-options';
 
 /** Options of {@link multiLock}. */
@@ -32,6 +32,13 @@ export interface MultiLockAcquireParams extends CallOptions, WaitOptions, Docume
   readonly lock?: LockData;
   /** For a tag in `options.limits`: the permits to take. @default 1 */
   readonly permits?: number;
+  /**
+   * Reentrant: an owner id of the caller's choosing. While this owner holds the lock (live by the
+   * server's clock), another acquisition by it succeeds at once as a nested hold with the same
+   * fencing token; each hold is released on its own, and the lock is free when the last is.
+   * @default the owner of the {@link withOwner} context, if any
+   */
+  readonly owner?: string;
   /** Lease of a new lock in ms. @default options.locktimeouts[tag] */
   readonly locktimeout?: number;
 }
@@ -92,8 +99,8 @@ const OPTIONS = knownKeys<MultiLockOptions>()([...LOCK_OPTION_KEYS, 'locktimeout
   tag: 'the tag is per call: `acquire(filter, { tag })`',
   wait: 'waiting is per call: `acquire(filter, { tag, wait })`',
 });
-const ACQUIRE = knownKeys<MultiLockAcquireParams>()([...CALL_KEYS, ...WAIT_KEYS, 'document', 'tag', 'lock', 'locktimeout', 'permits'], FIXED_PER_LOCK);
-const USING = knownKeys<MultiLockAcquireParams & HoldParams>()([...CALL_KEYS, ...WAIT_KEYS, 'document', 'tag', 'lock', 'locktimeout', 'permits', 'maxHold'], FIXED_PER_LOCK);
+const ACQUIRE = knownKeys<MultiLockAcquireParams>()([...CALL_KEYS, ...WAIT_KEYS, 'document', 'tag', 'lock', 'locktimeout', 'permits', 'owner'], FIXED_PER_LOCK);
+const USING = knownKeys<MultiLockAcquireParams & HoldParams>()([...CALL_KEYS, ...WAIT_KEYS, 'document', 'tag', 'lock', 'locktimeout', 'permits', 'owner', 'maxHold'], FIXED_PER_LOCK);
 const RELEASE = knownKeys<MultiLockReleaseParams>()([...CALL_KEYS, 'update', 'lock'], {
   ...FIXED_PER_LOCK,
   locktimeout: 'a release takes no lease (`locktimeout` is for acquire and extend)',
@@ -141,7 +148,7 @@ export function multiLock<TSchema extends Document = Document, P extends Promise
   const o = readParams('options', options, OPTIONS, false);
   const core = new DocumentLock(options, {
     options: OPTIONS,
-    rules: resolveTagRules(o.locktimeouts, o.locktimeout, o.lockRelationships, o.limits),
+    rules: withUpgradePreference(resolveTagRules(o.locktimeouts, o.locktimeout, o.lockRelationships, o.limits)),
     name: 'multiLock',
     conflict: 'CooperativeLock',
     reportsReacquired: false,

@@ -1,4 +1,5 @@
 import type { TagRule } from '../protocol/lock-data';
+import { conversionWaitsFor } from '../protocol/convert';
 import { RESERVED_TAG_NAMES } from '../protocol/stored-format';
 import { knownKeys, nearestKey } from '../common/known-keys';
 import { readParams } from '../common/options';
@@ -94,6 +95,21 @@ export function resolveTagRules(
   }
   rejectAssertiveCycles(rules);
   return rules;
+}
+
+/**
+ * The rules of a lock whose holders may convert between tags (multiLock with two tags or more):
+ * each tag yields to a pending conversion to any tag that waits for it (writer preference), so
+ * its new locks are refused while one is pending.
+ */
+export function withUpgradePreference(rules: ReadonlyMap<string, TagRule>): ReadonlyMap<string, TagRule> {
+  if (rules.size < 2) return rules;
+  const preferred = new Map<string, TagRule>();
+  for (const [tag, rule] of rules) {
+    const yields = [...rules.values()].filter((other) => conversionWaitsFor(other).includes(tag)).map((other) => other.tag);
+    preferred.set(tag, yields.length > 0 ? { ...rule, yieldsToUpgradesOf: yields } : rule);
+  }
+  return preferred;
 }
 
 /** Throws unless `value` is a whole number from 1 to {@link MAX_LIMIT}. */

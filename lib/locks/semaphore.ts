@@ -72,8 +72,9 @@ const OPTIONS = knownKeys<SemaphoreOptions>()([...LOCK_OPTION_KEYS, 'limit', 'lo
   permits: 'permits are per call: `acquire(filter, { permits })`',
   wait: 'waiting is per call: `acquire(filter, { wait })`',
 });
-const ACQUIRE = knownKeys<SemaphoreAcquireParams>()([...CALL_KEYS, ...WAIT_KEYS, 'document', 'permits', 'locktimeout'], FIXED_PER_LOCK);
-const USING = knownKeys<SemaphoreAcquireParams & HoldParams>()([...CALL_KEYS, ...WAIT_KEYS, 'document', 'permits', 'locktimeout', 'maxHold'], FIXED_PER_LOCK);
+const NOT_OWNED = { ...FIXED_PER_LOCK, owner: "a semaphore's holders are counted by permits, not owned: it is not reentrant" };
+const ACQUIRE = knownKeys<SemaphoreAcquireParams>()([...CALL_KEYS, ...WAIT_KEYS, 'document', 'permits', 'locktimeout'], NOT_OWNED);
+const USING = knownKeys<SemaphoreAcquireParams & HoldParams>()([...CALL_KEYS, ...WAIT_KEYS, 'document', 'permits', 'locktimeout', 'maxHold'], NOT_OWNED);
 const RELEASE = knownKeys<SemaphoreReleaseParams>()([...CALL_KEYS, 'update', 'lock'], {
   ...FIXED_PER_LOCK,
   permits: 'a release gives back what its holder took: name the holder (`{ lock }`)',

@@ -25,6 +25,13 @@ export interface WriteLockOptions<TSchema extends Document = Document, P extends
 
 /** Per-call options of `acquire` and `using`. */
 export interface WriteLockAcquireParams extends CallOptions, WaitOptions, DocumentParams {
+  /**
+   * Reentrant: an owner id of the caller's choosing. While this owner holds the lock (live by the
+   * server's clock), another acquisition by it succeeds at once as a nested hold with the same
+   * fencing token; each hold is released on its own, and the lock is free when the last is.
+   * @default the owner of the {@link withOwner} context, if any
+   */
+  readonly owner?: string;
   /** Lease of this lock in ms. @default options.locktimeout */
   readonly locktimeout?: number;
 }
@@ -49,8 +56,8 @@ const OPTIONS = knownKeys<WriteLockOptions>()([...LOCK_OPTION_KEYS, 'locktimeout
   lockRelationships: 'a writeLock has one tag (`write`); relationships are for multiLock',
   wait: 'waiting is per call: `acquire(filter, { wait })`',
 });
-const ACQUIRE = knownKeys<WriteLockAcquireParams>()([...CALL_KEYS, ...WAIT_KEYS, 'document', 'locktimeout'], FIXED_PER_LOCK);
-const USING = knownKeys<WriteLockAcquireParams & HoldParams>()([...CALL_KEYS, ...WAIT_KEYS, 'document', 'locktimeout', 'maxHold'], FIXED_PER_LOCK);
+const ACQUIRE = knownKeys<WriteLockAcquireParams>()([...CALL_KEYS, ...WAIT_KEYS, 'document', 'locktimeout', 'owner'], FIXED_PER_LOCK);
+const USING = knownKeys<WriteLockAcquireParams & HoldParams>()([...CALL_KEYS, ...WAIT_KEYS, 'document', 'locktimeout', 'owner', 'maxHold'], FIXED_PER_LOCK);
 const RELEASE = knownKeys<WriteLockReleaseParams>()([...CALL_KEYS, 'update', 'timestamp', 'lock'], {
   ...FIXED_PER_LOCK,
   locktimeout: 'a release takes no lease (`locktimeout` is for acquire and extend)',

@@ -1,6 +1,8 @@
 import type { Document } from 'mongodb';
 import { queuedBehind, type Ticket, type TagRule } from './lock-data';
 import { isLimited, permitConditions, recordLimit } from './permits';
+import { counterIs, type OwnedAcquisition } from './reentry';
+import { noPendingUpgrade } from './convert';
 import { mergeUpdates, type LockOperation } from './operation';
 import {
   allOf,
@@ -41,6 +43,8 @@ export interface AcquireRequest {
   readonly fair?: { readonly ticket?: Ticket };
   /** For a tag with a limit: the permits it takes (default 1). */
   readonly permits?: number;
+  /** A reentrant acquisition's owner, and the document's fencing counter it read (its entry keeps the next one). */
+  readonly owned?: OwnedAcquisition;
   readonly extension?: AcquireExtension;
 }
 
@@ -52,7 +56,9 @@ export interface AcquireRequest {
  * a live lock never looks expired); for an exclusive tag, a stamp not earlier than its last two
  * acquisitions; for a tag with a limit, that the permits live at the stamp plus these stay within
  * the limit stored in the document, which must be the caller's unless no permit is live (see
- * lib/protocol/permits.ts); in fair mode, no live ticket of a cooperative tag (or, limited, of
+ * lib/protocol/permits.ts); for an owner's first hold, that the fencing counter is still the one
+ * read (so that its entry can keep its token for the owner's nested holds); no pending upgrade
+ * that waits for this tag (lib/protocol/convert.ts: writer preference); in fair mode, no live ticket of a cooperative tag (or, limited, of
  * its own) that came first; and the kind's conditions.
  *
  * Writes the entry (replacing an exclusive tag's array, whose entries the filter proved expired;
@@ -75,7 +81,8 @@ export function acquireOperation(request: AcquireRequest): LockOperation {
   const others = [...request.tags].filter((other) => other !== tag);
   const limited = isLimited(rule) ? rule : undefined;
   const permits = request.permits ?? 1;
-  const stored: StoredEntry = { ...extension?.entry, ...entry, ...(limited ? { permits } : {}) };
+  const owned = request.owned;
+  const stored: StoredEntry = { ...extension?.entry, ...entry, ...(limited ? { permits } : {}), ...(owned ? { owner: owned.owner, fence: owned.counter + 1 } : {}) };
   const queueTags = queuedBehind(rule);
   const queue = fair ? { [paths.queue]: fair.ticket ? { $or: [{ id: fair.ticket.id }, { exp: { $lte: at } }] } : { exp: { $lte: at } } } : undefined;
   const update = mergeUpdates(
@@ -93,6 +100,8 @@ export function acquireOperation(request: AcquireRequest): LockOperation {
     ...rule.cooperative.map((other) => noLiveEntry(paths, other, at)),
     ...(rule.exclusive ? [stampNotBeforeRecent(paths, tag, at)] : []),
     ...(limited ? permitConditions(paths, limited, permits, at) : []),
+    ...(owned ? [counterIs(paths, owned.counter)] : []),
+    ...(rule.yieldsToUpgradesOf?.length ? [noPendingUpgrade(paths, rule.yieldsToUpgradesOf, at)] : []),
     ...(fair && queueTags.length > 0 ? [noEarlierTicket(paths, queueTags, at, fair.ticket)] : []),
     { $expr: stampWithin(at, request.tolerance) },
     ...(extension?.conditions?.(at) ?? []),

@@ -14,6 +14,8 @@ export interface LockData {
   readonly expiresAt: number;
   /** The permits it holds, for a tag with a limit (a semaphore); absent otherwise. */
   readonly permits?: number;
+  /** The owner whose hold it is, for a reentrant acquisition (`params.owner`); absent otherwise. */
+  readonly owner?: string;
 }
 
 /** A waiter's ticket in a fair queue (`lock.queue`). */
@@ -37,6 +39,8 @@ export interface TagRule {
   readonly exclusive: boolean;
   /** A counting semaphore: the most permits its unexpired locks may hold in all (never with `exclusive`). */
   readonly limit?: number;
+  /** Tags whose pending upgrade (a conversion waiting for this tag's locks) refuses new locks of this tag: writer preference. */
+  readonly yieldsToUpgradesOf?: readonly string[];
 }
 
 /**

@@ -12,13 +12,15 @@ import type { Document } from 'mongodb';
  *   committed: [ { id: '5d…', lock: '9f…', exp: ISODate }, … ],  // records of recent commits (each
  *                                   // commit's own id, the lock it released), kept until exp, at
  *                                   // most 64: how a lost reply is settled
+ *   upgrade: [ { id: '1c…', tag: 'write', exp: ISODate } ],  // a pending upgrade (convert with wait): at most one live
  *   limits: { permit: 4 },          // tags with a limit (semaphores): the limit their permits were judged by
  *   until: ISODate,                 // the latest expiry ever written (locks and tickets): a document
  *                                   // whose until has passed holds nothing live (the CLI lists by it)
  *   tags: {
  *     write: [ { id: '9f…', at: ISODate, exp: ISODate } ],   // one array per tag
  *     read:  [ { id: '1c…', at: ISODate, exp: ISODate }, … ],
- *     permit: [ { id: '3b…', at: ISODate, exp: ISODate, permits: 2 }, … ]  // a tag with a limit
+ *     permit: [ { id: '3b…', at: ISODate, exp: ISODate, permits: 2 }, … ],  // a tag with a limit
+ *     edit: [ { id: '4e…', at: ISODate, exp: ISODate, owner: 'req-7', fence: 9 }, … ]  // an owner's holds
  *   }
  * }
  * ```
@@ -34,6 +36,10 @@ export interface StoredEntry {
   exp: Date;
   /** The permits it holds, in a tag with a limit (absent: one). */
   permits?: number;
+  /** Reentrant locks: the owner whose hold it is (each of an owner's nested holds is an entry of its own). */
+  owner?: string;
+  /** Reentrant locks: the fencing token of the owner's lock, which every nested hold keeps. */
+  fence?: number;
 }
 
 /** A waiter's place in a fair queue: its tag, when it came (server time) and until when it is live. */
@@ -56,6 +62,13 @@ export interface StoredCommit {
   exp: Date;
 }
 
+/** A pending upgrade: the holder of lock `id` waits to convert it to `tag`; live until `exp` unless renewed. */
+export interface StoredUpgrade {
+  id: string;
+  tag: string;
+  exp: Date;
+}
+
 /** The most commit records a document keeps: the bound on its size on a hot document (about 4 kB). */
 export const COMMIT_RECORDS = 64;
 
@@ -72,6 +85,8 @@ export interface StoredLock {
   queue?: StoredTicket[];
   /** Records of recent commits (releases with an update): how a commit whose reply was lost is settled. */
   committed?: StoredCommit[];
+  /** A pending upgrade (at most one live): new acquisitions of the tags it waits for are refused. */
+  upgrade?: StoredUpgrade[];
   /** Tags with a limit (semaphores): the limit the live permits were acquired under. */
   limits?: Record<string, number | undefined>;
   /** The latest expiry written (`$max`), of a lock or a ticket: nothing in the document is live once the server's clock passes it. */
@@ -84,7 +99,7 @@ export interface StoredLock {
  * `active`/`timestamp`). monglock v2 stored a tag's entries at `lock.<tag>`, so a v2 document with
  * a tag of one of these names collides with this layout (an acquisition fails with DbError).
  */
-export const RESERVED_TAG_NAMES: ReadonlySet<string> = new Set(['fence', 'now', 'recent', 'born', 'queue', 'committed', 'until', 'tags', 'limits', 'active', 'timestamp']);
+export const RESERVED_TAG_NAMES: ReadonlySet<string> = new Set(['fence', 'now', 'recent', 'born', 'queue', 'committed', 'until', 'tags', 'limits', 'upgrade', 'active', 'timestamp']);
 
 /** Dot paths into the stored lock property. */
 export class LockPaths {
@@ -94,6 +109,7 @@ export class LockPaths {
   readonly queue: string;
   readonly committed: string;
   readonly until: string;
+  readonly upgrade: string;
   /** The projection of a write's reply: every part of the lock but the commit records, which only settling reads. */
   readonly reply: Readonly<Record<string, 1>>;
 
@@ -104,7 +120,8 @@ export class LockPaths {
     this.queue = `${field}.queue`;
     this.committed = `${field}.committed`;
     this.until = `${field}.until`;
-    this.reply = Object.fromEntries([this.fence, this.now, this.born, this.queue, this.until, `${field}.recent`, `${field}.tags`, `${field}.limits`].map((path) => [path, 1]));
+    this.upgrade = `${field}.upgrade`;
+    this.reply = Object.fromEntries([this.fence, this.now, this.born, this.queue, this.until, `${field}.recent`, `${field}.tags`, `${field}.limits`, this.upgrade].map((path) => [path, 1]));
   }
 
   /** The last two acquisition stamps of an exclusive tag. */

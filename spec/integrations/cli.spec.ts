@@ -6,7 +6,7 @@ import { spawn } from 'node:child_process';
 import { resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { expect } from 'chai';
-import { isLockError, multiLock, resourceLocks, writeLock } from '../../lib';
+import { isLockError, multiLock, resourceLocks, semaphore, writeLock } from '../../lib';
 import type { ListedLock } from '../../lib/integrations/cli/lock-listing';
 import { freshCollection, mongoBackend, rejectionOf, sleep } from '../support/fixture';
 
@@ -33,6 +33,34 @@ function run(args: string[], input = ''): Promise<{ code: number | null; out: st
 describe('monglock CLI', function () {
   this.timeout(60_000);
 
+  it('status shows a semaphore\'s permits (taken, used/limit), a reentrant owner\'s holds and a pending upgrade', async () => {
+    const collection = await freshCollection([{ _id: 'acct' }, { _id: 'cart' }]);
+    const where = ['--uri', mongoBackend().uri, '--db', collection.dbName, '--collection', collection.collectionName];
+    const pool = semaphore({ collection, limit: 4, locktimeout: 30_000 });
+    const carts = writeLock({ collection, locktimeout: 30_000 });
+    const holders = [await pool.acquire({ _id: 'acct' }, { permits: 2 }), await pool.acquire({ _id: 'acct' })];
+    const holds = [await carts.acquire({ _id: 'cart' }, { owner: 'req-9' }), await carts.acquire({ _id: 'cart' }, { owner: 'req-9' })];
+    const table = await run(['status', ...where]);
+    console.log(table.out.replace(/^/gm, '      | '));
+    expect(table.out).to.match(new RegExp(`acct\\s+permit\\s+held\\s+${holders[0]!.id}\\s.*\\s2 \\(3/4\\)$`, 'm'));
+    expect(table.out).to.match(new RegExp(`cart\\s+write\\s+held\\s+${holds[1]!.id}\\s.*\\sreq-9\\s+2\\s+-$`, 'm'));
+    const rows = JSON.parse((await run(['status', ...where, '--json'])).out) as ListedLock[];
+    expect(rows.find((row) => row.lockId === holders[1]!.id)?.permits).to.deep.equal({ taken: 1, used: 3, limit: 4 });
+    expect(rows.filter((row) => row.owner === 'req-9').map((row) => row.holds)).to.deep.equal([2, 2]);
+    await Promise.all([...holders, ...holds].map((held) => held.release()));
+
+    // A conversion that waits: its pending upgrade is listed.
+    const rw = multiLock({ collection, locktimeouts: { read: 30_000, write: 30_000 }, lockRelationships: { read: { cooperative: ['write'] }, write: { cooperative: ['write', 'read'] } } });
+    const [upgrader, reader] = [await rw.acquire({ _id: 'acct' }, { tag: 'read' }), await rw.acquire({ _id: 'acct' }, { tag: 'read' })];
+    const upgrade = upgrader.convert('write', { wait: 20_000 });
+    for (let i = 0; i < 100 && ((await collection.findOne({ _id: 'acct' as never }))?.lock?.upgrade ?? []).length === 0; i++) await sleep(20);
+    const listed = JSON.parse((await run(['status', ...where, '--json'])).out) as ListedLock[];
+    expect(listed.filter((row) => row.state === 'upgrading').map((row) => [row.lockId, row.tag])).to.deep.equal([[upgrader.id, 'write']]);
+    await reader.release();
+    await upgrade;
+    await upgrader.release();
+  });
+
   it('status lists held locks and waiters (table and --json); release --id force-releases one; bad calls exit 1 or 2', async () => {
     const collection = await freshCollection([{ _id: 'order-1' }, { _id: 'order-2' }]);
     const where = ['--uri', mongoBackend().uri, '--db', collection.dbName, '--collection', collection.collectionName];
@@ -46,7 +74,7 @@ describe('monglock CLI', function () {
     const table = await run(['status', ...where]);
     console.log(table.out.replace(/^/gm, '      | '));
     expect(table.code).to.equal(0);
-    expect(table.out.split('\n')[0]).to.match(/^TARGET\s+TAG\s+STATE\s+LOCK ID\s+DOC FENCE\s+SINCE\s+EXPIRES \(server\)\s+LEFT\s+OWNER$/);
+    expect(table.out.split('\n')[0]).to.match(/^TARGET\s+TAG\s+STATE\s+LOCK ID\s+DOC FENCE\s+SINCE\s+EXPIRES \(server\)\s+LEFT\s+OWNER\s+HOLDS\s+PERMITS \(used\/limit\)$/);
     expect(table.out).to.match(new RegExp(`order-1\\s+write\\s+held\\s+${writer.id}\\s+${writer.fence}\\s`));
     expect(table.out).to.match(/order-1\s+write\s+waiting\s+[0-9a-f]{32}\s+-\s/);
 

@@ -5,7 +5,7 @@
 import { AggregationTemporality, InMemoryMetricExporter, MeterProvider, PeriodicExportingMetricReader, type DataPoint, type Histogram } from '@opentelemetry/sdk-metrics';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
 import { expect } from 'chai';
-import { isLockError, writeLock } from '../../lib';
+import { isLockError, semaphore, writeLock } from '../../lib';
 import { instrumentMonglock } from '../../lib/otel';
 import { freshCollection, rejectionOf } from '../support/fixture';
 
@@ -53,6 +53,32 @@ describe('monglock/otel', function () {
       instrumentation.disable();
       await meterProvider.shutdown();
       await tracerProvider.shutdown();
+    }
+  });
+
+  it('re-entries and semaphore permits are counted: monglock.nested and monglock.permits on acquisitions', async () => {
+    const exporter = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE);
+    const reader = new PeriodicExportingMetricReader({ exporter, exportIntervalMillis: 60_000 });
+    const meterProvider = new MeterProvider({ readers: [reader] });
+    const instrumentation = instrumentMonglock({ meterProvider });
+    try {
+      const collection = await freshCollection([{ _id: 1 }]);
+      const lock = writeLock({ collection });
+      const pool = semaphore({ collection, limit: 3 });
+      const holds = [await lock.acquire({ _id: 1 }, { owner: 'o' }), await lock.acquire({ _id: 1 }, { owner: 'o' }), await lock.acquire({ _id: 1 }, { owner: 'o' })];
+      const permits = await pool.acquire({ _id: 1 }, { permits: 2 });
+      await Promise.all([...holds, permits].map((held) => held.release()));
+      await reader.forceFlush();
+      const points = exporter.getMetrics().flatMap((resource) => resource.scopeMetrics.flatMap((scope) => scope.metrics)).find((m) => m.descriptor.name === 'monglock.acquisitions')!.dataPoints;
+      const counted = points.map((point) => ({ kind: point.attributes['monglock.kind'], nested: point.attributes['monglock.nested'], permits: point.attributes['monglock.permits'], value: point.value }));
+      expect(counted).to.deep.include.members([
+        { kind: 'writeLock', nested: false, permits: undefined, value: 1 },
+        { kind: 'writeLock', nested: true, permits: undefined, value: 2 },
+        { kind: 'semaphore', nested: undefined, permits: 2, value: 1 },
+      ]);
+    } finally {
+      instrumentation.disable();
+      await meterProvider.shutdown();
     }
   });
 

@@ -6,7 +6,7 @@
 import Bluebird from 'bluebird';
 import { expectTypeOf } from 'expect-type';
 import type { Collection, Db, Document, WithId } from 'mongodb';
-import { commit, isLockError, LockHandle, multiLock, resourceLocks, writeLock, type LockError, type LockInspection, type MultiLock, type ResourceLockHandle, type WriteLock } from 'monglock';
+import { commit, isLockError, LockHandle, multiLock, resourceLocks, semaphore, withOwner, writeLock, type LockError, type LockInspection, type MultiLock, type ResourceLockHandle, type Semaphore, type WriteLock } from 'monglock';
 import 'monglock/bluebird';
 
 interface Order {
@@ -117,4 +117,26 @@ export function internalsStayInternal(handle: LockHandle): void {
   new LockHandle({ id: 'x', tag: 'write', timestamp: 0, fence: 0, expiresAt: 0 });
   const found: unknown = handle;
   if (found instanceof LockHandle) expectTypeOf(found).toEqualTypeOf<LockHandle<Document, unknown, unknown>>();
+}
+
+export async function semaphoresReentrancyAndConversion(db: Db): Promise<void> {
+  const orders: Collection<Order> = db.collection<Order>('orders');
+  const pool = semaphore({ collection: orders, limit: 4 });
+  expectTypeOf(pool).toEqualTypeOf<Semaphore<Order>>();
+  const permits = await pool.acquire({ _id: 'o-1' }, { permits: 2, wait: 1_000 });
+  expectTypeOf(permits.permits).toEqualTypeOf<number | undefined>();
+  // @ts-expect-error: a semaphore's holders are not owned
+  await pool.acquire({ _id: 'o-1' }, { owner: 'a' });
+  // @ts-expect-error: a semaphore needs its limit
+  semaphore({ collection: orders });
+
+  const lock = writeLock({ collection: orders });
+  const held = await withOwner('request-1', () => lock.acquire({ _id: 'o-1' }, { owner: 'request-1' }));
+  expectTypeOf(held.owner).toEqualTypeOf<string | undefined>();
+
+  const rw = multiLock({ collection: orders, locktimeouts: { read: 1_000, write: 1_000 }, limits: { read: 5 } });
+  const reader = await rw.acquire({ _id: 'o-1' }, { tag: 'read' });
+  expectTypeOf(await reader.convert('write', { wait: 1_000 })).toEqualTypeOf<LockHandle<Order, undefined, never>>();
+  // @ts-expect-error: the tag is the first argument
+  await reader.convert({ tag: 'write' });
 }

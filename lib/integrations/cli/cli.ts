@@ -82,7 +82,7 @@ const sameId = (a: unknown, b: unknown): boolean => EJSON.stringify(a, { relaxed
 function render(rows: ListedLock[], json: boolean | undefined): string {
   if (json) return JSON.stringify(rows.map((row) => ({ ...row, target: EJSON.serialize({ v: row.target }, { relaxed: true }).v })), null, 2);
   if (rows.length === 0) return 'no locks';
-  const header = ['TARGET', 'TAG', 'STATE', 'LOCK ID', 'DOC FENCE', 'SINCE', 'EXPIRES (server)', 'LEFT', 'OWNER'];
+  const header = ['TARGET', 'TAG', 'STATE', 'LOCK ID', 'DOC FENCE', 'SINCE', 'EXPIRES (server)', 'LEFT', 'OWNER', 'HOLDS', 'PERMITS (used/limit)'];
   const cells = rows.map((row) => [
     show(row.target),
     row.tag,
@@ -93,6 +93,8 @@ function render(rows: ListedLock[], json: boolean | undefined): string {
     row.expiresAt ? row.expiresAt.toISOString() : 'never',
     row.remainingMs < 0 ? '-' : `${(row.remainingMs / 1000).toFixed(1)} s`,
     row.owner ?? '-',
+    row.holds === undefined ? '-' : String(row.holds),
+    row.permits ? `${row.permits.taken} (${row.permits.used}/${row.permits.limit ?? '?'})` : '-',
   ]);
   const widths = header.map((title, column) => Math.max(title.length, ...cells.map((line) => line[column]!.length)));
   return [header, ...cells].map((line) => line.map((cell, column) => cell.padEnd(widths[column]!)).join('  ').trimEnd()).join('\n');
@@ -183,8 +185,8 @@ async function release(target: Target & { id?: string; doc?: string; tag?: strin
     // By --doc: that document is read by its _id (whatever else the collection holds); by --id: among the locks held now.
     const rows =
       target.id !== undefined
-        ? (await list(collection, target)).filter((row) => row.lockId === target.id)
-        : (await documentLocks(collection, target.field, parseId(target.doc!))).filter((row) => sameId(row.target, parseId(target.doc!)) && row.tag === target.tag && row.state !== 'waiting');
+        ? (await list(collection, target)).filter((row) => row.lockId === target.id && row.state !== 'upgrading')
+        : (await documentLocks(collection, target.field, parseId(target.doc!))).filter((row) => sameId(row.target, parseId(target.doc!)) && row.tag === target.tag && row.state !== 'waiting' && row.state !== 'upgrading');
     if (rows.length === 0) throw new CliError(target.id !== undefined ? `no lock with id ${target.id}` : `no ${target.tag} lock on document ${target.doc}`);
     console.log(render(rows, target.json));
     if (!target.yes && !(await confirm(`Release ${rows.length === 1 ? 'this lock' : `these ${rows.length} locks`}? Their holders lose them.`))) throw new CliError('not released');

@@ -2,14 +2,19 @@ import type { Collection, Document } from 'mongodb';
 import { resourceLocks } from '../../resources/resource-locks';
 import { readHolds, type ReadHold } from '../../protocol/lock-reading';
 import { LockPaths, type StoredLock } from '../../protocol/stored-format';
+import { usedPermits } from '../../protocol/permits';
+import { holdsOf } from '../../protocol/reentry';
 
 /** One lock, or one waiter's ticket, as the `monglock` CLI lists it. */
 export interface ListedLock {
   /** The locked document's `_id` (document locks) or the resource's name (resource locks). */
   readonly target: unknown;
   readonly tag: string;
-  /** `held`, `waiting` (a fair-mode ticket) or `expired` (an entry nobody released; free for the next acquirer). */
-  readonly state: 'held' | 'waiting' | 'expired';
+  /**
+   * `held`, `waiting` (a fair-mode ticket), `upgrading` (a held lock's conversion to `tag` waits:
+   * new locks of the tags it waits for are refused) or `expired` (an entry nobody released).
+   */
+  readonly state: 'held' | 'waiting' | 'upgrading' | 'expired';
   readonly lockId: string;
   readonly since: Date;
   /** null: no expiry (a resource lock without ttl). */
@@ -21,8 +26,12 @@ export interface ListedLock {
    * their own; the holder's handle has it). null for waiters and resource locks.
    */
   readonly documentFence: number | null;
-  /** Resource locks: who holds it. */
+  /** Resource locks: who holds it; reentrant document locks: the owner whose hold it is. */
   readonly owner?: string | null;
+  /** Reentrant document locks: how many live holds its owner has of this tag here (each listed). */
+  readonly holds?: number;
+  /** Semaphores (a tag with a limit): the permits this holder took, all held of the tag, and the stored limit. */
+  readonly permits?: { readonly taken: number; readonly used: number; readonly limit: number | null };
 }
 
 /** How far before the server's time (read first) documents are looked at: their entries are then judged by `$$NOW` itself. */
@@ -52,8 +61,18 @@ export function locksOf(doc: Document, field: string, all: boolean): ListedLock[
   const fence = typeof lock.fence === 'number' ? lock.fence : null;
   const { entries, tickets } = readHolds(lock, now);
   const rows = [
-    ...entries.map((entry) => listed(doc._id, entry, now, fence, entry.live ? 'held' : 'expired')),
+    ...entries.map((entry) => ({ ...listed(doc._id, entry, now, fence, entry.live ? 'held' : 'expired'), ...holdDetails(lock, entry, now) })),
     ...tickets.map((ticket) => listed(doc._id, ticket, now, null, ticket.live ? 'waiting' : 'expired')),
+    ...(lock.upgrade ?? []).map((mark) => ({
+      target: doc._id,
+      tag: mark.tag,
+      state: mark.exp.getTime() > now ? ('upgrading' as const) : ('expired' as const),
+      lockId: mark.id,
+      since: mark.exp,
+      expiresAt: mark.exp,
+      remainingMs: Math.max(0, mark.exp.getTime() - now),
+      documentFence: null,
+    })),
   ];
   return rows.filter((row) => all || row.state !== 'expired');
 }
@@ -68,6 +87,15 @@ export async function documentLocks(collection: Collection<Document>, field: str
 async function serverTime(collection: Collection<Document>): Promise<Date> {
   const hello = await collection.db.command({ isMaster: 1 }, { readPreference: 'primary' });
   return hello.localTime instanceof Date ? hello.localTime : new Date(0);
+}
+
+/** What a document lock's entry adds: its owner and how many holds the owner has, its permits of a semaphore. */
+function holdDetails(lock: StoredLock, entry: ReadHold, now: number): Pick<ListedLock, 'owner' | 'holds' | 'permits'> {
+  const { owner, permits } = entry.extra;
+  return {
+    ...(typeof owner === 'string' && { owner, holds: holdsOf(lock, entry.tag, owner, now).length }),
+    ...(typeof permits === 'number' && { permits: { taken: permits, used: usedPermits(lock, entry.tag, now), limit: lock.limits?.[entry.tag] ?? null } }),
+  };
 }
 
 function listed(target: unknown, hold: ReadHold, now: number, documentFence: number | null, state: ListedLock['state']): ListedLock {

@@ -92,7 +92,7 @@ describe('hapi plugin: route configuration is checked at server.initialize()', (
   it('lock options instead of a lock instance are refused, naming the route (hapi deep-copies route options, driver Collection included)', async () => {
     const collection = await freshCollection();
     for (const lock of [{ collection }, rw(collection), 'orders']) {
-      expect(await initializeError({ lock, tag: 'read' })).to.match(/^Expected `plugins\.monglock\.lock` of POST \/orders\/\{id\} to be a writeLock or multiLock instance/);
+      expect(await initializeError({ lock, tag: 'read' })).to.match(/^Expected `plugins\.monglock\.lock` of POST \/orders\/\{id\} to be a writeLock, multiLock or semaphore instance/);
     }
   });
 

@@ -1,0 +1,115 @@
+import type { Document } from 'mongodb';
+import { lockError, withDbErrors } from '../common/errors';
+import type { ResolvedCallOptions } from '../common/options';
+import { conversionWaitsFor, convertOperation, dropUpgradeOperation, markUpgradeOperation, pendingUpgrade } from '../protocol/convert';
+import { expiryOf, fenceOf, type LockData } from '../protocol/lock-data';
+import { liveEntries, type StoredLock } from '../protocol/stored-format';
+import type { Acquired } from './acquired';
+import type { LockEngine } from './lock-engine';
+import { explainLostLock } from './refusals';
+import { stampRefused, type Verdict } from './stamp-refusals';
+import { observeWrite, runStamped } from './stamped-write';
+import type { Inspection } from './store';
+
+/**
+ * Converts `lock` to `tag` ({@link convertOperation}): resolves the lock with its new tag, token
+ * and expiry, in its document. Rejects with the engine's conflict while other locks that the new
+ * tag waits for are held; `UpgradeConflict` when waiting would deadlock (another holder's pending
+ * upgrade waits for this lock); `LockNotFound` when the lock was lost.
+ */
+export async function convertLock(engine: LockEngine, target: Document, lock: LockData, tag: string, lease: number, call: ResolvedCallOptions): Promise<Acquired> {
+  const { paths, store, clock } = engine;
+  const from = engine.rule(lock.tag);
+  const to = engine.rule(tag);
+  // A pending upgrade to a tag that waits for `to` but not for `from` would be held up by this conversion.
+  const yieldsToUpgradesOf = (to.yieldsToUpgradesOf ?? []).filter((other) => !conversionWaitsFor(engine.rule(other)).includes(from.tag));
+  return runStamped(clock, store, call, {
+    target,
+    lease,
+    write: async (stamp, tolerance) => {
+      const entry = { id: lock.id, at: new Date(stamp), exp: new Date(expiryOf(stamp, lease)) };
+      const operation = convertOperation({ paths, from, to, tags: engine.tags, target, entry, tolerance, yieldsToUpgradesOf });
+      const reply = await store.apply(operation, call, call.w);
+      if (!reply.value) return undefined;
+      const appliedAt = observeWrite({ paths, clock }, reply.value, reply);
+      const converted: LockData = { id: lock.id, tag, timestamp: stamp, fence: fenceOf(paths.read(reply.value)), expiresAt: entry.exp.getTime() };
+      return { lock: converted, target: { _id: reply.value._id }, appliedAt };
+    },
+    explain: (seen, stamp, tolerance) =>
+      explainRefusedConversion(engine, seen, lock, tag, yieldsToUpgradesOf, call, stamp, tolerance) ??
+      explainLostLock({ paths, rule: from, reportsReacquired: false, boom: call.boom }, seen, lock, { id: lock.id }, stamp, tolerance, lease),
+  });
+}
+
+/** Why a conversion of a live lock was refused: the locks its new tag waits for, or an upgrade it may not wait behind; undefined: the lock itself (see explainLostLock). */
+function explainRefusedConversion(
+  engine: LockEngine,
+  seen: Inspection,
+  lock: LockData,
+  tag: string,
+  yieldsTo: readonly string[],
+  call: ResolvedCallOptions,
+  stamp: number,
+  tolerance: number,
+): Verdict | undefined {
+  if (!seen.value) return undefined;
+  const stored = engine.paths.read(seen.value);
+  const now = seen.serverNow?.getTime() ?? 0;
+  if (!liveEntries(stored, lock.tag, now).some((entry) => entry.id === lock.id)) return undefined;
+  const deadlock = upgradeWaitingFor(engine, stored, lock, now);
+  if (deadlock) return { retry: false, error: deadlock(call) };
+  const held = conversionWaitsFor(engine.rule(tag)).filter((other) => liveEntries(stored, other, now).some((entry) => entry.id !== lock.id));
+  const pending = pendingUpgrade(stored, now);
+  if (held.length > 0) return { retry: false, error: lockError(engine.conflict, call.boom, { detail: `tag ${held.join(', ')} is held by others` }) };
+  if (pending && pending.id !== lock.id && yieldsTo.includes(pending.tag)) {
+    return { retry: false, error: lockError(engine.conflict, call.boom, { detail: `another holder's upgrade to ${pending.tag} is pending` }) };
+  }
+  const latest = engine.rule(tag).exclusive ? Math.max(0, ...(stored.recent?.[tag] ?? []).map((date) => date.getTime())) : 0;
+  if (latest > stamp) return { retry: true, why: 'a later acquisition was stamped meanwhile', minStamp: latest };
+  if (stampRefused(seen, stamp, tolerance)) return undefined; // explainLostLock: try again with a fresh stamp
+  // A lock the new tag waits for (a registration, say) came and went between the update and this read.
+  return { retry: false, error: lockError(engine.conflict, call.boom, { detail: 'held when the update ran' }) };
+}
+
+/** When another holder's pending upgrade waits for `lock`: the error that says so (waiting for it would never end). */
+function upgradeWaitingFor(engine: LockEngine, stored: StoredLock, lock: LockData, now: number): ((call: ResolvedCallOptions) => Error) | undefined {
+  const pending = pendingUpgrade(stored, now);
+  if (!pending || pending.id === lock.id || !conversionWaitsFor(engine.rule(pending.tag)).includes(lock.tag)) return undefined;
+  return (call) =>
+    lockError('UpgradeConflict', call.boom, {
+      detail: `another holder's upgrade to ${pending.tag} is pending and waits for this ${lock.tag} lock: two upgrades would wait for each other, so this one is refused (release this lock, or retry once that upgrade is done)`,
+    });
+}
+
+/**
+ * Marks (or renews) the pending upgrade of `lock` to `tag` for `lease` ms ({@link markUpgradeOperation}).
+ * Rejects with `UpgradeConflict` when another holder's upgrade is pending, `LockNotFound` when the lock was lost.
+ */
+export async function markUpgrade(engine: LockEngine, target: Document, lock: LockData, tag: string, lease: number, call: ResolvedCallOptions): Promise<void> {
+  const { paths, store, clock } = engine;
+  await runStamped(clock, store, call, {
+    target,
+    lease,
+    write: async (stamp, tolerance) => {
+      const mark = { id: lock.id, tag, exp: new Date(stamp + lease) };
+      const reply = await store.apply(markUpgradeOperation(paths, target, lock.tag, mark, new Date(stamp), tolerance), call, call.w);
+      if (!reply.value) return undefined;
+      observeWrite({ paths, clock }, reply.value, reply);
+      return true;
+    },
+    explain: (seen, stamp, tolerance) => {
+      const stored = seen.value ? paths.read(seen.value) : {};
+      const pending = pendingUpgrade(stored, seen.serverNow?.getTime() ?? 0);
+      const lost = explainLostLock({ paths, rule: engine.rule(lock.tag), reportsReacquired: false, boom: call.boom }, seen, lock, { id: lock.id }, stamp, tolerance, lease);
+      if (lost.retry && pending && pending.id !== lock.id) {
+        return { retry: false, error: lockError('UpgradeConflict', call.boom, { detail: `another holder's upgrade to ${pending.tag} is pending: at most one waits per document (release this lock, or retry once that upgrade is done)` }) };
+      }
+      return lost;
+    },
+  });
+}
+
+/** Drops `lock`'s pending upgrade (a conversion that gave up); a failure leaves it to expire. */
+export async function dropUpgrade(engine: LockEngine, target: Document, lock: LockData, call: ResolvedCallOptions): Promise<void> {
+  await withDbErrors(call.boom, () => engine.store.applyOne(dropUpgradeOperation(engine.paths, target, lock.id), call, call.releaseW)).catch(() => undefined);
+}

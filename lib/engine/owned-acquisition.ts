@@ -1,0 +1,87 @@
+import type { Document } from 'mongodb';
+import { isLockError, lockError } from '../common/errors';
+import type { ResolvedCallOptions } from '../common/options';
+import { expiryOf, type LockData } from '../protocol/lock-data';
+import { newLockId } from '../protocol/lock-ids';
+import { holdsOf, MAX_HOLDS, reenterOperation } from '../protocol/reentry';
+import { liveEntries } from '../protocol/stored-format';
+import { withDocument, type Acquired, type AssertivePending } from './acquired';
+import type { AcquireExtras, LockEngine } from './lock-engine';
+import { noDocument, ownerMayRetry } from './refusals';
+import { stampLag, stampRefused } from './stamp-refusals';
+import { observeWrite, runStamped } from './stamped-write';
+import type { Timed } from './store';
+import { failedAcquisition } from './write-failures';
+
+/** How many times an owner's acquisition reads the document again after the lock changed under it. */
+const OWNED_ROUNDS = 4;
+
+/**
+ * A reentrant acquisition by `owner`: reads the document (on the primary, with the server's
+ * clock); if the owner holds a live lock of `tag` there, adds a nested hold with the same fencing
+ * token ({@link reenterOperation}); otherwise takes a first hold, pinned to the fencing counter it
+ * read, so that its entry can keep the token it gets. When the lock changed in between (the owner
+ * took it in another process, its holds ended, the counter moved on), it reads again, a few times.
+ * Two commands (a read and a write), where an acquisition without owner takes one.
+ */
+export async function acquireOwned(engine: LockEngine, filter: Document, tag: string, lease: number, call: ResolvedCallOptions, extras: AcquireExtras, owner: string): Promise<Acquired | AssertivePending> {
+  for (let round = 1; ; round++) {
+    const seen = await engine.read(filter, call);
+    if (!seen.value) throw noDocument(call.boom).error;
+    const stored = engine.paths.read(seen.value);
+    const [outer] = holdsOf(stored, tag, owner, seen.serverNow?.getTime() ?? engine.clock.lower());
+    try {
+      if (!outer) return await engine.acquire(filter, tag, lease, call, { ...extras, owned: { owner, counter: stored.fence ?? 0 } });
+      return await reenter(engine, { _id: seen.value._id }, tag, owner, outer.fence ?? 0, lease, call, extras.document);
+    } catch (error) {
+      const changed = ownerMayRetry(error) || (outer !== undefined && isLockError(error, 'LockNotFound'));
+      if (!changed || round === OWNED_ROUNDS) throw error;
+    }
+  }
+}
+
+/**
+ * A nested hold of `owner`, which holds a live lock of `tag` with token `fence` in the document
+ * `target`: its own entry, id and lease, the same token. Rejects with `LockNotFound` when the
+ * owner's holds ended meanwhile, `TooManyHolds` at {@link MAX_HOLDS}, the engine's conflict while
+ * the owner's lock still waits for tags it asserts over.
+ */
+async function reenter(engine: LockEngine, target: Document, tag: string, owner: string, fence: number, lease: number, call: ResolvedCallOptions, document?: Document | true): Promise<Acquired> {
+  const { paths, store, clock } = engine;
+  const rule = engine.rule(tag);
+  const id = newLockId();
+  return runStamped(clock, store, call, {
+    target,
+    lease,
+    write: async (stamp, tolerance) => {
+      const entry = { id, at: new Date(stamp), exp: new Date(expiryOf(stamp, lease)) };
+      const lock: LockData = { id, tag, timestamp: stamp, fence, expiresAt: entry.exp.getTime(), owner };
+      let reply: Timed<Document | null>;
+      try {
+        reply = await store.apply(reenterOperation({ paths, rule, tags: engine.tags, target, owner, fence, entry, tolerance }), call, call.w, document);
+      } catch (error) {
+        throw failedAcquisition(error, call.boom, { lock, target, landsBy: stamp + tolerance } satisfies Acquired);
+      }
+      if (!reply.value) return undefined;
+      observeWrite({ paths, clock }, reply.value, reply);
+      return withDocument({ lock, target, nested: true }, reply.value, paths.field, document) as Acquired;
+    },
+    explain: (seen, stamp, tolerance) => {
+      if (!seen.value) return noDocument(call.boom);
+      const stored = paths.read(seen.value);
+      const now = seen.serverNow?.getTime() ?? stamp;
+      const holds = holdsOf(stored, tag, owner, now).filter((hold) => hold.fence === fence);
+      if (holds.length === 0) return { retry: false, error: lockError('LockNotFound', call.boom, { detail: `owner ${owner}'s holds ended` }) };
+      if (holds.length >= MAX_HOLDS) {
+        return { retry: false, error: lockError('TooManyHolds', call.boom, { detail: `owner ${owner} holds ${holds.length} nested locks of tag ${tag}, the most allowed (${MAX_HOLDS}): is a release missing?` }) };
+      }
+      const asserted = rule.assertive.filter((other) => liveEntries(stored, other, now).length > 0);
+      if (asserted.length > 0) return { retry: false, error: lockError(engine.conflict, call.boom, { detail: `owner ${owner}'s lock still waits for tag ${asserted.join(', ')}` }) };
+      const latest = rule.exclusive ? Math.max(0, ...(stored.recent?.[tag] ?? []).map((date) => date.getTime())) : 0;
+      if (latest > stamp) return { retry: true, why: 'a later acquisition was stamped meanwhile', minStamp: latest };
+      if (stampRefused(seen, stamp, tolerance)) return { retry: true, why: stampLag(seen, stamp, tolerance, lease) };
+      // The owner's holds changed between the update and this read: the caller reads again.
+      return { retry: false, error: lockError('LockNotFound', call.boom, { detail: `owner ${owner}'s holds changed meanwhile` }) };
+    },
+  });
+}

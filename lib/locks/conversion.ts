@@ -1,0 +1,84 @@
+import type { Document } from 'mongodb';
+import { isLockError } from '../common/errors';
+import { knownKeys } from '../common/known-keys';
+import { CALL_KEYS, FIXED_PER_LOCK, readParams, type CallOptions, type ResolvedCallOptions } from '../common/options';
+import { expectSafeName } from '../common/validation';
+import type { Acquired } from '../engine/acquired';
+import { convertLock, dropUpgrade, markUpgrade } from '../engine/conversion';
+import type { LockEngine } from '../engine/lock-engine';
+import type { LockData } from '../protocol/lock-data';
+import type { ServerClock } from '../protocol/server-clock';
+import type { LocalWaiters } from '../waiting/local-waiters';
+import { readWaitParams, retryWithin, type WaitOptions } from '../waiting/wait-options';
+
+/** Per-call options of `handle.convert(tag, params)`. */
+export interface ConvertParams extends CallOptions, Pick<WaitOptions, 'wait' | 'signal'> {
+  /** Lease of the converted lock in ms, from the server's now. @default the new tag's lease */
+  readonly locktimeout?: number;
+}
+
+export const CONVERT_PARAMS = knownKeys<ConvertParams>()([...CALL_KEYS, 'wait', 'signal', 'locktimeout'], {
+  ...FIXED_PER_LOCK,
+  tag: 'the new tag is the first argument: `handle.convert(tag, params)`',
+  fair: 'a conversion waits with writer preference (a pending upgrade), not in the fair queue',
+});
+
+/** How long a pending upgrade's mark lives unless renewed, in ms: a crashed waiter's mark lapses by then. */
+const MARK_LEASE = 2_000;
+/** How old a mark may get before a waiting conversion renews it, in ms. */
+const MARK_RENEWAL = 600;
+
+/** What a conversion needs from the lock that made the handle. */
+export interface ConvertSite {
+  readonly engine: LockEngine;
+  readonly clock: ServerClock;
+  readonly waiters: LocalWaiters;
+  callOptions(params: unknown): { params: Record<string, unknown>; call: ResolvedCallOptions };
+  leaseOf(tag: string, params: Record<string, unknown>): number;
+}
+
+/**
+ * Converts the held `lock` to `tag` in one update ({@link convertLock}): upgrade or downgrade. With
+ * `params.wait`, a conversion refused by other holders marks a pending upgrade (renewed while it
+ * waits, so that new locks of the tags it waits for are refused) and tries again until `wait`
+ * passes or `params.signal` aborts; its mark is dropped if it gives up. A conversion that would
+ * wait for another holder's pending upgrade, which waits for it, is refused at once
+ * (`UpgradeConflict`). Resolves the converted lock (same id, new tag, token and lease).
+ */
+export async function convertHeld(site: ConvertSite, target: Document, lock: LockData, tag: unknown, params: unknown): Promise<Acquired> {
+  const { engine } = site;
+  const to = expectSafeName('tag', tag);
+  if (!engine.tags.has(to)) throw new TypeError(`Unknown tag \`${to}\`: a lock converts to another tag of its multiLock (${[...engine.tags].join(', ')})`);
+  if (to === lock.tag) throw new TypeError(`Expected \`tag\` to be another tag than the lock's own (\`${lock.tag}\`)`);
+  if (lock.owner !== undefined) throw new TypeError("A reentrant hold cannot be converted: its owner's other holds keep their tag (convert a lock taken without `owner`)");
+  const { params: p, call } = site.callOptions(readParams('params', params, CONVERT_PARAMS));
+  const lease = site.leaseOf(to, p);
+  const waiting = readWaitParams(p);
+  let markedAt: number | undefined;
+  try {
+    const converted = await retryWithin(
+      waiting,
+      async () => {
+        try {
+          return await convertLock(engine, target, lock, to, lease, call);
+        } catch (error) {
+          const now = site.clock.local();
+          if (waiting.wait > 0 && isLockError(error, engine.conflict) && (markedAt === undefined || now - markedAt >= MARK_RENEWAL)) {
+            await markUpgrade(engine, target, lock, to, MARK_LEASE, call);
+            markedAt = now;
+          }
+          throw error;
+        }
+      },
+      (error) => isLockError(error, engine.conflict),
+      () => site.clock.local(),
+    );
+    // A downgrade may admit this process's waiters of the old tag.
+    site.waiters.released(target._id, lock.tag, lock.id);
+    site.waiters.acquired(target._id, lock.id, to, converted.lock.expiresAt);
+    return converted;
+  } catch (error) {
+    if (markedAt !== undefined) await dropUpgrade(engine, target, lock, call);
+    throw error;
+  }
+}

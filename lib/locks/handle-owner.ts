@@ -1,0 +1,28 @@
+import type { Document } from 'mongodb';
+import type { LockData } from '../protocol/lock-data';
+
+/** A lease's new end, and when (by the server's clock) the write that set it was applied. */
+export interface Extension {
+  readonly expiresAt: number;
+  readonly appliedAt: number;
+}
+
+/** What a handle calls back into: the lock that made it. `target` is the locked document's `{ _id }`. */
+export interface HandleOwner {
+  /** Releases `lock`; `params` as the caller passed them (validated against {@link HANDLE_PARAMS}). */
+  release(target: Document, lock: LockData, params: unknown): Promise<void>;
+  /** Converts `lock` to `tag` (multiLock locks only); `params` as passed. */
+  convert?(target: Document, lock: LockData, tag: unknown, params: unknown): Promise<LockData>;
+  /** Extends `lock` to `locktimeout` ms (the positional argument; default the lock's lease); `params` as passed. */
+  extend(target: Document, lock: LockData, params: unknown, locktimeout: unknown): Promise<Extension>;
+  guard(target: Document, lock: LockData, extra?: Document): Document;
+  /** ms of the lease left by the upper bound of the server's clock. */
+  remaining(lock: LockData): number;
+  /** The locked collection, `db.collection`. */
+  readonly namespace: string;
+}
+
+/** The extension an extend's outcome reports (when the server applied it unknown: the earliest possible). */
+export function extensionOf(extended: { readonly lock: LockData; readonly appliedAt?: number }): Extension {
+  return { expiresAt: extended.lock.expiresAt, appliedAt: extended.appliedAt ?? 0 };
+}

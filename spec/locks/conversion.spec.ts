@@ -1,0 +1,179 @@
+/**
+ * handle.convert(tag): a held multiLock lock becomes a lock of another tag in one atomic update
+ * (upgrade, downgrade); a waiting upgrade has writer preference; two upgrades never wait for each
+ * other.
+ */
+import { expect } from 'chai';
+import type { Collection, Document } from 'mongodb';
+import { multiLock, writeLock, type LockHandle } from '../../lib';
+import { failureOf, freshCollection, newClient, rejectionOf, sleep } from '../support/fixture';
+
+const readWrite = (collection: Collection<Document>, lease = 60_000) =>
+  multiLock({
+    collection,
+    locktimeouts: { read: lease, write: lease },
+    lockRelationships: { read: { cooperative: ['write'] }, write: { cooperative: ['write'], assertive: ['read'] } },
+  });
+
+/** The ids of the entries of `tag` in document `_id`. */
+async function idsOf(collection: Collection<Document>, _id: unknown, tag: string): Promise<string[]> {
+  const doc = await collection.findOne({ _id: _id as never });
+  return ((doc?.lock?.tags?.[tag] ?? []) as Array<{ id: string }>).map((entry) => entry.id);
+}
+
+describe('handle.convert(tag): upgrade and downgrade in one update', () => {
+  it('read → write → read: the same lock (id), a new token each time; others see a writer, then readers are admitted again', async () => {
+    const collection = await freshCollection([{ _id: 'doc' }]);
+    const rw = readWrite(collection);
+    const handle = await rw.acquire({ _id: 'doc' }, { tag: 'read' });
+    const { id, fence } = handle;
+    expect(await handle.convert('write')).to.equal(handle);
+    expect({ id: handle.id, tag: handle.tag }).to.deep.equal({ id, tag: 'write' });
+    expect(handle.fence).to.be.greaterThan(fence);
+    expect({ read: await idsOf(collection, 'doc', 'read'), write: await idsOf(collection, 'doc', 'write') }).to.deep.equal({ read: [], write: [id] });
+    expect((await rejectionOf(rw.acquire({ _id: 'doc' }, { tag: 'read' }))).subtype).to.equal('CooperativeLock');
+    expect((await rejectionOf(rw.acquire({ _id: 'doc' }, { tag: 'write' }))).subtype).to.equal('CooperativeLock');
+
+    const writeFence = handle.fence;
+    await handle.convert('read');
+    expect(handle.tag).to.equal('read');
+    expect(handle.fence).to.be.greaterThan(writeFence);
+    const other = await rw.acquire({ _id: 'doc' }, { tag: 'read' });
+    await other.release();
+    await handle.release();
+    expect({ read: await idsOf(collection, 'doc', 'read'), write: await idsOf(collection, 'doc', 'write') }).to.deep.equal({ read: [], write: [] });
+  });
+
+  it('at no instant is the document free: a writer trying all along never gets in while a holder converts back and forth', async function () {
+    this.timeout(30_000);
+    const collection = await freshCollection([{ _id: 'doc' }]);
+    const rw = readWrite(collection);
+    const other = readWrite((await newClient()).db(collection.dbName).collection(collection.collectionName));
+    const handle = await rw.acquire({ _id: 'doc' }, { tag: 'read' });
+    let converting = true;
+    let intruders = 0;
+    let attempts = 0;
+    const competitor = (async () => {
+      while (converting) {
+        attempts++;
+        const got = await other.acquire({ _id: 'doc' }, { tag: 'write' }).catch(async (error: { lock?: LockHandle }) => {
+          await error.lock?.release(); // a writer registered beside the reader (assertive) gives up
+          return undefined;
+        });
+        if (got) {
+          intruders++;
+          await got.release();
+        }
+      }
+    })();
+    try {
+      for (let i = 0; i < 20; i++) {
+        await handle.convert('write', { wait: 10_000 }); // a competitor's registration may be there for a moment
+        await handle.convert('read');
+      }
+    } finally {
+      converting = false;
+      await competitor;
+    }
+    await handle.release();
+    expect(attempts).to.be.greaterThan(0);
+    expect(intruders).to.equal(0);
+  });
+
+  it('a waiting upgrade has writer preference: new readers are refused while it waits; it completes once the other readers are gone', async function () {
+    this.timeout(20_000);
+    const collection = await freshCollection([{ _id: 'doc' }]);
+    const rw = readWrite(collection);
+    const upgrader = await rw.acquire({ _id: 'doc' }, { tag: 'read' });
+    const reader = await rw.acquire({ _id: 'doc' }, { tag: 'read' });
+    expect((await rejectionOf(upgrader.convert('write'))).message, 'without wait: refused at once').to.match(/tag read is held by others/);
+    const upgrade = upgrader.convert('write', { wait: 10_000 });
+    for (let i = 0; i < 100 && ((await collection.findOne({ _id: 'doc' as never }))?.lock?.upgrade ?? []).length === 0; i++) await sleep(20);
+    const seen = await rw.inspect({ _id: 'doc' });
+    expect({ lockId: seen.upgrade?.lockId, tag: seen.upgrade?.tag }).to.deep.equal({ lockId: upgrader.id, tag: 'write' });
+    const newcomer = await rejectionOf(rw.acquire({ _id: 'doc' }, { tag: 'read' }));
+    expect(newcomer.subtype).to.equal('CooperativeLock');
+    expect(newcomer.message).to.match(/upgrade to write is pending \(writer preference\)/);
+    await reader.release();
+    await upgrade;
+    expect(upgrader.tag).to.equal('write');
+    expect((await collection.findOne({ _id: 'doc' as never }))?.lock?.upgrade, 'the mark is gone').to.deep.equal([]);
+    await upgrader.release();
+  });
+
+  it('two readers upgrading at once: the second is refused at once (UpgradeConflict), never a deadlock; the first completes once it lets go', async function () {
+    this.timeout(20_000);
+    const collection = await freshCollection([{ _id: 'doc' }]);
+    const rw = readWrite(collection);
+    const first = await rw.acquire({ _id: 'doc' }, { tag: 'read' });
+    const second = await rw.acquire({ _id: 'doc' }, { tag: 'read' });
+    const upgrade = first.convert('write', { wait: 10_000 });
+    for (let i = 0; i < 100 && ((await collection.findOne({ _id: 'doc' as never }))?.lock?.upgrade ?? []).length === 0; i++) await sleep(20);
+    const refused = await rejectionOf(second.convert('write', { wait: 10_000 }));
+    expect(refused.subtype).to.equal('UpgradeConflict');
+    expect(refused.message).to.match(/would wait for each other/);
+    expect(second.tag, 'still a reader').to.equal('read');
+    await second.release();
+    await upgrade;
+    expect(first.tag).to.equal('write');
+    await first.release();
+  });
+
+  it('an upgrade that gives up (wait ran out, or aborted) takes its mark out: readers are admitted again at once', async function () {
+    this.timeout(20_000);
+    const collection = await freshCollection([{ _id: 'doc' }]);
+    const rw = readWrite(collection);
+    const upgrader = await rw.acquire({ _id: 'doc' }, { tag: 'read' });
+    const reader = await rw.acquire({ _id: 'doc' }, { tag: 'read' });
+    expect((await rejectionOf(upgrader.convert('write', { wait: 500 }))).subtype).to.equal('CooperativeLock');
+    expect(upgrader.tag).to.equal('read');
+    await (await rw.acquire({ _id: 'doc' }, { tag: 'read' })).release();
+    const aborted = await rejectionOf(upgrader.convert('write', { wait: 10_000, signal: AbortSignal.timeout(300) }));
+    expect(aborted.name).to.equal('TimeoutError');
+    await (await rw.acquire({ _id: 'doc' }, { tag: 'read' })).release();
+    await Promise.all([upgrader.release(), reader.release()]);
+  });
+
+  it('a write guarded by the old lock cannot land after the conversion; the converted handle\'s guard can', async () => {
+    const collection = await freshCollection([{ _id: 'doc', n: 0 }]);
+    const rw = readWrite(collection);
+    const handle = await rw.acquire({ _id: 'doc' }, { tag: 'read' });
+    const before = handle.guard();
+    await handle.convert('write');
+    expect((await collection.updateOne(before, { $inc: { n: 1 } })).matchedCount).to.equal(0);
+    expect((await collection.updateOne(handle.guard(), { $inc: { n: 1 } })).matchedCount).to.equal(1);
+    await handle.release();
+  });
+
+  it('using(): the kept lease follows the converted lock', async function () {
+    this.timeout(20_000);
+    const collection = await freshCollection([{ _id: 'doc', n: 0 }]);
+    const rw = readWrite(collection, 400);
+    const result = await rw.using({ _id: 'doc' }, { tag: 'read' }, async (handle: LockHandle, signal) => {
+      await handle.convert('write');
+      await sleep(1_200); // three leases: extended by the keeper, as a write lock
+      if (signal.aborted) throw signal.reason;
+      return (await collection.updateOne(handle.guard(), { $inc: { n: 1 } })).matchedCount;
+    });
+    expect(result).to.equal(1);
+    expect({ read: await idsOf(collection, 'doc', 'read'), write: await idsOf(collection, 'doc', 'write') }).to.deep.equal({ read: [], write: [] });
+  });
+
+  it('bad conversions are refused: a lost lock (LockNotFound), a writeLock\'s handle, the same or an unknown tag, unknown keys, a reentrant hold', async () => {
+    const collection = await freshCollection([{ _id: 'doc' }, { _id: 'other' }]);
+    const rw = readWrite(collection, 300);
+    const lost = await rw.acquire({ _id: 'doc' }, { tag: 'read' });
+    await sleep(500);
+    expect((await rejectionOf(lost.convert('write'))).subtype).to.equal('LockNotFound');
+    const handle = await rw.acquire({ _id: 'other' }, { tag: 'read', locktimeout: 60_000 });
+    expect(await failureOf(() => handle.convert('read'))).to.be.instanceOf(TypeError);
+    expect((await failureOf(() => handle.convert('wirte'))).message).to.match(/Unknown tag `wirte`/);
+    expect((await failureOf(() => handle.convert('write', { wiat: 100 } as never))).message).to.match(/wiat.*wait/);
+    const owned = await rw.acquire({ _id: 'other' }, { tag: 'read', owner: 'o', locktimeout: 60_000 });
+    expect((await failureOf(() => owned.convert('write'))).message).to.match(/reentrant hold cannot be converted/);
+    expect(await idsOf(collection, 'other', 'read')).to.have.length(2);
+    const plain = await writeLock({ collection }).acquire({ _id: 'doc' });
+    expect((await failureOf(() => plain.convert('read'))).message).to.match(/Unknown tag|multiLock/);
+    await Promise.all([handle.release(), owned.release(), plain.release()]);
+  });
+});
