@@ -10,7 +10,9 @@
  *    them exclusive, the later one has the larger token (also across purge and re-creation);
  * 3. no leak: once every call has settled and background releases had time to land, no target
  *    holds an unexpired lock (every holder has given up);
- * 4. liveness: every call settled.
+ * 4. liveness: every call settled;
+ * 5. limits: the holders of a semaphore's target (holds with `permits`) never hold more than its
+ *    `limit` permits at once.
  *
  * All times are one machine's clock in ms (the test server runs on the same machine, so it is also
  * the server's clock).
@@ -26,6 +28,9 @@ export interface HoldEvent {
   readonly fence: number;
   readonly start: number;
   readonly end: number;
+  /** A semaphore's holder: the permits it held, and the target's limit. */
+  readonly permits?: number;
+  readonly limit?: number;
 }
 
 /** How one call ended. */
@@ -48,7 +53,7 @@ export interface FinalState {
 
 /** One broken invariant, in words. */
 export interface Violation {
-  readonly rule: 'exclusion' | 'fencing' | 'leak' | 'liveness';
+  readonly rule: 'exclusion' | 'fencing' | 'leak' | 'liveness' | 'limit';
   readonly detail: string;
 }
 
@@ -76,6 +81,17 @@ export function checkHistory(events: readonly HistoryEvent[], final: FinalState)
           violations.push({ rule: 'fencing', detail: `${target}: ${b.holder} (fence ${b.fence}) after ${a.holder} (fence ${a.fence})` });
         }
       }
+    }
+  }
+
+  for (const [target, list] of byTarget) {
+    const limited = list.filter((hold) => hold.permits !== undefined && hold.limit !== undefined);
+    const points = limited.flatMap((hold) => [{ at: hold.start, delta: hold.permits! }, { at: hold.end, delta: -hold.permits! }]).sort((a, b) => a.at - b.at || a.delta - b.delta);
+    let held = 0;
+    for (const point of points) {
+      held += point.delta;
+      const limit = limited[0]!.limit!;
+      if (held > limit) violations.push({ rule: 'limit', detail: `${target}: ${held} permits held at ${point.at.toFixed(1)}, limit ${limit}` });
     }
   }
 

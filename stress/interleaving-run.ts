@@ -6,7 +6,7 @@
 import { request as httpRequest } from 'node:http';
 import Hapi from '@hapi/hapi';
 import type { Collection, Db, Document, MongoClient } from 'mongodb';
-import { commit, multiLock, resourceLocks, writeLock, type LockHandle } from '../lib';
+import { commit, isLockError, multiLock, resourceLocks, semaphore, writeLock, type LockHandle } from '../lib';
 import { lockOf, monglockPlugin } from '../lib/hapi';
 import { delayedCollection, type DelayPlan } from './delayed-collection';
 import type { FinalState, HistoryEvent } from './history-checker';
@@ -32,6 +32,8 @@ const CALL_TIMEOUT = 3_000;
 const SETTLE_BOUND = 20_000;
 /** How long background releases get to land once every call settled, in ms. */
 const QUIESCENCE = 4_000;
+/** The limit of the semaphore on `s0`. */
+const LIMIT = 3;
 const RW = {
   locktimeouts: { read: 800, write: 1_200 },
   lockRelationships: { read: { cooperative: ['write'] }, write: { cooperative: ['write'], assertive: ['read'] } },
@@ -47,7 +49,7 @@ export async function runScenario(scenario: Scenario, context: RunContext): Prom
   const suffix = `${scenario.seed}_${Math.floor(realNow() % 1e9)}`;
   const docs = context.db.collection(`docs_${suffix}`);
   const lockCollection = context.db.collection(`locks_${suffix}`);
-  await docs.insertMany(['w0', 'w1', 'm0', 'h0'].map((id) => ({ _id: id as never })));
+  await docs.insertMany(['w0', 'w1', 'm0', 'h0', 's0', 'o0'].map((id) => ({ _id: id as never })));
   const events: HistoryEvent[] = [];
   const outcomes: Record<string, number> = {};
   const clients = scenario.clients.map((plan, i) => clientLocks(plan, scenario.seed + i, context.clients[i % context.clients.length]!, docs, lockCollection));
@@ -81,6 +83,7 @@ function clientLocks(plan: ClientPlan, seed: number, client: MongoClient, docs: 
   return {
     write: writeLock({ collection: own(docs), locktimeout: 600, ...common }),
     multi: multiLock({ collection: own(docs), ...RW, ...common }),
+    permits: semaphore({ collection: own(docs), limit: LIMIT, locktimeout: 700, ...common }),
     resources: resourceLocks({ collection: own(locks), ...common }),
   };
 }
@@ -106,6 +109,29 @@ async function runOperation(operation: Operation, op: number, clients: readonly 
       }
       case 'multiLock':
         return await locks.multi.using({ _id: 'm0' }, { ...params, tag: operation.tag }, hold(events, 'm0', operation.tag === 'read' ? 'shared' : 'exclusive', operation.holdMs));
+      case 'semaphore':
+        return await locks.permits.using({ _id: 's0' }, { ...params, permits: operation.permits }, hold(events, 's0', 'shared', operation.holdMs, { permits: operation.permits, limit: LIMIT }));
+      case 'reentrant':
+        // The owner's outer hold, and a nested one inside: one holder (its owner) for the checker.
+        return await locks.write.using({ _id: 'o0' }, { ...params, owner: operation.owner, locktimeout: 600 }, async (outer, signal) => {
+          await locks.write.using({ _id: 'o0' }, { wait: 0, owner: operation.owner, signal, locktimeout: 600 }, (inner, innerSignal) =>
+            hold(events, 'o0', 'exclusive', operation.holdMs, { holder: operation.owner, fence: outer.fence === inner.fence ? inner.fence : -1 })(inner, innerSignal),
+          );
+        });
+      case 'upgrade':
+        // A reader upgraded to write for its section, then back; a second upgrader gives up.
+        return await locks.multi.using({ _id: 'm0' }, { ...params, tag: 'read' }, async (handle, signal) => {
+          const upgraded = await handle.convert('write', { wait: operation.wait, signal }).then(
+            () => true,
+            (error: unknown) => {
+              if (isLockError(error, 'UpgradeConflict') || isLockError(error, 'CooperativeLock')) return false;
+              throw error;
+            },
+          );
+          if (!upgraded) return;
+          await hold(events, 'm0', 'exclusive', operation.holdMs)(handle, signal);
+          if (!signal.aborted) await handle.convert('read');
+        });
       case 'resource':
         return await locks.resources.using('r0', `op-${op}`, { ...params, ttl: operation.ttl, shared: operation.type === 'shared' }, hold(events, 'r0', operation.type, operation.holdMs));
     }
@@ -118,7 +144,7 @@ async function runOperation(operation: Operation, op: number, clients: readonly 
  * A `using()` body: holds for `holdMs`, and records the span during which it believed the lock
  * protected it: from its start until it ended or its signal aborted, whichever came first.
  */
-function hold(events: HistoryEvent[], target: string, mode: 'exclusive' | 'shared', holdMs: number) {
+function hold(events: HistoryEvent[], target: string, mode: 'exclusive' | 'shared', holdMs: number, more: { permits?: number; limit?: number; holder?: string; fence?: number } = {}) {
   return async (handle: LockHandle, signal: AbortSignal): Promise<void> => {
     const start = realNow();
     let abortedAt: number | undefined;
@@ -131,7 +157,8 @@ function hold(events: HistoryEvent[], target: string, mode: 'exclusive' | 'share
       else signal.addEventListener('abort', onAbort, { once: true });
     });
     await Promise.race([sleep(holdMs), aborted]);
-    events.push({ type: 'hold', target, holder: handle.id, mode, fence: handle.fence, start, end: abortedAt ?? realNow() });
+    const { holder = handle.id, fence = handle.fence, ...limits } = more;
+    events.push({ type: 'hold', target, holder, mode, fence, start, end: abortedAt ?? realNow(), ...limits });
   };
 }
 
@@ -217,7 +244,9 @@ async function liveEntriesIn(collection: Collection<Document>): Promise<FinalSta
   return docs.flatMap((doc) => {
     const now = (doc.serverNow as Date).getTime();
     const tags = (doc.lock?.tags ?? {}) as Record<string, Array<{ id: string; exp: Date }>>;
-    return Object.entries(tags).flatMap(([tag, entries]) =>
+    // A pending upgrade's mark left live counts as a leak too: it refuses new locks.
+    const marks = ((doc.lock?.upgrade ?? []) as Array<{ id: string; tag: string; exp: Date }>).map((mark) => [`upgrade to ${mark.tag}`, [mark]] as const);
+    return [...Object.entries(tags), ...marks].flatMap(([tag, entries]) =>
       (entries ?? []).filter((entry) => entry.exp.getTime() > now).map((entry) => ({ target: String(doc._id), tag, id: entry.id, exp: entry.exp.getTime() })),
     );
   });

@@ -1,7 +1,8 @@
 /**
  * Random lock histories, generated (and shrunk) by fast-check: several clients, each with its own
  * clock skew and its own delays on requests and replies, running scoped locks of every kind with
- * random hold times, waits and aborts, purges of resource documents, and hapi requests with
+ * random hold times, waits and aborts (semaphore permits, reentrant nested holds and read locks
+ * upgraded to write included), purges of resource documents, and hapi requests with
  * slow pre methods, server timeouts and client disconnects.
  */
 import fc from 'fast-check';
@@ -36,6 +37,9 @@ interface Timed {
 export type Operation =
   | (Timed & { readonly kind: 'writeLock'; readonly doc: 'w0' | 'w1'; readonly lease: number; readonly mode: 'plain' | 'fair' | 'folded' })
   | (Timed & { readonly kind: 'multiLock'; readonly tag: 'read' | 'write' })
+  | (Timed & { readonly kind: 'semaphore'; readonly permits: 1 | 2 })
+  | (Timed & { readonly kind: 'reentrant'; readonly owner: 'a' | 'b' })
+  | (Timed & { readonly kind: 'upgrade' })
   | (Timed & { readonly kind: 'resource'; readonly type: 'exclusive' | 'shared'; readonly ttl: number | undefined })
   | { readonly kind: 'purge'; readonly client: number; readonly startAt: number }
   | {
@@ -94,6 +98,9 @@ export function operation(clients: number): fc.Arbitrary<Operation> {
         .map(([t, doc, lease, mode]) => ({ ...t, kind: 'writeLock' as const, doc, lease, mode })),
     },
     { weight: 3, arbitrary: fc.tuple(timed(clients), fc.constantFrom('read', 'read', 'write' as const)).map(([t, tag]) => ({ ...t, kind: 'multiLock' as const, tag })) },
+    { weight: 2, arbitrary: fc.tuple(timed(clients), fc.constantFrom(1, 2 as const)).map(([t, permits]) => ({ ...t, kind: 'semaphore' as const, permits })) },
+    { weight: 2, arbitrary: fc.tuple(timed(clients), fc.constantFrom('a', 'b' as const)).map(([t, owner]) => ({ ...t, kind: 'reentrant' as const, owner })) },
+    { weight: 2, arbitrary: timed(clients).map((t) => ({ ...t, kind: 'upgrade' as const })) },
     { weight: 3, arbitrary: fc.tuple(timed(clients), fc.constantFrom('exclusive', 'shared' as const), fc.constantFrom(600, 1_500, undefined)).map(([t, type, ttl]) => ({ ...t, kind: 'resource' as const, type, ttl })) },
     { weight: 1, arbitrary: fc.record({ kind: fc.constant('purge' as const), client: fc.nat({ max: clients - 1 }), startAt: fc.nat({ max: 1_500 }) }) },
     {

@@ -1,7 +1,8 @@
 /**
  * `npm run stress`: mutual exclusion under load. Several OS processes (each with its own driver
  * client and several workers) contend on a few targets of each lock kind (writeLock, a cooperative
- * multiLock tag, resource locks, fair writeLock, folded writeLock sections, a semaphore); an
+ * multiLock tag, resource locks, fair writeLock, folded writeLock sections, a semaphore, reentrant
+ * writeLock holds, read locks upgraded to write); an
  * independent checker reads every process's append-only log and the counters and verifies: never
  * two holders at once, fencing tokens strictly increasing per target, no lost update, and never
  * more than the limit of a semaphore's permits held at once. Full mode runs until at least
@@ -72,7 +73,7 @@ async function main(): Promise<number> {
   const dir = mkdtempSync(join(tmpdir(), 'monglock-stress-'));
   try {
     const db = client.db(dbName);
-    const targets = ['w', 'm', 'r', 'q', 'f', 's'].flatMap((kind) => Array.from({ length: settings.targets }, (_, i) => `${kind}${i}`));
+    const targets = ['w', 'm', 'r', 'q', 'f', 's', 'o', 'c'].flatMap((kind) => Array.from({ length: settings.targets }, (_, i) => `${kind}${i}`));
     await db.collection('counters').insertMany(targets.filter((t) => !t.startsWith('f') && !t.startsWith('s')).map((target) => ({ _id: target as never, value: 0, lastFence: 0 })));
     // Folded sections keep their counter in the locked document itself.
     await db.collection('documents').insertMany(targets.filter((t) => !t.startsWith('r')).map((target) => ({ _id: target as never, ...(target.startsWith('f') ? { value: 0 } : {}) })));
@@ -116,6 +117,8 @@ async function main(): Promise<number> {
         'writeLock fair': records.filter((r) => r.target.startsWith('q')).length,
         'writeLock folded': records.filter((r) => r.target.startsWith('f')).length,
         semaphore: records.filter((r) => r.target.startsWith('s')).length,
+        'writeLock reentrant': records.filter((r) => r.target.startsWith('o')).length,
+        'multiLock upgraded': records.filter((r) => r.target.startsWith('c')).length,
       },
       permitsOverLimit,
       mostPermits,

@@ -2,7 +2,8 @@
  * One OS process of the mutual-exclusion stress: its own driver client, several workers, each
  * repeatedly locking a random target (a writeLock document, a cooperative multiLock tag, a
  * resource lock, a fair writeLock document, a folded writeLock section, or 1–2 permits of a
- * semaphore of limit 3, whose holders overlap and only log their permits) and doing a
+ * semaphore of limit 3, whose holders overlap and only log their permits, a reentrant writeLock
+ * hold with a nested hold inside, or a multiLock read lock upgraded to write and back) and doing a
  * read-modify-write of that target's counter inside the critical section, guarded by the fencing
  * token (the folded kind keeps its counter in the locked document, read by the acquisition and
  * written by the release itself). Every entry and exit goes to an append-only log
@@ -11,7 +12,7 @@
  */
 import { appendFileSync } from 'node:fs';
 import { MongoClient } from 'mongodb';
-import { commit, multiLock, resourceLocks, semaphore, writeLock, type LockHandle } from 'monglock';
+import { commit, isLockError, multiLock, resourceLocks, semaphore, writeLock, type LockHandle } from 'monglock';
 
 export interface WorkerSettings {
   readonly uri: string;
@@ -50,6 +51,11 @@ async function main(): Promise<void> {
   const resources = resourceLocks({ collection: db.collection('locks') });
   const fair = writeLock({ collection: documents, locktimeout: 10_000, fair: true });
   const permits = semaphore({ collection: documents, limit: settings.semaphoreLimit, locktimeout: 10_000 });
+  const readWrite = multiLock({
+    collection: documents,
+    locktimeouts: { read: 10_000, write: 10_000 },
+    lockRelationships: { read: { cooperative: ['write'] }, write: { cooperative: ['write'], assertive: ['read'] } },
+  });
   const deadline = now() + settings.durationMs;
   let buffered: string[] = [];
   const flush = (): void => {
@@ -95,7 +101,36 @@ async function main(): Promise<void> {
     Array.from({ length: settings.workers }, async (_, worker) => {
       for (let round = 0; now() < deadline; round++) {
         const n = Math.floor(Math.random() * settings.targets);
-        switch ((worker + round) % 6) {
+        switch ((worker + round) % 8) {
+          case 6: {
+            // Reentrant: the section runs under a nested hold of the owner's lock (same token).
+            const owner = `${process.pid}-${worker}`;
+            const outer = await exclusive.acquire({ _id: `o${n}` }, { owner, wait: 30_000 });
+            await section(`o${n}`, () => exclusive.acquire({ _id: `o${n}` }, { owner, wait: 30_000 }), async (inner, value) => inner.fence === outer.fence && (await fenced(`o${n}`)(inner, value)));
+            await outer.release();
+            break;
+          }
+          case 7: {
+            // Converting: a reader upgrades to write for the section, then downgrades; a second upgrader gives up its read lock.
+            const reader = await readWrite.acquire({ _id: `c${n}` }, { tag: 'read', wait: 30_000 });
+            const upgraded = await reader.convert('write', { wait: 30_000 }).then(
+              () => true,
+              (error: unknown) => {
+                if (!isLockError(error, 'UpgradeConflict')) throw error;
+                return false;
+              },
+            );
+            if (upgraded) {
+              const enter = now();
+              const counter = await counters.findOne({ _id: `c${n}` as never });
+              const written = await fenced(`c${n}`)(reader, (counter?.value as number) + 1);
+              const exit = now();
+              buffered.push(`${JSON.stringify({ target: `c${n}`, fence: reader.fence, enter, exit, written, pid: process.pid } satisfies SectionRecord)}\n`);
+              await reader.convert('read');
+            }
+            await reader.release();
+            break;
+          }
           case 5: {
             const taken = 1 + (round % 2);
             const handle = await permits.acquire({ _id: `s${n}` }, { wait: 30_000, permits: taken });

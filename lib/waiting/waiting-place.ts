@@ -33,6 +33,8 @@ export class WaitingPlace {
 
   /** The tags whose locks this acquisition waits for: those it is cooperative with or asserts over, and its own when it has a limit. */
   private readonly blockedBy: ReadonlySet<string>;
+  /** A tag with a limit (a semaphore): several of its waiters may fit at once. */
+  private readonly limited: boolean;
 
   constructor(
     private readonly engine: LockEngine,
@@ -43,6 +45,7 @@ export class WaitingPlace {
   ) {
     this.since = performance.now();
     this.blockedBy = waitsFor(engine.rule(tag));
+    this.limited = engine.rule(tag).limit !== undefined;
   }
 
   /**
@@ -54,8 +57,9 @@ export class WaitingPlace {
   async start(userFilter: Document, wait: number): Promise<void> {
     const id = plainId(userFilter);
     if (id === undefined) return;
-    // Only waiters whose lock would block this one: a tag concurrent with theirs does not queue.
-    const behind = this.waiters.queued(id, this.blockedBy) > 0;
+    // Only waiters whose lock would block this one: a tag concurrent with theirs does not queue,
+    // nor does a tag with a limit (its waiters may all fit: each tries, a release wakes as many as it freed).
+    const behind = !this.limited && this.waiters.queued(id, this.blockedBy) > 0;
     this.join(id);
     if (!behind) return;
     // Waiters of this process came first: wait behind them (a release here wakes the first of

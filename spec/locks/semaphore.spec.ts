@@ -121,6 +121,29 @@ describe('semaphore(options): counting permits in a document', () => {
     expect(most, 'permits held at once').to.be.within(2, limit);
   });
 
+  it('one process\'s waiters hold permits together: they do not queue behind each other as for an exclusive lock', async function () {
+    this.timeout(30_000);
+    const collection = await freshCollection([{ _id: 'hot' }]);
+    const pool = semaphore({ collection, limit: 3, locktimeout: 30_000 });
+    let inside = 0;
+    let most = 0;
+    const atOnce: number[] = [];
+    await Promise.all(
+      Array.from({ length: 16 }, async () => {
+        for (let round = 0; round < 8; round++) {
+          const held = await pool.acquire({ _id: 'hot' }, { wait: 25_000 });
+          atOnce.push(++inside);
+          most = Math.max(most, inside);
+          await sleep(2);
+          inside--;
+          await held.release();
+        }
+      }),
+    );
+    expect(most, 'holders at once in one process').to.be.at.most(3);
+    expect(atOnce.filter((n) => n > 1).length, 'sections that began beside another').to.be.greaterThan(atOnce.length / 4);
+  });
+
   it('fair: a large request is not overtaken by a stream of small ones (other processes\' locks: no shared local queue)', async function () {
     this.timeout(30_000);
     const collection = await freshCollection([{ _id: 1 }]);

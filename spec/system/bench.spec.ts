@@ -50,3 +50,19 @@ describe('benchmark (smoke run)', () => {
     for (const reason of results.skipped) console.log(`      not measured: ${reason.slice(0, 160)}`);
   });
 });
+
+describe('semaphore benchmark (small run)', () => {
+  it('measures every contender in one process and across four, never more than 4 holders at once', async function () {
+    this.timeout(300_000);
+    await run(process.execPath, ['--import', 'tsx', 'bench/semaphore.ts', '--small'], { cwd: ROOT, env: { ...process.env, MONGODB_URI: mongoBackend().uri }, maxBuffer: 10_000_000 });
+    const results = JSON.parse(readFileSync(join(ROOT, '.cache', 'bench-semaphore', 'semaphore.json'), 'utf8')) as {
+      rows: Array<{ contender: string; processes: number; perSecond: number[]; mostAtOnce: number; commandsPerSection: number[] }>;
+    };
+    expect(results.rows.map((row) => `${row.contender} ${row.processes}`)).to.have.length(6);
+    for (const row of results.rows) {
+      expect(row.perSecond[0], row.contender).to.be.greaterThan(0);
+      expect(row.mostAtOnce, row.contender).to.be.within(1, 4);
+      expect(row.commandsPerSection[0], row.contender).to.be.at.least(2);
+    }
+  });
+});
