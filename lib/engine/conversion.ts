@@ -4,6 +4,8 @@ import type { ResolvedCallOptions } from '../common/options';
 import { conversionWaitsFor, convertOperation, dropUpgradeOperation, markUpgradeOperation, pendingUpgrade } from '../protocol/convert';
 import { expiryOf, fenceOf, type LockData } from '../protocol/lock-data';
 import { liveEntries, type StoredLock } from '../protocol/stored-format';
+import type { TagRule } from '../protocol/lock-data';
+import { isLimited, usedPermits } from '../protocol/permits';
 import type { Acquired } from './acquired';
 import type { LockEngine } from './lock-engine';
 import { explainLostLock } from './refusals';
@@ -32,7 +34,7 @@ export async function convertLock(engine: LockEngine, target: Document, lock: Lo
       const reply = await store.apply(operation, call, call.w);
       if (!reply.value) return undefined;
       const appliedAt = observeWrite({ paths, clock }, reply.value, reply);
-      const converted: LockData = { id: lock.id, tag, timestamp: stamp, fence: fenceOf(paths.read(reply.value)), expiresAt: entry.exp.getTime() };
+      const converted: LockData = { id: lock.id, tag, timestamp: stamp, fence: fenceOf(paths.read(reply.value)), expiresAt: entry.exp.getTime(), ...(to.limit !== undefined && { permits: 1 }) };
       return { lock: converted, target: { _id: reply.value._id }, appliedAt };
     },
     explain: (seen, stamp, tolerance) =>
@@ -56,25 +58,40 @@ function explainRefusedConversion(
   const stored = engine.paths.read(seen.value);
   const now = seen.serverNow?.getTime() ?? 0;
   if (!liveEntries(stored, lock.tag, now).some((entry) => entry.id === lock.id)) return undefined;
-  const deadlock = upgradeWaitingFor(engine, stored, lock, now);
+  const to = engine.rule(tag);
+  const deadlock = upgradeWaitingFor(engine, stored, lock, to, now);
   if (deadlock) return { retry: false, error: deadlock(call) };
-  const held = conversionWaitsFor(engine.rule(tag)).filter((other) => liveEntries(stored, other, now).some((entry) => entry.id !== lock.id));
+  const held = conversionWaitsFor(to).filter((other) => liveEntries(stored, other, now).some((entry) => entry.id !== lock.id));
   const pending = pendingUpgrade(stored, now);
   if (held.length > 0) return { retry: false, error: lockError(engine.conflict, call.boom, { detail: `tag ${held.join(', ')} is held by others` }) };
   if (pending && pending.id !== lock.id && yieldsTo.includes(pending.tag)) {
     return { retry: false, error: lockError(engine.conflict, call.boom, { detail: `another holder's upgrade to ${pending.tag} is pending` }) };
   }
-  const latest = engine.rule(tag).exclusive ? Math.max(0, ...(stored.recent?.[tag] ?? []).map((date) => date.getTime())) : 0;
+  if (isLimited(to)) {
+    const used = usedPermits(stored, tag, now);
+    const limit = stored.limits?.[tag];
+    if (used > 0 && limit !== to.limit) {
+      const detail = `the document's ${used} held permit(s) of tag ${tag} were taken under limit ${limit ?? '(none)'}, this lock's is ${to.limit}`;
+      return { retry: false, error: lockError('LimitMismatch', call.boom, { detail }) };
+    }
+    if (used + 1 > to.limit) return { retry: false, error: lockError(engine.conflict, call.boom, { detail: `${used} of ${to.limit} permits of tag ${tag} are held` }) };
+  }
+  const latest = to.exclusive ? Math.max(0, ...(stored.recent?.[tag] ?? []).map((date) => date.getTime())) : 0;
   if (latest > stamp) return { retry: true, why: 'a later acquisition was stamped meanwhile', minStamp: latest };
   if (stampRefused(seen, stamp, tolerance)) return undefined; // explainLostLock: try again with a fresh stamp
   // A lock the new tag waits for (a registration, say) came and went between the update and this read.
   return { retry: false, error: lockError(engine.conflict, call.boom, { detail: 'held when the update ran' }) };
 }
 
-/** When another holder's pending upgrade waits for `lock`: the error that says so (waiting for it would never end). */
-function upgradeWaitingFor(engine: LockEngine, stored: StoredLock, lock: LockData, now: number): ((call: ResolvedCallOptions) => Error) | undefined {
+/**
+ * When another holder's pending upgrade waits for `lock` and this conversion to `to` would wait
+ * for that holder's lock: the error that says so (each would wait for the other).
+ */
+function upgradeWaitingFor(engine: LockEngine, stored: StoredLock, lock: LockData, to: TagRule, now: number): ((call: ResolvedCallOptions) => Error) | undefined {
   const pending = pendingUpgrade(stored, now);
   if (!pending || pending.id === lock.id || !conversionWaitsFor(engine.rule(pending.tag)).includes(lock.tag)) return undefined;
+  const upgraderTag = [...engine.tags].find((other) => liveEntries(stored, other, now).some((entry) => entry.id === pending.id));
+  if (upgraderTag === undefined || !conversionWaitsFor(to).includes(upgraderTag)) return undefined;
   return (call) =>
     lockError('UpgradeConflict', call.boom, {
       detail: `another holder's upgrade to ${pending.tag} is pending and waits for this ${lock.tag} lock: two upgrades would wait for each other, so this one is refused (release this lock, or retry once that upgrade is done)`,
@@ -83,11 +100,12 @@ function upgradeWaitingFor(engine: LockEngine, stored: StoredLock, lock: LockDat
 
 /**
  * Marks (or renews) the pending upgrade of `lock` to `tag` for `lease` ms ({@link markUpgradeOperation}).
- * Rejects with `UpgradeConflict` when another holder's upgrade is pending, `LockNotFound` when the lock was lost.
+ * Resolves false when another holder's upgrade is pending (at most one per document: this one
+ * waits unmarked); rejects with `LockNotFound` when the lock was lost.
  */
-export async function markUpgrade(engine: LockEngine, target: Document, lock: LockData, tag: string, lease: number, call: ResolvedCallOptions): Promise<void> {
+export async function markUpgrade(engine: LockEngine, target: Document, lock: LockData, tag: string, lease: number, call: ResolvedCallOptions): Promise<boolean> {
   const { paths, store, clock } = engine;
-  await runStamped(clock, store, call, {
+  return runStamped(clock, store, call, {
     target,
     lease,
     write: async (stamp, tolerance) => {
@@ -101,13 +119,17 @@ export async function markUpgrade(engine: LockEngine, target: Document, lock: Lo
       const stored = seen.value ? paths.read(seen.value) : {};
       const pending = pendingUpgrade(stored, seen.serverNow?.getTime() ?? 0);
       const lost = explainLostLock({ paths, rule: engine.rule(lock.tag), reportsReacquired: false, boom: call.boom }, seen, lock, { id: lock.id }, stamp, tolerance, lease);
-      if (lost.retry && pending && pending.id !== lock.id) {
-        return { retry: false, error: lockError('UpgradeConflict', call.boom, { detail: `another holder's upgrade to ${pending.tag} is pending: at most one waits per document (release this lock, or retry once that upgrade is done)` }) };
-      }
+      if (lost.retry && pending && pending.id !== lock.id) return { retry: false, error: OTHER_MARK };
       return lost;
     },
+  }).catch((error: unknown) => {
+    if (error === OTHER_MARK) return false;
+    throw error;
   });
 }
+
+/** Another holder's mark is live: this conversion waits without one. */
+const OTHER_MARK = new Error('another holder\'s upgrade is pending');
 
 /** Drops `lock`'s pending upgrade (a conversion that gave up); a failure leaves it to expire. */
 export async function dropUpgrade(engine: LockEngine, target: Document, lock: LockData, call: ResolvedCallOptions): Promise<void> {

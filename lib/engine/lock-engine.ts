@@ -173,7 +173,7 @@ export class LockEngine {
     const w = update ? dataWriteConcern(call.w) : call.releaseW;
     let matched: boolean;
     try {
-      matched = await withDbErrors(call.boom, () => store.applyOne(releaseOperation({ paths, rule, target, proof, update, record }), call, w));
+      matched = await withDbErrors(call.boom, () => store.applyOne(releaseOperation({ paths, rule, target, proof, update, record, alsoTag: claimed?.maybeTag }), call, w));
     } catch (error) {
       if (!update || !isLockError(error, 'DbError')) throw error;
       if (!record) return settleTimestampCommit(error, call);

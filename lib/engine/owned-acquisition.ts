@@ -1,9 +1,9 @@
 import type { Document } from 'mongodb';
-import { isLockError, lockError } from '../common/errors';
+import { isLockError, lockError, withDbErrors } from '../common/errors';
 import type { ResolvedCallOptions } from '../common/options';
 import { expiryOf, type LockData } from '../protocol/lock-data';
 import { newLockId } from '../protocol/lock-ids';
-import { holdsOf, MAX_HOLDS, reenterOperation } from '../protocol/reentry';
+import { holdFenceOperation, holdsOf, MAX_HOLDS, reenterOperation } from '../protocol/reentry';
 import { liveEntries } from '../protocol/stored-format';
 import { withDocument, type Acquired, type AssertivePending } from './acquired';
 import type { AcquireExtras, LockEngine } from './lock-engine';
@@ -14,15 +14,19 @@ import type { Timed } from './store';
 import { failedAcquisition } from './write-failures';
 
 /** How many times an owner's acquisition reads the document again after the lock changed under it. */
-const OWNED_ROUNDS = 4;
+const OWNED_ROUNDS = 6;
+/** From this round on, a first hold is not pinned to the counter it read (other acquisitions kept moving it): its token is set after. */
+const UNPINNED_FROM = 3;
 
 /**
  * A reentrant acquisition by `owner`: reads the document (on the primary, with the server's
  * clock); if the owner holds a live lock of `tag` there, adds a nested hold with the same fencing
  * token ({@link reenterOperation}); otherwise takes a first hold, pinned to the fencing counter it
  * read, so that its entry can keep the token it gets. When the lock changed in between (the owner
- * took it in another process, its holds ended, the counter moved on), it reads again, a few times.
- * Two commands (a read and a write), where an acquisition without owner takes one.
+ * took it in another process, its holds ended, the counter moved on), it reads again, a few times;
+ * after two moves of the counter, its first hold is taken unpinned and its token set by one more
+ * update ({@link holdFenceOperation}). Two commands (a read and a write), where an acquisition
+ * without owner takes one.
  */
 export async function acquireOwned(engine: LockEngine, filter: Document, tag: string, lease: number, call: ResolvedCallOptions, extras: AcquireExtras, owner: string): Promise<Acquired | AssertivePending> {
   for (let round = 1; ; round++) {
@@ -31,12 +35,33 @@ export async function acquireOwned(engine: LockEngine, filter: Document, tag: st
     const stored = engine.paths.read(seen.value);
     const [outer] = holdsOf(stored, tag, owner, seen.serverNow?.getTime() ?? engine.clock.lower());
     try {
-      if (!outer) return await engine.acquire(filter, tag, lease, call, { ...extras, owned: { owner, counter: stored.fence ?? 0 } });
-      return await reenter(engine, { _id: seen.value._id }, tag, owner, outer.fence ?? 0, lease, call, extras.document);
+      if (!outer) {
+        const pinned = round < UNPINNED_FROM;
+        const won = await engine.acquire(filter, tag, lease, call, { ...extras, owned: { owner, counter: pinned ? (stored.fence ?? 0) : undefined } });
+        if (!pinned) await setHoldFence(engine, won, call);
+        return won;
+      }
+      // Its first hold's token is not set yet (taken unpinned, in another process): not a hold to nest in yet.
+      if (outer.fence === undefined) throw lockError('LockNotFound', call.boom, { detail: `owner ${owner}'s first hold has no token yet` });
+      return await reenter(engine, { _id: seen.value._id }, tag, owner, outer.fence, lease, call, extras.document);
     } catch (error) {
       const changed = ownerMayRetry(error) || (outer !== undefined && isLockError(error, 'LockNotFound'));
       if (!changed || round === OWNED_ROUNDS) throw error;
+      await new Promise((resolve) => setTimeout(resolve, Math.random() * 2 * round));
     }
+  }
+}
+
+/**
+ * Sets the token of a first hold taken unpinned; if that fails, releases the hold (a hold without
+ * a token could never be nested in) and rejects.
+ */
+async function setHoldFence(engine: LockEngine, won: Acquired | AssertivePending, call: ResolvedCallOptions): Promise<void> {
+  try {
+    await withDbErrors(call.boom, () => engine.store.applyOne(holdFenceOperation(engine.paths, won.target, won.lock.tag, won.lock.id, won.lock.fence), call));
+  } catch (error) {
+    await engine.release(won.target, won.lock.tag, { id: won.lock.id }, won.lock, call).catch(() => undefined);
+    throw error;
   }
 }
 

@@ -70,9 +70,9 @@ export class Store {
   }
 
   /** One atomic update of the first matching document, at write concern `w`; resolves whether one matched. */
-  async updateOne(filter: Document, update: Document, call: ResolvedCallOptions, w: ResolvedCallOptions['w'] = call.w): Promise<boolean> {
+  async updateOne(filter: Document, update: Document, call: ResolvedCallOptions, w: ResolvedCallOptions['w'] = call.w, arrayFilters?: Document[]): Promise<boolean> {
     const result = await withDeadline('updateOne', call.timeout, () =>
-      this.collection.updateOne(filter, update as UpdateFilter<Document>, { maxTimeMS: call.timeout, writeConcern: writeConcern(call, w) }),
+      this.collection.updateOne(filter, update as UpdateFilter<Document>, { maxTimeMS: call.timeout, writeConcern: writeConcern(call, w), ...(arrayFilters ? { arrayFilters } : {}) }),
     );
     return result.matchedCount > 0;
   }
@@ -84,7 +84,7 @@ export class Store {
 
   /** Sends `operation` as an `updateOne` at write concern `w`; resolves whether it matched. */
   applyOne(operation: LockOperation, call: ResolvedCallOptions, w: ResolvedCallOptions['w'] = call.w): Promise<boolean> {
-    return this.updateOne(operation.filter, operation.update, call, w);
+    return this.updateOne(operation.filter, operation.update, call, w, operation.arrayFilters);
   }
 
   /**

@@ -64,8 +64,7 @@ export async function convertHeld(site: ConvertSite, target: Document, lock: Loc
         } catch (error) {
           const now = site.clock.local();
           if (waiting.wait > 0 && isLockError(error, engine.conflict) && (markedAt === undefined || now - markedAt >= MARK_RENEWAL)) {
-            await markUpgrade(engine, target, lock, to, MARK_LEASE, call);
-            markedAt = now;
+            if (await markUpgrade(engine, target, lock, to, MARK_LEASE, call)) markedAt = now;
           }
           throw error;
         }

@@ -206,8 +206,8 @@ export class DocumentLock implements HandleOwner, AcquireSite {
   }
 
   /** Converts `lock` (a multiLock's) to `tag` ({@link convertHeld}); the lock it resolves has its new tag, token and lease. */
-  convert(target: Document, lock: LockData, tag: unknown, params: unknown): Promise<LockData> {
-    return this.run(async () => (await convertHeld(this, target, lock, tag, params)).lock);
+  convert(target: Document, lock: LockData, tag: unknown, params: unknown): Promise<Acquired> {
+    return this.run(() => convertHeld(this, target, lock, tag, params));
   }
 
   guard(target: Document, lock: LockData, extra?: Document): Document {

@@ -1,5 +1,17 @@
 import type { Document } from 'mongodb';
 import type { LockData } from '../protocol/lock-data';
+import { knownKeys } from '../common/known-keys';
+import { CALL_KEYS, FIXED_PER_LOCK, type CallOptions, type UpdateParams } from '../common/options';
+
+/** Per-call options of `handle.release()` and `handle.extend()`. */
+export interface HandleParams<TSchema extends Document = Document> extends CallOptions, UpdateParams<TSchema> {}
+
+/** The keys of {@link HandleParams}: what the lock behind a handle accepts from it. */
+export const HANDLE_PARAMS = knownKeys<HandleParams>()([...CALL_KEYS, 'update'], {
+  ...FIXED_PER_LOCK,
+  lock: 'a handle releases or extends itself: `handle.release()`, or `lock.release(filter, { lock: handle })`',
+  locktimeout: 'the lease is the first argument: `handle.extend(ms, params)`',
+});
 
 /** A lease's new end, and when (by the server's clock) the write that set it was applied. */
 export interface Extension {
@@ -12,7 +24,7 @@ export interface HandleOwner {
   /** Releases `lock`; `params` as the caller passed them (validated against {@link HANDLE_PARAMS}). */
   release(target: Document, lock: LockData, params: unknown): Promise<void>;
   /** Converts `lock` to `tag` (multiLock locks only); `params` as passed. */
-  convert?(target: Document, lock: LockData, tag: unknown, params: unknown): Promise<LockData>;
+  convert?(target: Document, lock: LockData, tag: unknown, params: unknown): Promise<{ readonly lock: LockData; readonly appliedAt?: number }>;
   /** Extends `lock` to `locktimeout` ms (the positional argument; default the lock's lease); `params` as passed. */
   extend(target: Document, lock: LockData, params: unknown, locktimeout: unknown): Promise<Extension>;
   guard(target: Document, lock: LockData, extra?: Document): Document;

@@ -1,25 +1,13 @@
 import type { LockData } from '../protocol/lock-data';
 import type { Document, WithId } from 'mongodb';
 import { isLockError } from '../common/errors';
-import { knownKeys } from '../common/known-keys';
-import { CALL_KEYS, FIXED_PER_LOCK, type CallOptions, type UpdateParams } from '../common/options';
 import type { Unclaimed } from '../common/promise-library';
 import type { PromiseOf } from '../common/promise-types';
 import type { ConvertParams } from './conversion';
 
-/** Per-call options of `handle.release()` and `handle.extend()`. */
-export interface HandleParams<TSchema extends Document = Document> extends CallOptions, UpdateParams<TSchema> {}
-
-/** The keys of {@link HandleParams}: what the lock behind a handle accepts from it. */
-export const HANDLE_PARAMS = knownKeys<HandleParams>()([...CALL_KEYS, 'update'], {
-  ...FIXED_PER_LOCK,
-  lock: 'a handle releases or extends itself: `handle.release()`, or `lock.release(filter, { lock: handle })`',
-  locktimeout: 'the lease is the first argument: `handle.extend(ms, params)`',
-});
-
 export type { LockData } from '../protocol/lock-data';
-export { extensionOf, type Extension, type HandleOwner } from './handle-owner';
-import type { Extension, HandleOwner } from './handle-owner';
+export { extensionOf, HANDLE_PARAMS, type Extension, type HandleOwner, type HandleParams } from './handle-owner';
+import type { Extension, HandleOwner, HandleParams } from './handle-owner';
 
 /** The locked document as a collection of `TSchema` stores it: `WithId<TSchema>`, or any document for an untyped collection. */
 export type SchemaDocument<TSchema extends Document> = Document extends TSchema ? Document : WithId<TSchema>;
@@ -87,14 +75,10 @@ export interface LockHandle<TSchema extends Document = Document, P = undefined, 
 
 /** The class behind every {@link LockHandle}: made by the locks of this package, never by callers. */
 export class Handle implements LockHandle<Document, unknown, Document> {
-  readonly id: string;
-  #tag: string;
-  #timestamp: number;
-  #fence: number;
-  /** The permits it holds, for a tag with a limit (a semaphore); absent otherwise. */
-  readonly permits?: number;
-  /** The owner whose hold it is (reentrant acquisitions); absent otherwise. */
-  readonly owner?: string;
+  /** The lock but its expiry; a conversion changes its tag, timestamp, fence and permits (and `maybeTag`: see {@link LockData}). */
+  #lock: Omit<LockData, 'expiresAt'>;
+  /** A conversion in flight: a release or extension refused meanwhile waits for it, and retries under the new tag. */
+  #converting: Promise<unknown> | undefined;
   #expiresAt: number;
   readonly #owner: HandleOwner;
   readonly #target: Document;
@@ -118,12 +102,7 @@ export class Handle implements LockHandle<Document, unknown, Document> {
    *   `document`: the locked document, when the acquisition returned it
    */
   constructor(data: LockData, owner: HandleOwner, target: Document, more: { unconfirmed?: boolean; landsBy?: number; document?: Document } = {}) {
-    this.id = data.id;
-    this.#tag = data.tag;
-    this.#timestamp = data.timestamp;
-    this.#fence = data.fence;
-    if (data.permits !== undefined) this.permits = data.permits;
-    if (data.owner !== undefined) this.owner = data.owner;
+    this.#lock = lockOnly(data);
     this.#expiresAt = data.expiresAt;
     this.#owner = owner;
     this.#target = target;
@@ -137,19 +116,34 @@ export class Handle implements LockHandle<Document, unknown, Document> {
     return this.#owner.namespace;
   }
 
+  /** 128 random bits, hex: the proof of ownership. */
+  get id(): string {
+    return this.#lock.id;
+  }
+
   /** The lock's tag (`write` for a writeLock); a conversion changes it. */
   get tag(): string {
-    return this.#tag;
+    return this.#lock.tag;
   }
 
   /** Acquisition (or conversion) time, ms since the epoch by the server's clock. */
   get timestamp(): number {
-    return this.#timestamp;
+    return this.#lock.timestamp;
   }
 
   /** Fencing token: strictly increases per document over all acquisitions (and conversions). */
   get fence(): number {
-    return this.#fence;
+    return this.#lock.fence;
+  }
+
+  /** The permits it holds, for a tag with a limit (a semaphore); absent otherwise. */
+  get permits(): number | undefined {
+    return this.#lock.permits;
+  }
+
+  /** The owner whose hold it is (reentrant acquisitions); absent otherwise. */
+  get owner(): string | undefined {
+    return this.#lock.owner;
   }
 
   /** When the lease ends, ms since the epoch by the server's clock. */
@@ -206,7 +200,7 @@ export class Handle implements LockHandle<Document, unknown, Document> {
    * held (else `LockNotFound`/`LockWasReacquired`, and nothing is written).
    */
   release(params?: HandleParams): Promise<void> {
-    const released = this.#owner.release(this.#target, Handle.claim(this), params);
+    const released = this.#followingConversions(() => this.#owner.release(this.#target, Handle.claim(this), params));
     // A lock whose reply was lost may never have been written: not finding it is no failure,
     // unless the release carries an update, which must never be reported applied when it was not.
     if (!this.#unconfirmed || (params as { update?: unknown } | undefined)?.update !== undefined) return released;
@@ -221,7 +215,7 @@ export class Handle implements LockHandle<Document, unknown, Document> {
    * Fails with `LockNotFound`/`LockWasReacquired` if the lock was lost; never re-creates it.
    */
   extend(locktimeout?: number, params?: HandleParams): Promise<this> {
-    const extended = this.#owner.extend(this.#target, this.toJSON(), params, locktimeout);
+    const extended = this.#followingConversions(() => this.#owner.extend(this.#target, this.toJSON(), params, locktimeout));
     return extended.then((extension) => {
       Handle.updateExpiry(this, extension);
       return this;
@@ -231,12 +225,33 @@ export class Handle implements LockHandle<Document, unknown, Document> {
   /** Converts this lock to another tag of its multiLock (see {@link LockHandle.convert}); resolves this handle, changed. */
   convert(tag: string, params?: ConvertParams): Promise<this> {
     if (!this.#owner.convert) return Promise.reject(new TypeError('Only a multiLock lock converts to another tag'));
-    return this.#owner.convert(this.#target, Handle.claim(this), tag, params).then((converted) => {
-      this.#tag = converted.tag;
-      this.#timestamp = converted.timestamp;
-      this.#fence = converted.fence;
-      Handle.updateExpiry(this, { expiresAt: converted.expiresAt, appliedAt: Math.max(this.#appliedAt, converted.timestamp) });
-      return this;
+    const converting = this.#owner.convert(this.#target, Handle.claim(this), tag, params).then(
+      ({ lock, appliedAt }) => {
+        this.#lock = lockOnly(lock);
+        // Applied by the server after any extension of the old tag, which can no longer land.
+        Handle.updateExpiry(this, { expiresAt: lock.expiresAt, appliedAt: appliedAt ?? 0 });
+        return this;
+      },
+      (error: unknown) => {
+        // The conversion may have landed without its reply: a release looks for the lock under both tags.
+        if (isLockError(error, 'DbError') && typeof tag === 'string') this.#lock = { ...this.#lock, maybeTag: tag };
+        throw error;
+      },
+    );
+    this.#converting = converting;
+    return converting.finally(() => {
+      if (this.#converting === converting) this.#converting = undefined;
+    });
+  }
+
+  /** Runs `call` (a release or extension); refused as not held after a conversion changed the tag meanwhile (waited for if in flight), runs it again. */
+  #followingConversions<T>(call: () => Promise<T>): Promise<T> {
+    const sentTag = this.tag;
+    return call().then(undefined, async (error: unknown) => {
+      if (!(isLockError(error, 'LockNotFound') || isLockError(error, 'LockWasReacquired'))) throw error;
+      await this.#converting?.catch(() => undefined);
+      if (this.tag === sentTag) throw error;
+      return call();
     });
   }
 
@@ -251,15 +266,7 @@ export class Handle implements LockHandle<Document, unknown, Document> {
 
   /** The plain data, for JSON. */
   toJSON(): LockData {
-    return {
-      id: this.id,
-      tag: this.tag,
-      timestamp: this.timestamp,
-      fence: this.fence,
-      expiresAt: this.#expiresAt,
-      ...(this.permits !== undefined && { permits: this.permits }),
-      ...(this.owner !== undefined && { owner: this.owner }),
-    };
+    return { ...this.#lock, expiresAt: this.#expiresAt };
   }
 
   /** The timestamp, so that v2 code treating the token as a number keeps working. */
@@ -279,3 +286,8 @@ export const LockHandle: {
   readonly prototype: LockHandle<Document, unknown, unknown>;
   [Symbol.hasInstance](value: unknown): value is LockHandle<Document, unknown, unknown>;
 } = Handle as never; // a class answers instanceof (Function.prototype[Symbol.hasInstance])
+
+/** The fields of `data` a handle keeps (its expiry aside), and only those: its JSON has no others. */
+function lockOnly({ id, tag, timestamp, fence, permits, owner, maybeTag }: LockData): Omit<LockData, 'expiresAt'> {
+  return { id, tag, timestamp, fence, ...(permits !== undefined && { permits }), ...(owner !== undefined && { owner }), ...(maybeTag !== undefined && { maybeTag }) };
+}

@@ -36,6 +36,7 @@ export function readLockData(name: string, value: unknown, knownTags: ReadonlySe
     expiresAt: (lock.expiresAt as number | undefined) ?? 0,
     ...(typeof lock.permits === 'number' && { permits: lock.permits }),
     ...(lock.owner !== undefined && { owner: expectOwner(`${name}.owner`, lock.owner) }),
+    ...(typeof lock.maybeTag === 'string' && knownTags.has(lock.maybeTag) && { maybeTag: lock.maybeTag }),
   };
   // A handle knows whether its acquisition landed; a lock passed as JSON is bounded by its stamp.
   return claim ? { ...data, landsBy: claim.landsBy } : data;

@@ -82,7 +82,7 @@ export function acquireOperation(request: AcquireRequest): LockOperation {
   const limited = isLimited(rule) ? rule : undefined;
   const permits = request.permits ?? 1;
   const owned = request.owned;
-  const stored: StoredEntry = { ...extension?.entry, ...entry, ...(limited ? { permits } : {}), ...(owned ? { owner: owned.owner, fence: owned.counter + 1 } : {}) };
+  const stored: StoredEntry = { ...extension?.entry, ...entry, ...(limited ? { permits } : {}), ...(owned ? { owner: owned.owner, ...(owned.counter !== undefined && { fence: owned.counter + 1 }) } : {}) };
   const queueTags = queuedBehind(rule);
   const queue = fair ? { [paths.queue]: fair.ticket ? { $or: [{ id: fair.ticket.id }, { exp: { $lte: at } }] } : { exp: { $lte: at } } } : undefined;
   const update = mergeUpdates(
@@ -100,7 +100,7 @@ export function acquireOperation(request: AcquireRequest): LockOperation {
     ...rule.cooperative.map((other) => noLiveEntry(paths, other, at)),
     ...(rule.exclusive ? [stampNotBeforeRecent(paths, tag, at)] : []),
     ...(limited ? permitConditions(paths, limited, permits, at) : []),
-    ...(owned ? [counterIs(paths, owned.counter)] : []),
+    ...(owned?.counter !== undefined ? [counterIs(paths, owned.counter)] : []),
     ...(rule.yieldsToUpgradesOf?.length ? [noPendingUpgrade(paths, rule.yieldsToUpgradesOf, at)] : []),
     ...(fair && queueTags.length > 0 ? [noEarlierTicket(paths, queueTags, at, fair.ticket)] : []),
     { $expr: stampWithin(at, request.tolerance) },

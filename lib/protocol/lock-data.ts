@@ -16,6 +16,8 @@ export interface LockData {
   readonly permits?: number;
   /** The owner whose hold it is, for a reentrant acquisition (`params.owner`); absent otherwise. */
   readonly owner?: string;
+  /** A tag a conversion whose reply was lost may have moved it to: a release looks for it there too. */
+  readonly maybeTag?: string;
 }
 
 /** A waiter's ticket in a fair queue (`lock.queue`). */

@@ -14,10 +14,26 @@ import { allOf, noEntryLiveOnServer, pruneCommits, pruneTags, recordStamp, stamp
 /** The most holds one owner may have of one tag of a document at once. */
 export const MAX_HOLDS = 64;
 
-/** An owner's first hold: its owner, and the document's fencing counter read before it (its entry keeps the next value). */
+/**
+ * An owner's first hold: its owner, and the document's fencing counter read before it (its entry
+ * keeps the next value); without it, the entry's token is set by {@link holdFenceOperation} after.
+ */
 export interface OwnedAcquisition {
   readonly owner: string;
-  readonly counter: number;
+  readonly counter?: number;
+}
+
+/**
+ * Set the token of an owner's first hold taken without a counter pin (the counter kept moving
+ * between the read and the write): only while the entry is there without one. Until it is set,
+ * the owner's other acquisitions cannot nest in it (they wait for it). It admits nobody.
+ */
+export function holdFenceOperation(paths: LockPaths, target: Document, tag: string, id: string, fence: number): LockOperation {
+  return {
+    filter: allOf(target, [{ [paths.tag(tag)]: { $elemMatch: { id, fence: { $exists: false } } } }]),
+    update: { $set: { [`${paths.tag(tag)}.$[mine].fence`]: fence } },
+    arrayFilters: [{ 'mine.id': id }],
+  };
 }
 
 /** Filter: the document's fencing counter is `counter` (0: never locked). */

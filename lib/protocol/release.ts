@@ -16,6 +16,8 @@ export interface ReleaseRequest {
   readonly update?: Document;
   /** The commit's record (for an id proof): how a commit whose reply was lost is settled. */
   readonly record?: StoredCommit;
+  /** A plain release by id only: another tag the lock may be under (a conversion whose reply was lost). */
+  readonly alsoTag?: string;
 }
 
 /**
@@ -27,12 +29,21 @@ export interface ReleaseRequest {
  * commit's record, and matches only while the lock is unexpired by `$$NOW` and every tag it
  * asserts over is gone: the write and the release happen together or not at all.
  *
+ * With `alsoTag` (a plain release by id), the lock is removed from either tag: a conversion whose
+ * reply was lost may have moved it.
+ *
  * A v2 timestamp proof must name exactly one lock of the tag (two taken in one ms cannot be told
  * apart). Why it never admits a second holder: it only removes the caller's own entry.
  */
 export function releaseOperation(request: ReleaseRequest): LockOperation {
-  const { paths, rule, proof, update, record } = request;
+  const { paths, rule, proof, update, record, alsoTag } = request;
   const match = proofMatch(proof);
+  if (alsoTag !== undefined && alsoTag !== rule.tag && !update && 'id' in proof) {
+    return {
+      filter: allOf(request.target, [{ $or: [hasEntry(paths, rule.tag, match), hasEntry(paths, alsoTag, match)] }]),
+      update: { $pull: { [paths.tag(rule.tag)]: match, [paths.tag(alsoTag)]: match } },
+    };
+  }
   const conditions = [hasEntry(paths, rule.tag, match), ...onlyOne(paths, rule.tag, proof), ...(update ? commitConditions(paths, rule, proof) : [])];
   return {
     filter: allOf(request.target, conditions),

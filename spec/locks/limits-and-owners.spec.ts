@@ -1,5 +1,5 @@
 /**
- * Review 5: limits under convert, and an owner's first hold on a shared tag.
+ * Limits under convert, and an owner's first hold on a busy shared tag (found by an independent review; each test failed before its fix).
  */
 import { expect } from 'chai';
 import type { Collection, Document } from 'mongodb';
@@ -10,7 +10,7 @@ import { freshCollection, newClient, rejectionOf } from '../support/fixture';
 const otherClientsCollection = async (collection: Collection<Document>): Promise<Collection<Document>> =>
   (await newClient()).db(collection.dbName).collection(collection.collectionName);
 
-describe('review 5: limits and owners', () => {
+describe('limits under convert; an owner on a busy shared tag', () => {
   it('convert to a limited tag whose stored limit is another is refused LimitMismatch (a deployment error), as an acquisition is', async () => {
     const collection = await freshCollection([{ _id: 'doc' }]);
     const mine = multiLock({ collection, locktimeouts: { read: 60_000, editor: 60_000 }, limits: { editor: 2 } });

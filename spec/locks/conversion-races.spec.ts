@@ -1,5 +1,5 @@
 /**
- * Review 5: handle.convert(tag) under lost replies and concurrent extensions.
+ * handle.convert(tag) under lost replies, extensions in flight, and pending upgrades it need not wait for (found by an independent review; each test failed before its fix).
  */
 import { expect } from 'chai';
 import type { Collection, Document } from 'mongodb';
@@ -16,7 +16,7 @@ async function storedEntries(collection: Collection<Document>, _id: unknown): Pr
   return Object.entries(tags).flatMap(([tag, entries]) => entries.map((entry) => ({ tag, id: entry.id, exp: entry.exp })));
 }
 
-describe('review 5: convert', () => {
+describe('convert under races: lost replies, extensions in flight, pending upgrades', () => {
   it('a conversion whose reply is lost leaves no lock behind once its caller releases the handle', async function () {
     this.timeout(20_000);
     const collection = await freshCollection([{ _id: 'doc' }]);
