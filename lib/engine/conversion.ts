@@ -62,6 +62,12 @@ function explainRefusedConversion(
   const deadlock = upgradeWaitingFor(engine, stored, lock, to, now);
   if (deadlock) return { retry: false, error: deadlock(call) };
   const held = conversionWaitsFor(to).filter((other) => liveEntries(stored, other, now).some((entry) => entry.id !== lock.id));
+  // A registration of a tag this conversion waits for, itself waiting for this lock's tag (assertive): each would wait for the other.
+  const registered = held.find((other) => engine.rule(other).assertive.includes(lock.tag));
+  if (registered !== undefined) {
+    const detail = `a ${registered} lock registered beside this ${lock.tag} lock waits for it (assertive), and this conversion would wait for it: release this lock, or retry once it is done`;
+    return { retry: false, error: lockError('UpgradeConflict', call.boom, { detail }) };
+  }
   const pending = pendingUpgrade(stored, now);
   if (held.length > 0) return { retry: false, error: lockError(engine.conflict, call.boom, { detail: `tag ${held.join(', ')} is held by others` }) };
   if (pending && pending.id !== lock.id && yieldsTo.includes(pending.tag)) {

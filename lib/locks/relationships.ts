@@ -106,7 +106,9 @@ export function withUpgradePreference(rules: ReadonlyMap<string, TagRule>): Read
   if (rules.size < 2) return rules;
   const preferred = new Map<string, TagRule>();
   for (const [tag, rule] of rules) {
-    const yields = [...rules.values()].filter((other) => conversionWaitsFor(other).includes(tag)).map((other) => other.tag);
+    // A conversion to a tag with a limit also waits for permits of that tag to come free.
+    const waitedFor = (other: TagRule): readonly string[] => (other.limit === undefined ? conversionWaitsFor(other) : [...conversionWaitsFor(other), other.tag]);
+    const yields = [...rules.values()].filter((other) => waitedFor(other).includes(tag)).map((other) => other.tag);
     preferred.set(tag, yields.length > 0 ? { ...rule, yieldsToUpgradesOf: yields } : rule);
   }
   return preferred;

@@ -68,7 +68,16 @@ describe('handle.convert(tag): upgrade and downgrade in one update', () => {
     })();
     try {
       for (let i = 0; i < 20; i++) {
-        await handle.convert('write', { wait: 10_000 }); // a competitor's registration may be there for a moment
+        // A competitor's registration (waiting for this reader) may be there for a moment: UpgradeConflict, try again.
+        for (let tries = 0; ; tries++) {
+          const refused = await handle.convert('write', { wait: 10_000 }).then(
+            () => undefined,
+            (error: { subtype?: string }) => error,
+          );
+          if (refused === undefined) break;
+          if ((refused as { subtype?: string }).subtype !== 'UpgradeConflict' || tries > 50) throw refused;
+          await sleep(5);
+        }
         await handle.convert('read');
       }
     } finally {
@@ -117,6 +126,37 @@ describe('handle.convert(tag): upgrade and downgrade in one update', () => {
     await upgrade;
     expect(first.tag).to.equal('write');
     await first.release();
+  });
+
+  it('a reader whose upgrade would wait for a writer registered beside it (which waits for the reader) is refused at once: UpgradeConflict', async function () {
+    this.timeout(20_000);
+    const collection = await freshCollection([{ _id: 'doc' }]);
+    const rw = readWrite(collection);
+    const reader = await rw.acquire({ _id: 'doc' }, { tag: 'read' });
+    const writer = rw.acquire({ _id: 'doc' }, { tag: 'write', wait: 10_000 }); // registers, waits for the reader
+    for (let i = 0; i < 100 && (await idsOf(collection, 'doc', 'write')).length === 0; i++) await sleep(20);
+    const refused = await rejectionOf(reader.convert('write', { wait: 10_000 }));
+    expect(refused.subtype).to.equal('UpgradeConflict');
+    expect(refused.message).to.match(/registered beside this read lock waits for it/);
+    await reader.release();
+    await (await writer).release();
+  });
+
+  it('writer preference for a tag with a limit: while a conversion waits for a permit, new holders of that tag are refused', async function () {
+    this.timeout(20_000);
+    const collection = await freshCollection([{ _id: 'doc' }]);
+    const page = multiLock({ collection, locktimeouts: { viewer: 60_000, editor: 60_000 }, limits: { editor: 2 } });
+    const editors = [await page.acquire({ _id: 'doc' }, { tag: 'editor' }), await page.acquire({ _id: 'doc' }, { tag: 'editor' })];
+    const viewer = await page.acquire({ _id: 'doc' }, { tag: 'viewer' });
+    const promoted = viewer.convert('editor', { wait: 10_000 });
+    for (let i = 0; i < 100 && ((await collection.findOne({ _id: 'doc' as never }))?.lock?.upgrade ?? []).length === 0; i++) await sleep(20);
+    await editors[0]!.release();
+    const newcomer = await rejectionOf(page.acquire({ _id: 'doc' }, { tag: 'editor' }));
+    // Refused: while the conversion waits (writer preference), or once it took the freed permit.
+    expect(newcomer.message, 'the freed permit is kept for the waiting conversion').to.match(/upgrade to editor is pending|2 of 2 permits/);
+    await promoted;
+    expect({ tag: viewer.tag, permits: viewer.permits }).to.deep.equal({ tag: 'editor', permits: 1 });
+    await Promise.all([viewer.release(), editors[1]!.release()]);
   });
 
   it('an upgrade that gives up (wait ran out, or aborted) takes its mark out: readers are admitted again at once', async function () {
