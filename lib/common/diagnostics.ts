@@ -31,6 +31,8 @@ export interface LockCallContext {
   nested?: boolean;
   /** Acquire of a tag with a limit (a semaphore): the permits taken. */
   permits?: number;
+  /** Extend channel: a conversion (`handle.convert`) from one tag to another; `tag` is the new one once it succeeded. */
+  conversion?: { readonly from: string; readonly to: string };
   /** Set by Node's tracing: what the call resolved, or why it failed. */
   result?: unknown;
   error?: unknown;

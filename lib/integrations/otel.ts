@@ -30,7 +30,8 @@ const VERSION = (require('../../package.json') as { version: string }).version;
  * - spans `monglock acquire` (outcome, attempts, wait), `monglock release`, `monglock extend`,
  *   and `monglock hold` from a won acquisition to its release (or its loss: error status, with
  *   the cause; failed extensions are span events);
- * - `monglock.acquisitions` (counter, by outcome), `monglock.acquire.wait` and `monglock.hold`
+ * - `monglock.acquisitions` (counter, by outcome), `monglock.conversions` (counter, by outcome and
+ *   tags), `monglock.acquire.wait` and `monglock.hold`
  *   (histograms, ms), `monglock.held` (gauge: locks this process holds now).
  * Attributes: `monglock.namespace`, `monglock.kind`, `monglock.tag`, `monglock.outcome`; for an
  * owner's acquisition `monglock.nested` (a re-entry: true), for a semaphore's `monglock.permits`.
@@ -46,6 +47,7 @@ export function instrumentMonglock(options: MonglockInstrumentationOptions = {})
   const acquisitions = meter.createCounter('monglock.acquisitions', { description: 'Acquire calls, by outcome', unit: '{call}' });
   const waits = meter.createHistogram('monglock.acquire.wait', { description: 'Time from an acquire call to its outcome', unit: 'ms' });
   const holds = meter.createHistogram('monglock.hold', { description: 'Time a lock was held, from acquisition to release or loss', unit: 'ms' });
+  const conversions = meter.createCounter('monglock.conversions', { description: 'handle.convert calls, by outcome and tags', unit: '{call}' });
   const heldGauge = meter.createObservableGauge('monglock.held', { description: 'Locks this process holds', unit: '{lock}' });
 
   const calls = new WeakMap<LockCallContext, Span>();
@@ -118,6 +120,10 @@ export function instrumentMonglock(options: MonglockInstrumentationOptions = {})
         }
       } else if (operation === 'release') {
         endHold(context.lockId, context.error === undefined ? 'released' : 'release failed', context.error);
+      } else if (context.conversion) {
+        conversions.add(1, { ...attributes, 'monglock.converted_from': context.conversion.from, 'monglock.converted_to': context.conversion.to });
+        const hold = context.lockId === undefined ? undefined : held.get(context.lockId);
+        if (hold && context.outcome === 'converted' && context.expiresAt !== undefined) hold.expiresAt = context.expiresAt;
       } else if (context.lockId !== undefined && context.expiresAt !== undefined) {
         const hold = held.get(context.lockId);
         if (hold) hold.expiresAt = context.expiresAt;

@@ -1,4 +1,5 @@
 import type { Document } from 'mongodb';
+import { traced } from '../common/diagnostics';
 import { isLockError } from '../common/errors';
 import { knownKeys } from '../common/known-keys';
 import { CALL_KEYS, FIXED_PER_LOCK, readParams, type CallOptions, type ResolvedCallOptions } from '../common/options';
@@ -31,10 +32,27 @@ const MARK_RENEWAL = 600;
 /** What a conversion needs from the lock that made the handle. */
 export interface ConvertSite {
   readonly engine: LockEngine;
+  /** The locked collection, `db.collection` (for events). */
+  readonly namespace: string;
   readonly clock: ServerClock;
   readonly waiters: LocalWaiters;
   callOptions(params: unknown): { params: Record<string, unknown>; call: ResolvedCallOptions };
   leaseOf(tag: string, params: Record<string, unknown>): number;
+}
+
+/** {@link convertHeld}, traced on `monglock:extend` with `conversion: { from, to }` (outcome `converted`). */
+export function convertTraced(site: ConvertSite, kind: string, target: Document, lock: LockData, tag: unknown, params: unknown): Promise<Acquired> {
+  const conversion = { from: lock.tag, to: String(tag) };
+  return traced(
+    'extend',
+    () => ({ operation: 'extend', kind, namespace: site.namespace, tag: lock.tag, lockId: lock.id, fence: lock.fence, conversion }),
+    () => site.clock.local(),
+    async (context) => {
+      const converted = await convertHeld(site, target, lock, tag, params);
+      if (context) Object.assign(context, { tag: converted.lock.tag, fence: converted.lock.fence, expiresAt: converted.lock.expiresAt, outcome: 'converted' });
+      return converted;
+    },
+  );
 }
 
 /**

@@ -1,6 +1,6 @@
 import type { Document } from 'mongodb';
 import { acquireOnDocument, type AcquireSite } from './document-acquire';
-import { convertHeld } from './conversion';
+import { convertTraced } from './conversion';
 import { isTraced, traced } from '../common/diagnostics';
 import type { ConflictSubtype } from '../common/errors';
 import type { KnownKeys } from '../common/known-keys';
@@ -205,9 +205,9 @@ export class DocumentLock implements HandleOwner, AcquireSite {
     );
   }
 
-  /** Converts `lock` (a multiLock's) to `tag` ({@link convertHeld}); the lock it resolves has its new tag, token and lease. */
+  /** Converts `lock` (a multiLock's) to `tag` (see lib/locks/conversion.ts); the lock it resolves has its new tag, token and lease. */
   convert(target: Document, lock: LockData, tag: unknown, params: unknown): Promise<Acquired> {
-    return this.run(() => convertHeld(this, target, lock, tag, params));
+    return this.run(() => convertTraced(this, this.kindName, target, lock, tag, params));
   }
 
   guard(target: Document, lock: LockData, extra?: Document): Document {

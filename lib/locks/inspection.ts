@@ -36,6 +36,8 @@ export interface InspectedLock {
   readonly permits?: number;
   /** The owner whose hold it is (reentrant locks: each nested hold is listed); absent otherwise. */
   readonly owner?: string;
+  /** Its fencing token, where the document keeps it (an owner's holds); other locks' tokens are their handles' (see `fence` below). */
+  readonly fence?: number;
 }
 
 /** A waiter's place in a fair queue, as `inspect` reads it. */
@@ -88,7 +90,7 @@ export function inspectionOf(seen: Inspection & { value: Document }, paths: Lock
     fence: typeof stored.fence === 'number' ? stored.fence : 0,
     locks: entries.filter(ours).map((entry) => {
       const endless = entry.exp.getTime() >= NEVER;
-      const { permits, owner } = entry.extra;
+      const { permits, owner, fence } = entry.extra;
       return {
         id: entry.id,
         tag: entry.tag,
@@ -97,6 +99,7 @@ export function inspectionOf(seen: Inspection & { value: Document }, paths: Lock
         remaining: endless ? Infinity : entry.exp.getTime() - now,
         ...(typeof permits === 'number' && { permits }),
         ...(typeof owner === 'string' && { owner }),
+        ...(typeof fence === 'number' && { fence }),
       };
     }),
     waiting: tickets.filter(ours).map((ticket) => ({ id: ticket.id, tag: ticket.tag, since: ticket.at, expiresAt: ticket.exp })),

@@ -5,7 +5,7 @@
 import { AggregationTemporality, InMemoryMetricExporter, MeterProvider, PeriodicExportingMetricReader, type DataPoint, type Histogram } from '@opentelemetry/sdk-metrics';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
 import { expect } from 'chai';
-import { isLockError, semaphore, writeLock } from '../../lib';
+import { isLockError, multiLock, semaphore, writeLock } from '../../lib';
 import { instrumentMonglock } from '../../lib/otel';
 import { freshCollection, rejectionOf } from '../support/fixture';
 
@@ -56,7 +56,7 @@ describe('monglock/otel', function () {
     }
   });
 
-  it('re-entries and semaphore permits are counted: monglock.nested and monglock.permits on acquisitions', async () => {
+  it('re-entries, semaphore permits and conversions are counted: monglock.nested and monglock.permits on acquisitions, monglock.conversions', async () => {
     const exporter = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE);
     const reader = new PeriodicExportingMetricReader({ exporter, exportIntervalMillis: 60_000 });
     const meterProvider = new MeterProvider({ readers: [reader] });
@@ -68,6 +68,12 @@ describe('monglock/otel', function () {
       const holds = [await lock.acquire({ _id: 1 }, { owner: 'o' }), await lock.acquire({ _id: 1 }, { owner: 'o' }), await lock.acquire({ _id: 1 }, { owner: 'o' })];
       const permits = await pool.acquire({ _id: 1 }, { permits: 2 });
       await Promise.all([...holds, permits].map((held) => held.release()));
+      const rw = multiLock({ collection, locktimeouts: { read: 5_000, write: 5_000 }, lockRelationships: { read: { cooperative: ['write'] }, write: { cooperative: ['write', 'read'] } } });
+      const upgraded = await rw.acquire({ _id: 1 }, { tag: 'read' });
+      await upgraded.convert('write');
+      const other = await rw.acquire({ _id: 1 }, { tag: 'read' }).catch(() => undefined);
+      expect(other).to.equal(undefined);
+      await upgraded.release();
       await reader.forceFlush();
       const points = exporter.getMetrics().flatMap((resource) => resource.scopeMetrics.flatMap((scope) => scope.metrics)).find((m) => m.descriptor.name === 'monglock.acquisitions')!.dataPoints;
       const counted = points.map((point) => ({ kind: point.attributes['monglock.kind'], nested: point.attributes['monglock.nested'], permits: point.attributes['monglock.permits'], value: point.value }));
@@ -76,6 +82,8 @@ describe('monglock/otel', function () {
         { kind: 'writeLock', nested: true, permits: undefined, value: 2 },
         { kind: 'semaphore', nested: undefined, permits: 2, value: 1 },
       ]);
+      const converted = exporter.getMetrics().flatMap((resource) => resource.scopeMetrics.flatMap((scope) => scope.metrics)).find((m) => m.descriptor.name === 'monglock.conversions')!.dataPoints;
+      expect(converted.map((point) => [point.attributes['monglock.converted_from'], point.attributes['monglock.converted_to'], point.attributes['monglock.outcome'], point.value])).to.deep.equal([['read', 'write', 'converted', 1]]);
     } finally {
       instrumentation.disable();
       await meterProvider.shutdown();

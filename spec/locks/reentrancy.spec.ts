@@ -45,7 +45,7 @@ describe('reentrancy by owner', () => {
     await outer.release();
     expect(await whatAnAcquisitionGets(lock, { _id: 1 })).to.equal('LockAlreadyTaken');
     const seen = await lock.inspect({ _id: 1 });
-    expect(seen.locks.map((held) => [held.id, held.owner])).to.deep.equal([[inner.id, 'job']]);
+    expect(seen.locks.map((held) => [held.id, held.owner, held.fence])).to.deep.equal([[inner.id, 'job', outer.fence]]);
     await inner.release();
     expect(await whatAnAcquisitionGets(lock, { _id: 1 })).to.equal('acquired');
   });
