@@ -1,7 +1,7 @@
 import type { Document } from 'mongodb';
 import { lockError, withDbErrors } from '../common/errors';
 import type { ResolvedCallOptions } from '../common/options';
-import { conversionWaitsFor, convertOperation, dropUpgradeOperation, markUpgradeOperation, pendingUpgrade } from '../protocol/convert';
+import { conversionBlockedBy, conversionWaitsFor, convertOperation, dropUpgradeOperation, markUpgradeOperation, pendingUpgrade } from '../protocol/convert';
 import { expiryOf, fenceOf, type LockData } from '../protocol/lock-data';
 import { liveEntries, type StoredLock } from '../protocol/stored-format';
 import type { TagRule } from '../protocol/lock-data';
@@ -24,7 +24,7 @@ export async function convertLock(engine: LockEngine, target: Document, lock: Lo
   const from = engine.rule(lock.tag);
   const to = engine.rule(tag);
   // A pending upgrade to a tag that waits for `to` but not for `from` would be held up by this conversion.
-  const yieldsToUpgradesOf = (to.yieldsToUpgradesOf ?? []).filter((other) => !conversionWaitsFor(engine.rule(other)).includes(from.tag));
+  const yieldsToUpgradesOf = (to.yieldsToUpgradesOf ?? []).filter((other) => !conversionBlockedBy(engine.rule(other)).includes(from.tag));
   return runStamped(clock, store, call, {
     target,
     lease,
@@ -95,9 +95,9 @@ function explainRefusedConversion(
  */
 function upgradeWaitingFor(engine: LockEngine, stored: StoredLock, lock: LockData, to: TagRule, now: number): ((call: ResolvedCallOptions) => Error) | undefined {
   const pending = pendingUpgrade(stored, now);
-  if (!pending || pending.id === lock.id || !conversionWaitsFor(engine.rule(pending.tag)).includes(lock.tag)) return undefined;
+  if (!pending || pending.id === lock.id || !conversionBlockedBy(engine.rule(pending.tag)).includes(lock.tag)) return undefined;
   const upgraderTag = [...engine.tags].find((other) => liveEntries(stored, other, now).some((entry) => entry.id === pending.id));
-  if (upgraderTag === undefined || !conversionWaitsFor(to).includes(upgraderTag)) return undefined;
+  if (upgraderTag === undefined || !conversionBlockedBy(to).includes(upgraderTag)) return undefined;
   return (call) =>
     lockError('UpgradeConflict', call.boom, {
       detail: `another holder's upgrade to ${pending.tag} is pending and waits for this ${lock.tag} lock: two upgrades would wait for each other, so this one is refused (release this lock, or retry once that upgrade is done)`,

@@ -1,5 +1,5 @@
 import type { Document } from 'mongodb';
-import { isLockError, lockError, withDbErrors } from '../common/errors';
+import { isLockError, lockError } from '../common/errors';
 import type { ResolvedCallOptions } from '../common/options';
 import { expiryOf, type LockData } from '../protocol/lock-data';
 import { newLockId } from '../protocol/lock-ids';
@@ -17,6 +17,8 @@ import { failedAcquisition } from './write-failures';
 const OWNED_ROUNDS = 6;
 /** From this round on, a first hold is not pinned to the counter it read (other acquisitions kept moving it): its token is set after. */
 const UNPINNED_FROM = 3;
+/** How many times, 20 ms apart, an owner waits for its first hold's token to be set (by its other process) before it reports a conflict. */
+const TOKEN_ROUNDS = 50;
 
 /**
  * A reentrant acquisition by `owner`: reads the document (on the primary, with the server's
@@ -29,11 +31,18 @@ const UNPINNED_FROM = 3;
  * without owner takes one.
  */
 export async function acquireOwned(engine: LockEngine, filter: Document, tag: string, lease: number, call: ResolvedCallOptions, extras: AcquireExtras, owner: string): Promise<Acquired | AssertivePending> {
-  for (let round = 1; ; round++) {
+  for (let round = 1, tokenRounds = 0; ; round++) {
     const seen = await engine.read(filter, call);
     if (!seen.value) throw noDocument(call.boom).error;
     const stored = engine.paths.read(seen.value);
     const [outer] = holdsOf(stored, tag, owner, seen.serverNow?.getTime() ?? engine.clock.lower());
+    if (outer && outer.fence === undefined) {
+      // Its first hold's token is being set (taken unpinned, in another process): not a hold to nest in yet.
+      if (++tokenRounds > TOKEN_ROUNDS) throw lockError(engine.conflict, call.boom, { detail: `owner ${owner}'s first hold has no token yet (is its process gone?)` });
+      round--;
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      continue;
+    }
     try {
       if (!outer) {
         const pinned = round < UNPINNED_FROM;
@@ -41,9 +50,7 @@ export async function acquireOwned(engine: LockEngine, filter: Document, tag: st
         if (!pinned) await setHoldFence(engine, won, call);
         return won;
       }
-      // Its first hold's token is not set yet (taken unpinned, in another process): not a hold to nest in yet.
-      if (outer.fence === undefined) throw lockError('LockNotFound', call.boom, { detail: `owner ${owner}'s first hold has no token yet` });
-      return await reenter(engine, { _id: seen.value._id }, tag, owner, outer.fence, lease, call, extras.document);
+      return await reenter(engine, { _id: seen.value._id }, tag, owner, outer.fence!, lease, call, extras.document);
     } catch (error) {
       const changed = ownerMayRetry(error) || (outer !== undefined && isLockError(error, 'LockNotFound'));
       if (!changed || round === OWNED_ROUNDS) throw error;
@@ -53,16 +60,20 @@ export async function acquireOwned(engine: LockEngine, filter: Document, tag: st
 }
 
 /**
- * Sets the token of a first hold taken unpinned; if that fails, releases the hold (a hold without
- * a token could never be nested in) and rejects.
+ * Sets the token of a first hold taken unpinned. If that fails, the acquisition fails with a
+ * `DbError` that carries the hold (`err.lock`), which the acquisition releases as it releases a
+ * lock whose reply was lost (retried until it lands): a hold without a token could never be nested in.
  */
 async function setHoldFence(engine: LockEngine, won: Acquired | AssertivePending, call: ResolvedCallOptions): Promise<void> {
+  let failure: unknown;
   try {
-    await withDbErrors(call.boom, () => engine.store.applyOne(holdFenceOperation(engine.paths, won.target, won.lock.tag, won.lock.id, won.lock.fence), call));
+    if (await engine.store.applyOne(holdFenceOperation(engine.paths, won.target, won.lock.tag, won.lock.id, won.lock.fence), call)) return;
   } catch (error) {
-    await engine.release(won.target, won.lock.tag, { id: won.lock.id }, won.lock, call).catch(() => undefined);
-    throw error;
+    failure = error;
   }
+  const written: Acquired = { lock: won.lock, target: won.target, landsBy: won.lock.timestamp };
+  const detail = `the owner's first hold was taken, but its fencing token could not be stored${failure instanceof Error ? ` (${failure.message})` : ' (the hold is gone)'}: it is being released (err.lock)`;
+  throw lockError('DbError', call.boom, { cause: failure, detail, lock: written });
 }
 
 /**

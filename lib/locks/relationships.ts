@@ -1,5 +1,5 @@
 import type { TagRule } from '../protocol/lock-data';
-import { conversionWaitsFor } from '../protocol/convert';
+import { conversionBlockedBy } from '../protocol/convert';
 import { RESERVED_TAG_NAMES } from '../protocol/stored-format';
 import { knownKeys, nearestKey } from '../common/known-keys';
 import { readParams } from '../common/options';
@@ -107,8 +107,7 @@ export function withUpgradePreference(rules: ReadonlyMap<string, TagRule>): Read
   const preferred = new Map<string, TagRule>();
   for (const [tag, rule] of rules) {
     // A conversion to a tag with a limit also waits for permits of that tag to come free.
-    const waitedFor = (other: TagRule): readonly string[] => (other.limit === undefined ? conversionWaitsFor(other) : [...conversionWaitsFor(other), other.tag]);
-    const yields = [...rules.values()].filter((other) => waitedFor(other).includes(tag)).map((other) => other.tag);
+    const yields = [...rules.values()].filter((other) => conversionBlockedBy(other).includes(tag)).map((other) => other.tag);
     preferred.set(tag, yields.length > 0 ? { ...rule, yieldsToUpgradesOf: yields } : rule);
   }
   return preferred;

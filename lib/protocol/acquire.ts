@@ -1,7 +1,7 @@
 import type { Document } from 'mongodb';
 import { queuedBehind, type Ticket, type TagRule } from './lock-data';
 import { isLimited, permitConditions, recordLimit } from './permits';
-import { counterIs, type OwnedAcquisition } from './reentry';
+import { counterIs, ownerHoldsNone, type OwnedAcquisition } from './reentry';
 import { noPendingUpgrade } from './convert';
 import { mergeUpdates, type LockOperation } from './operation';
 import {
@@ -57,7 +57,8 @@ export interface AcquireRequest {
  * acquisitions; for a tag with a limit, that the permits live at the stamp plus these stay within
  * the limit stored in the document, which must be the caller's unless no permit is live (see
  * lib/protocol/permits.ts); for an owner's first hold, that the fencing counter is still the one
- * read (so that its entry can keep its token for the owner's nested holds); no pending upgrade
+ * read (so that its entry can keep its token for the owner's nested holds), or unpinned, that the
+ * owner holds none by `$$NOW` (so that it has one first hold, one token); no pending upgrade
  * that waits for this tag (lib/protocol/convert.ts: writer preference); in fair mode, no live ticket of a cooperative tag (or, limited, of
  * its own) that came first; and the kind's conditions.
  *
@@ -100,7 +101,7 @@ export function acquireOperation(request: AcquireRequest): LockOperation {
     ...rule.cooperative.map((other) => noLiveEntry(paths, other, at)),
     ...(rule.exclusive ? [stampNotBeforeRecent(paths, tag, at)] : []),
     ...(limited ? permitConditions(paths, limited, permits, at) : []),
-    ...(owned?.counter !== undefined ? [counterIs(paths, owned.counter)] : []),
+    ...(owned ? [owned.counter !== undefined ? counterIs(paths, owned.counter) : ownerHoldsNone(paths, tag, owned.owner)] : []),
     ...(rule.yieldsToUpgradesOf?.length ? [noPendingUpgrade(paths, rule.yieldsToUpgradesOf, at)] : []),
     ...(fair && queueTags.length > 0 ? [noEarlierTicket(paths, queueTags, at, fair.ticket)] : []),
     { $expr: stampWithin(at, request.tolerance) },

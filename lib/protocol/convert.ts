@@ -27,9 +27,14 @@ import {
  * for the first one's conversion while the first waits for it is refused at once instead.
  */
 
-/** The tags a conversion to `rule` waits for: those it is cooperative with or asserts over. */
+/** The tags a conversion to `rule` waits for to be gone: those it is cooperative with or asserts over. */
 export function conversionWaitsFor(rule: TagRule): readonly string[] {
   return [...new Set([...rule.cooperative, ...rule.assertive])];
+}
+
+/** The tags whose holders a conversion to `rule` may wait for: {@link conversionWaitsFor}, and its own when it has a limit (for a permit). */
+export function conversionBlockedBy(rule: TagRule): readonly string[] {
+  return rule.limit === undefined ? conversionWaitsFor(rule) : [...conversionWaitsFor(rule), rule.tag];
 }
 
 /** A conversion to send. */

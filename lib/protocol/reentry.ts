@@ -36,6 +36,12 @@ export function holdFenceOperation(paths: LockPaths, target: Document, tag: stri
   };
 }
 
+/** `$expr` filter: `owner` holds no entry of `tag` unexpired by the server's clock (an unpinned first hold may not become a second one). */
+export function ownerHoldsNone(paths: LockPaths, tag: string, owner: string): Document {
+  const live = { $filter: { input: { $ifNull: [`$${paths.tag(tag)}`, []] }, as: 'entry', cond: { $and: [{ $eq: ['$$entry.owner', owner] }, { $gt: ['$$entry.exp', '$$NOW'] }] } } };
+  return { $expr: { $eq: [{ $size: live }, 0] } };
+}
+
 /** Filter: the document's fencing counter is `counter` (0: never locked). */
 export function counterIs(paths: LockPaths, counter: number): Document {
   return { $expr: { $eq: [{ $ifNull: [`$${paths.fence}`, 0] }, counter] } };
