@@ -19,7 +19,7 @@
  */
 import { expect } from 'chai';
 import fc from 'fast-check';
-import { Acquire, Commit, Continue, Expire, Extend, ForceRelease, Release, StartWaiter, type Command, type Via } from '../support/protocol-commands';
+import { Acquire, Commit, Continue, Convert, Expire, Extend, ForceRelease, Release, StartWaiter, type Command, type Via } from '../support/protocol-commands';
 import { setup, stats, teardown } from '../support/protocol-harness';
 import type { Fault, Tag, Target, Waiter } from '../support/protocol-model';
 
@@ -49,6 +49,8 @@ const commandArbitraries: Array<fc.Arbitrary<Command>> = [
   fc.tuple(picks, fc.integer({ min: 1, max: 50 }), vias, faults).map(([pick, amount, via, fault]): Command => new Commit(pick, -amount, via, fault)),
   fc.tuple(picks, vias, faults).map(([pick, via, fault]): Command => new Extend(pick, via, fault)),
   fc.constantFrom<'a' | 'b' | 'missing'>('a', 'a', 'b', 'b', 'missing').map((target): Command => new ForceRelease(target)),
+  picks.map((pick): Command => new Convert(pick)),
+  picks.map((pick): Command => new Convert(pick)),
   picks.map((pick): Command => new Expire(pick)),
   picks.map((pick): Command => new Expire(pick)),
   startWaiter,

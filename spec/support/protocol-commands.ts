@@ -255,6 +255,34 @@ export class Extend extends HandleCommand {
   }
 }
 
+/** handle.convert(read ↔ write) of a confirmed multiLock handle, without wait or fault. */
+export class Convert implements Command {
+  constructor(readonly pick: number) {}
+
+  private handle(model: Readonly<ProtocolModel>): ModelHandle | undefined {
+    return picked(model, this.pick, (handle) => handle.owner === 'multiLock' && !handle.unconfirmed && handle.doc !== undefined);
+  }
+
+  check(model: Readonly<ProtocolModel>): boolean {
+    return model.halted === undefined && this.handle(model) !== undefined;
+  }
+
+  async run(model: ProtocolModel, real: Real): Promise<void> {
+    const handle = this.handle(model)!;
+    const to: Tag = handle.tag === 'read' ? 'write' : 'read';
+    const what = `convert(h${handle.key} ${handle.tag} → ${to})`;
+    const given = real.handles[handle.key]!;
+    const observed = await observe(given.convert(to));
+    expectOutcome(observed, model.convert(handle, to), what, true);
+    if (observed.status === 'resolved') expect({ tag: given.tag, fence: given.fence }, `${what}: the handle follows`).to.deep.equal({ tag: handle.tag, fence: handle.fence });
+    await afterCommand(model, real, what);
+  }
+
+  toString(): string {
+    return `convert(#${this.pick})`;
+  }
+}
+
 export class ForceRelease implements Command {
   constructor(readonly target: 'a' | 'b' | 'missing') {}
 

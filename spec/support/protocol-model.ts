@@ -19,7 +19,7 @@ export type Owner = 'writeLock' | 'multiLock' | 'fairWriteLock' | 'fairMultiLock
 export type Fault = 'none' | 'lostReply' | 'lostRequest';
 /** What an acquisition's filter selects: one document, the first free one of both, or none. */
 export type Target = 'a' | 'b' | 'any' | 'missing';
-export type Subtype = 'RessourceNotFound' | 'LockAlreadyTaken' | 'LockWasReacquired' | 'CooperativeLock' | 'AssertiveLock' | 'LockNotFound' | 'DbError';
+export type Subtype = 'RessourceNotFound' | 'LockAlreadyTaken' | 'LockWasReacquired' | 'CooperativeLock' | 'AssertiveLock' | 'LockNotFound' | 'DbError' | 'UpgradeConflict';
 
 /** Every lease, in ms: no lock expires by itself during a test. */
 export const LEASE_MS = 600_000;
@@ -84,11 +84,13 @@ export interface DocState {
 export interface ModelHandle {
   readonly key: number;
   readonly owner: Owner;
-  readonly tag: Tag;
+  /** Its tag (a conversion changes it). */
+  tag: Tag;
   /** The document it was written to (undefined: an unconfirmed lock that never landed). */
   readonly doc: string | undefined;
   readonly id: string;
-  readonly fence: number;
+  /** Its fencing token (a conversion takes a new one). */
+  fence: number;
   /** A lost acquisition's `err.lock`: addressed by its id alone, and releasing it succeeds when it is not held. */
   readonly unconfirmed: boolean;
 }
@@ -281,6 +283,31 @@ export class ProtocolModel {
     if (fault !== 'none') return { expected: rejected('DbError') };
     if (matches) return { expected: { status: 'resolved' } };
     return { expected: rejected(own ? 'LockNotFound' : this.lostSubtype(handle)) };
+  }
+
+  /**
+   * handle.convert(to) (multiLock, no wait): moves a live entry from its tag to `to` in one write
+   * (same id, +1 fence, a new lease; an exclusive `to` replaces its array), only while no other
+   * live entry of a tag `to` is cooperative with or asserts over is held. Refused, nothing written:
+   * `UpgradeConflict` when one of those is a lock that asserts over the converting lock's tag (it
+   * waits for it), else `CooperativeLock`. A lock that expired or is gone: `LockNotFound`.
+   */
+  convert(handle: ModelHandle, to: Tag): Step {
+    this.clock++;
+    const doc = this.docHolding(handle);
+    const own = doc?.tags[handle.tag].find((entry) => entry.id === handle.id);
+    if (!doc || !own || !this.live(own)) return { expected: rejected('LockNotFound') };
+    const rule = ruleOf('multiLock', to);
+    const held = [...new Set([...rule.cooperative, ...rule.assertive])].filter((tag) => this.holders(doc, tag).some((entry) => entry.id !== handle.id));
+    if (held.some((tag) => ruleOf('multiLock', tag).assertive.includes(handle.tag))) return { expected: rejected('UpgradeConflict') };
+    if (held.length > 0) return { expected: rejected('CooperativeLock') };
+    this.remove(doc, handle.tag, handle.id);
+    const entry = { id: handle.id, exp: this.clock + LEASE_MS };
+    doc.tags[to] = rule.exclusive ? [entry] : [...doc.tags[to], entry];
+    doc.fence++;
+    handle.tag = to;
+    handle.fence = doc.fence;
+    return { expected: { status: 'resolved', fence: doc.fence } };
   }
 
   /** writeLock's forced release (no proof, monglock v2): empties the `write` array, whoever holds it. */
