@@ -34,6 +34,7 @@ const vias = fc.constantFrom<Via>('handle', 'handle', 'lock', 'json');
 
 const acquireWrite = fc.tuple(targets, fc.boolean(), faults, fc.boolean()).map(([target, fair, fault, withDocument]): Command => new Acquire('writeLock', 'write', target, fair, fault, withDocument));
 const acquireMulti = fc.tuple(fc.constantFrom<Tag>('read', 'write'), targets, fc.boolean(), faults, fc.boolean()).map(([tag, target, fair, fault, withDocument]): Command => new Acquire('multiLock', tag, target, fair, fault, withDocument));
+const acquirePermits = fc.tuple(targets, fc.constantFrom(1, 1, 2), faults, fc.boolean()).map(([target, permits, fault, withDocument]): Command => new Acquire('semaphore', 'permit', target, false, fault, withDocument, permits));
 const startWaiter = fc.tuple(fc.constantFrom<Waiter['owner']>('fairWriteLock', 'fairMultiLock'), fc.constantFrom<'a' | 'b'>('a', 'b')).map(([owner, doc]): Command => new StartWaiter(owner, doc));
 const commandArbitraries: Array<fc.Arbitrary<Command>> = [
   acquireWrite,
@@ -42,6 +43,8 @@ const commandArbitraries: Array<fc.Arbitrary<Command>> = [
   acquireMulti,
   acquireMulti,
   acquireMulti,
+  acquirePermits,
+  acquirePermits,
   fc.tuple(picks, faults).map(([pick, fault]): Command => new Continue(pick, fault)),
   fc.tuple(picks, vias, faults).map(([pick, via, fault]): Command => new Release(pick, via, fault)),
   fc.tuple(picks, vias, faults).map(([pick, via, fault]): Command => new Release(pick, via, fault)),

@@ -39,13 +39,15 @@ export type Command = fc.AsyncCommand<ProtocolModel, Real>;
 
 export class Acquire implements Command {
   constructor(
-    readonly owner: 'writeLock' | 'multiLock',
+    readonly owner: 'writeLock' | 'multiLock' | 'semaphore',
     readonly tag: Tag,
     readonly target: Target,
     readonly fair: boolean,
     readonly fault: Fault,
     /** Ask for the locked document's balance with the lock (`document: { balance: 1 }`). */
     readonly withDocument = false,
+    /** A semaphore's acquisition: the permits it takes. */
+    readonly permits = 1,
   ) {}
 
   check(model: Readonly<ProtocolModel>): boolean {
@@ -57,13 +59,14 @@ export class Acquire implements Command {
     const from = real.faults.replied.length;
     const params = {
       ...(this.owner === 'multiLock' ? { tag: this.tag } : {}),
+      ...(this.owner === 'semaphore' ? { permits: this.permits } : {}),
       ...(this.fair ? { fair: true } : {}),
       ...(this.withDocument ? { document: { balance: 1 } } : {}),
       ...callOptions(this.fault),
     };
     const observed = await withFault(real, this.fault, isAcquisition, () => real.locks[this.owner].acquire(filterOf(this.target), params), what);
     const given = (observed.value ?? observed.error?.lock) as LockHandle | undefined;
-    const step = model.acquire(this.owner, this.tag, this.target, this.fair, this.fault, given?.id);
+    const step = model.acquire(this.owner, this.tag, this.target, this.fair, this.fault, given?.id, this.permits);
     expectOutcome(observed, step, what, true);
     if (step.handle && given) real.handles[step.handle.key] = given;
     // A lost acquisition's lock is released by monglock in the background: wait for that release.
@@ -78,7 +81,7 @@ export class Acquire implements Command {
   }
 
   toString(): string {
-    return `acquire(${this.owner}${this.owner === 'multiLock' ? ` ${this.tag}` : ''} on ${this.target}${this.fair ? ', fair' : ''}${this.withDocument ? ', document' : ''}${faultText(this.fault)})`;
+    return `acquire(${this.owner}${this.owner === 'multiLock' ? ` ${this.tag}` : this.owner === 'semaphore' ? ` ${this.permits} permit(s)` : ''} on ${this.target}${this.fair ? ', fair' : ''}${this.withDocument ? ', document' : ''}${faultText(this.fault)})`;
   }
 }
 

@@ -6,7 +6,7 @@
  */
 import { expect } from 'chai';
 import type { Collection, Document } from 'mongodb';
-import { multiLock, writeLock, LockHandle, type MultiLock, type WriteLock } from '../../lib';
+import { multiLock, semaphore, writeLock, LockHandle, type MultiLock, type Semaphore, type WriteLock } from '../../lib';
 import { delayedCollection, type Delays, type DelayedMethod } from '../../stress/delayed-collection';
 import { freshCollection, sleep } from './fixture';
 import { never } from './lock-commands';
@@ -14,6 +14,7 @@ import {
   DOC_IDS,
   kindOf,
   LEASE_MS,
+  PERMIT_LIMIT,
   ProtocolModel,
   type Expected,
   type Fault,
@@ -174,12 +175,12 @@ export async function checkState(model: ProtocolModel, real: Real, after: string
     const doc = stored.find((candidate) => (candidate._id as unknown) === id);
     const lock = (doc?.lock ?? {}) as { fence?: number; until?: Date; tags?: Record<string, Array<{ id: string; exp: Date }>>; queue?: Array<{ id: string; tag: string }> };
     const entries = (tag: Tag): string[] => (lock.tags?.[tag] ?? []).map((entry) => `${entry.id}:${entry.exp.getTime() > now ? 'live' : 'expired'}`).sort();
-    const actual = { fence: lock.fence ?? 0, balance: doc?.balance, read: entries('read'), write: entries('write'), queue: (lock.queue ?? []).map((ticket) => `${ticket.tag}:${ticket.id}`).sort() };
+    const actual = { fence: lock.fence ?? 0, balance: doc?.balance, read: entries('read'), write: entries('write'), permit: entries('permit'), queue: (lock.queue ?? []).map((ticket) => `${ticket.tag}:${ticket.id}`).sort() };
     const m = model.doc(id);
     const modelEntries = (tag: Tag): string[] => m.tags[tag].map((entry) => `${entry.id}:${model.live(entry) ? 'live' : 'expired'}`).sort();
-    const wanted = { fence: m.fence, balance: m.balance, read: modelEntries('read'), write: modelEntries('write'), queue: m.queue.map((ticket) => `${ticket.tag}:${ticket.id}`).sort() };
+    const wanted = { fence: m.fence, balance: m.balance, read: modelEntries('read'), write: modelEntries('write'), permit: modelEntries('permit'), queue: m.queue.map((ticket) => `${ticket.tag}:${ticket.id}`).sort() };
     expect(actual, `document ${id} after ${after}`).to.deep.equal(wanted);
-    const liveExp = Math.max(0, ...(['read', 'write'] as const).flatMap((tag) => (lock.tags?.[tag] ?? []).map((entry) => entry.exp.getTime()).filter((exp) => exp > now)));
+    const liveExp = Math.max(0, ...(['read', 'write', 'permit'] as const).flatMap((tag) => (lock.tags?.[tag] ?? []).map((entry) => entry.exp.getTime()).filter((exp) => exp > now)));
     if (liveExp > 0) expect(lock.until?.getTime() ?? 0, `document ${id} after ${after}: until covers every live entry`).to.be.at.least(liveExp);
   }
 }
@@ -243,9 +244,10 @@ export async function setup(): Promise<{ model: ProtocolModel; real: Real }> {
   const faults = new FaultPlan();
   const faulty = delayedCollection(raw, faults.delays);
   const rw = { locktimeouts: { read: LEASE_MS, write: LEASE_MS }, lockRelationships: { read: { cooperative: ['write'] }, write: { cooperative: ['write'], assertive: ['read'] } } };
-  const locks: Record<Owner, WriteLock | MultiLock> = {
+  const locks: Record<Owner, WriteLock | MultiLock | Semaphore> = {
     writeLock: writeLock({ collection: faulty, locktimeout: LEASE_MS }),
     multiLock: multiLock({ collection: faulty, ...rw }),
+    semaphore: semaphore({ collection: faulty, limit: PERMIT_LIMIT, locktimeout: LEASE_MS }),
     fairWriteLock: writeLock({ collection: raw, locktimeout: LEASE_MS, fair: true }),
     fairMultiLock: multiLock({ collection: raw, ...rw, fair: true }),
   };

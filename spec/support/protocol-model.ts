@@ -10,16 +10,19 @@
  * Lock ids are random in the library: the model is told the id the library issued and records it.
  */
 
-/** Tags of the read/write multiLock; a writeLock is the tag `write`. */
-export type Tag = 'read' | 'write';
-export type LockKind = 'writeLock' | 'multiLock';
-/** The lock objects of a sequence: the two under test, and the two fair ones whose waiters wait in the background. */
-export type Owner = 'writeLock' | 'multiLock' | 'fairWriteLock' | 'fairMultiLock';
+/** Tags of the read/write multiLock; a writeLock is the tag `write`, a semaphore the tag `permit`. */
+export type Tag = 'read' | 'write' | 'permit';
+export type LockKind = 'writeLock' | 'multiLock' | 'semaphore';
+/** The lock objects of a sequence: the three under test, and the two fair ones whose waiters wait in the background. */
+export type Owner = 'writeLock' | 'multiLock' | 'semaphore' | 'fairWriteLock' | 'fairMultiLock';
 /** A lost request (the command never reaches the server) or a lost reply (it ran; its answer never comes). */
 export type Fault = 'none' | 'lostReply' | 'lostRequest';
 /** What an acquisition's filter selects: one document, the first free one of both, or none. */
 export type Target = 'a' | 'b' | 'any' | 'missing';
-export type Subtype = 'RessourceNotFound' | 'LockAlreadyTaken' | 'LockWasReacquired' | 'CooperativeLock' | 'AssertiveLock' | 'LockNotFound' | 'DbError' | 'UpgradeConflict';
+export type Subtype = 'RessourceNotFound' | 'LockAlreadyTaken' | 'LockWasReacquired' | 'CooperativeLock' | 'AssertiveLock' | 'LockNotFound' | 'DbError' | 'UpgradeConflict' | 'SemaphoreFull';
+
+/** The semaphore's limit: the permits its live entries may hold in all. */
+export const PERMIT_LIMIT = 2;
 
 /** Every lease, in ms: no lock expires by itself during a test. */
 export const LEASE_MS = 600_000;
@@ -32,6 +35,8 @@ export interface Rule {
   readonly assertive: readonly Tag[];
   /** Cooperative with itself: an acquisition replaces its array. */
   readonly exclusive: boolean;
+  /** A semaphore: the most permits its live entries may hold. */
+  readonly limit?: number;
 }
 
 export const RULES: Readonly<Record<LockKind, Partial<Record<Tag, Rule>>>> = {
@@ -40,15 +45,16 @@ export const RULES: Readonly<Record<LockKind, Partial<Record<Tag, Rule>>>> = {
     read: { cooperative: ['write'], assertive: [], exclusive: false },
     write: { cooperative: ['write'], assertive: ['read'], exclusive: true },
   },
+  semaphore: { permit: { cooperative: [], assertive: [], exclusive: false, limit: PERMIT_LIMIT } },
 };
 
 export function kindOf(owner: Owner): LockKind {
-  return owner === 'writeLock' || owner === 'fairWriteLock' ? 'writeLock' : 'multiLock';
+  return owner === 'writeLock' || owner === 'fairWriteLock' ? 'writeLock' : owner === 'semaphore' ? 'semaphore' : 'multiLock';
 }
 
 /** The lock objects whose calls go through the faulty collection. */
 export function faultable(owner: Owner): boolean {
-  return owner === 'writeLock' || owner === 'multiLock';
+  return owner === 'writeLock' || owner === 'multiLock' || owner === 'semaphore';
 }
 
 function ruleOf(kind: LockKind, tag: Tag): Rule {
@@ -64,6 +70,8 @@ function tagsOf(kind: LockKind): Tag[] {
 export interface Entry {
   readonly id: string;
   exp: number;
+  /** A semaphore's holder: the permits it holds. */
+  readonly permits?: number;
 }
 
 export interface Ticket {
@@ -127,7 +135,7 @@ export class ProtocolModel {
   halted: string | undefined;
 
   constructor(balance: number) {
-    for (const id of DOC_IDS) this.docs.set(id, { id, fence: 0, balance, tags: { read: [], write: [] }, queue: [] });
+    for (const id of DOC_IDS) this.docs.set(id, { id, fence: 0, balance, tags: { read: [], write: [], permit: [] }, queue: [] });
   }
 
   /** Unexpired by the server's clock. */
@@ -151,9 +159,10 @@ export class ProtocolModel {
    * with, or (fair calls) a live ticket of such a tag that came before its own (`ownTicket`; a
    * newcomer without one queues behind every waiter).
    */
-  blocked(kind: LockKind, tag: Tag, doc: DocState, fair: boolean, ownTicket?: string): boolean {
+  blocked(kind: LockKind, tag: Tag, doc: DocState, fair: boolean, ownTicket?: string, permits = 1): boolean {
     const rule = ruleOf(kind, tag);
     if (rule.cooperative.some((other) => this.holders(doc, other).length > 0)) return true;
+    if (rule.limit !== undefined && this.holders(doc, tag).reduce((sum, entry) => sum + (entry.permits ?? 1), 0) + permits > rule.limit) return true;
     const mine = ownTicket === undefined ? -1 : doc.queue.findIndex((ticket) => ticket.id === ownTicket);
     const earlier = mine < 0 ? doc.queue : doc.queue.slice(0, mine);
     return fair && rule.cooperative.length > 0 && earlier.some((ticket) => rule.cooperative.includes(ticket.tag));
@@ -169,24 +178,25 @@ export class ProtocolModel {
    * A lost request or reply: `DbError` with an unconfirmed `err.lock` (fence 0); after a lost
    * reply the write landed (if it could), and monglock releases that lock in the background.
    */
-  acquire(owner: Owner, tag: Tag, target: Target, fair: boolean, fault: Fault, issued: string | undefined): Step {
+  acquire(owner: Owner, tag: Tag, target: Target, fair: boolean, fault: Fault, issued: string | undefined, permits = 1): Step {
     this.clock++;
     const kind = kindOf(owner);
     const rule = ruleOf(kind, tag);
     const candidates = target === 'any' ? DOC_IDS.map((id) => this.doc(id)) : target === 'missing' ? [] : [this.doc(target)];
-    const doc = candidates.find((candidate) => !this.blocked(kind, tag, candidate, fair));
+    const doc = candidates.find((candidate) => !this.blocked(kind, tag, candidate, fair, undefined, permits));
+    const held = rule.limit === undefined ? {} : { permits };
     const id = issued ?? '<no id issued>';
     if (fault !== 'none') {
       if (fault === 'lostReply' && doc) {
-        this.land(doc, kind, tag, id, { pruneOwn: false });
+        this.land(doc, kind, tag, id, { pruneOwn: false, ...held });
         this.remove(doc, tag, id); // the background release of err.lock
       }
       const handle = this.register({ owner, tag, doc: fault === 'lostReply' ? doc?.id : undefined, id, fence: 0, unconfirmed: true });
       return { expected: rejected('DbError', { lock: { fence: 0 } }), handle };
     }
     if (candidates.length === 0) return { expected: rejected('RessourceNotFound') };
-    if (!doc) return { expected: rejected(kind === 'writeLock' ? 'LockAlreadyTaken' : 'CooperativeLock') };
-    this.land(doc, kind, tag, id, { pruneOwn: true });
+    if (!doc) return { expected: rejected(kind === 'writeLock' ? 'LockAlreadyTaken' : kind === 'semaphore' ? 'SemaphoreFull' : 'CooperativeLock') };
+    this.land(doc, kind, tag, id, { pruneOwn: true, ...held });
     const handle = this.register({ owner, tag, doc: doc.id, id, fence: doc.fence, unconfirmed: false });
     const pending = rule.assertive.some((other) => this.holders(doc, other).length > 0);
     return { expected: pending ? rejected('AssertiveLock', { lock: { fence: doc.fence } }) : { status: 'resolved', fence: doc.fence }, handle };
@@ -370,7 +380,7 @@ export class ProtocolModel {
    */
   mustWin(): Waiter[] {
     const trial = new ProtocolModel(0);
-    for (const [id, doc] of this.docs) trial.docs.set(id, { ...doc, tags: { read: [...doc.tags.read], write: [...doc.tags.write] }, queue: [...doc.queue] });
+    for (const [id, doc] of this.docs) trial.docs.set(id, { ...doc, tags: { read: [...doc.tags.read], write: [...doc.tags.write], permit: [...doc.tags.permit] }, queue: [...doc.queue] });
     trial.clock = this.clock;
     trial.waiters.push(...this.waiters);
     const winners: Waiter[] = [];
@@ -401,10 +411,10 @@ export class ProtocolModel {
   }
 
   /** An acquisition's write lands in `doc`. */
-  private land(doc: DocState, kind: LockKind, tag: Tag, id: string, options: { pruneOwn: boolean }): void {
+  private land(doc: DocState, kind: LockKind, tag: Tag, id: string, options: { pruneOwn: boolean; permits?: number }): void {
     const rule = ruleOf(kind, tag);
     doc.fence++;
-    const entry = { id, exp: this.clock + LEASE_MS };
+    const entry = { id, exp: this.clock + LEASE_MS, ...(options.permits !== undefined && { permits: options.permits }) };
     if (rule.exclusive) doc.tags[tag] = [entry];
     else doc.tags[tag].push(entry);
     for (const other of tagsOf(kind)) if (other !== tag) this.pruneExpired(doc, other);
