@@ -5,7 +5,7 @@ import { conversionBlockedBy, conversionWaitsFor, convertOperation, dropUpgradeO
 import { expiryOf, fenceOf, type LockData } from '../protocol/lock-data';
 import { liveEntries, type StoredLock } from '../protocol/stored-format';
 import type { TagRule } from '../protocol/lock-data';
-import { isLimited, usedPermits } from '../protocol/permits';
+import { isLimited, isUnlimitedShared, usedPermits } from '../protocol/permits';
 import type { Acquired } from './acquired';
 import type { LockEngine } from './lock-engine';
 import { explainLostLock } from './refusals';
@@ -73,14 +73,14 @@ function explainRefusedConversion(
   if (pending && pending.id !== lock.id && yieldsTo.includes(pending.tag)) {
     return { retry: false, error: lockError(engine.conflict, call.boom, { detail: `another holder's upgrade to ${pending.tag} is pending` }) };
   }
-  if (isLimited(to)) {
+  if (isLimited(to) || isUnlimitedShared(to)) {
     const used = usedPermits(stored, tag, now);
     const limit = stored.limits?.[tag];
     if (used > 0 && limit !== to.limit) {
-      const detail = `the document's ${used} held permit(s) of tag ${tag} were taken under limit ${limit ?? '(none)'}, this lock's is ${to.limit}`;
+      const detail = `the document's ${used} held permit(s) of tag ${tag} were taken under limit ${limit ?? '(none)'}, this lock's is ${to.limit ?? '(none)'}`;
       return { retry: false, error: lockError('LimitMismatch', call.boom, { detail }) };
     }
-    if (used + 1 > to.limit) return { retry: false, error: lockError(engine.conflict, call.boom, { detail: `${used} of ${to.limit} permits of tag ${tag} are held` }) };
+    if (isLimited(to) && used + 1 > to.limit) return { retry: false, error: lockError(engine.conflict, call.boom, { detail: `${used} of ${to.limit} permits of tag ${tag} are held` }) };
   }
   const latest = to.exclusive ? Math.max(0, ...(stored.recent?.[tag] ?? []).map((date) => date.getTime())) : 0;
   if (latest > stamp) return { retry: true, why: 'a later acquisition was stamped meanwhile', minStamp: latest };

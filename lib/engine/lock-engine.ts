@@ -17,7 +17,7 @@ import { hasExpiredEntries, liveEntries, type LockPaths, type StoredLock } from 
 import { AssertivePending, withDocument, type Acquired } from './acquired';
 import { FairTickets } from './fair-tickets';
 import { commitRecord, dataWriteConcern, settleCommit, settleTimestampCommit } from './commit-outcome';
-import { explainLostLock, explainRefusedAcquisition, type AcquireContext } from './refusals';
+import { explainLostLock, explainRefusedAcquisition, unexplainedRefusal, type AcquireContext } from './refusals';
 import { observeWrite, runStamped, type StampedWrite } from './stamped-write';
 import type { Inspection, Store, Timed } from './store';
 import { failedAcquisition } from './write-failures';
@@ -131,7 +131,7 @@ export class LockEngine {
         return withDocument(this.assertiveOutcome(data, target, lock, now), reply.value, paths.field, extras.document);
       },
       explain: extras.explain === false ? null : (seen, stamp, tolerance) => explainRefusedAcquisition(context, seen, stamp, tolerance),
-      unexplained: () => lockError(conflict, call.boom, { detail: 'still held' }),
+      unexplained: () => unexplainedRefusal(lockError(conflict, call.boom, { detail: 'still held' })),
     });
   }
 

@@ -1,7 +1,7 @@
 import type { BoomLike } from '../common/errors';
 import { lockError, type ConflictSubtype, type LockErrorSubtype } from '../common/errors';
 import { fenceOf, queuedBehind, type LockData, type Ticket, type TagRule } from '../protocol/lock-data';
-import { isLimited, usedPermits } from '../protocol/permits';
+import { isLimited, isUnlimitedShared, usedPermits } from '../protocol/permits';
 import { holdsOf, type OwnedAcquisition } from '../protocol/reentry';
 import { pendingUpgrade } from '../protocol/convert';
 import { ambiguous, matchesProof, type Proof } from '../protocol/proofs';
@@ -53,10 +53,10 @@ export function explainRefusedAcquisition(context: AcquireContext, seen: Inspect
   if (holders.length > 0) return refused(`held by tag ${holders.join(', ')}`);
   const upgrade = pendingUpgrade(lock, now);
   if (upgrade && rule.yieldsToUpgradesOf?.includes(upgrade.tag)) return refused(`a holder's upgrade to ${upgrade.tag} is pending (writer preference)`);
-  const used = isLimited(rule) ? usedPermits(lock, rule.tag, now) : 0;
+  const used = isLimited(rule) || isUnlimitedShared(rule) ? usedPermits(lock, rule.tag, now) : 0;
   const stored = lock.limits?.[rule.tag];
-  if (isLimited(rule) && used > 0 && stored !== rule.limit) {
-    const detail = `the document's ${used} held permit(s) of tag ${rule.tag} were taken under limit ${stored ?? '(none)'}, this lock's is ${rule.limit}: processes sharing a document must agree on its limit (it changes once no permit is held)`;
+  if ((isLimited(rule) || isUnlimitedShared(rule)) && used > 0 && stored !== rule.limit) {
+    const detail = `the document's ${used} held permit(s) of tag ${rule.tag} were taken under limit ${stored ?? '(none)'}, this lock's is ${rule.limit ?? '(none)'}: processes sharing a document must agree on its limit (it changes once no permit is held)`;
     return { retry: false, error: refusedBy(lockError('LimitMismatch', boom, { detail }), seen.value._id) };
   }
   const ahead = context.fair ? earlierTickets(lock, queuedBehind(rule), now, context.fair.ticket).length : 0;
@@ -69,6 +69,20 @@ export function explainRefusedAcquisition(context: AcquireContext, seen: Inspect
   }
   if (stampRefused(seen, stamp, tolerance)) return { retry: true, why: stampLag(seen, stamp, tolerance, context.lease) };
   return refused(context.refusal?.(lock, now) ?? 'held when the update ran');
+}
+
+/** Refusals reported without the read that explains them (retries while waiting). */
+const unexplainedRefusals = new WeakSet<object>();
+
+/** The conflict of a refusal that was not explained by a read (see {@link isUnexplained}). */
+export function unexplainedRefusal(error: Error): Error {
+  unexplainedRefusals.add(error);
+  return error;
+}
+
+/** True for a refusal reported without the read that would say why. */
+export function isUnexplained(error: unknown): boolean {
+  return typeof error === 'object' && error !== null && unexplainedRefusals.has(error);
 }
 
 /** Refusals of an owner's first hold that a fresh read may turn into a hold: the owner took the lock meanwhile, or the counter moved on. */

@@ -8,6 +8,7 @@ import { contextOwner } from './owner-context';
 import type { TagRule } from '../protocol/lock-data';
 import type { Cancellation } from '../common/promise-library';
 import { AssertivePending, lockWrittenBy, type Acquired } from '../engine/acquired';
+import { isUnexplained } from '../engine/refusals';
 import type { LockEngine } from '../engine/lock-engine';
 import type { ServerClock } from '../protocol/server-clock';
 import type { LocalWaiters } from '../waiting/local-waiters';
@@ -68,12 +69,13 @@ filter: unknown,
   // An assertive lock registered by this call: continued on retries, released if we give up.
   let registered: Acquired | undefined;
   let attempts = 0;
+  let lastAttempt = false;
   const step = async (): Promise<Acquired> => {
     const continuing = registered ?? resumed;
     // While waiting, a refusal is explained (a second command) on the first try and every 8th;
     // the first needs none when a lock that blocks us is held in this process (a conflict).
     const attempt = attempts++;
-    const explain = (attempt % EXPLAIN_EVERY === 0 && !(attempt === 0 && waiting.wait > 0 && place.refusalIsConflict)) || place.takeWakeUp();
+    const explain = lastAttempt || (attempt % EXPLAIN_EVERY === 0 && !(attempt === 0 && waiting.wait > 0 && place.refusalIsConflict)) || place.takeWakeUp();
     if (!continuing) await place.awaitTurn(signal);
     let outcome: Acquired | AssertivePending;
     try {
@@ -116,13 +118,13 @@ filter: unknown,
   try {
     // An owner does not queue behind this process's waiters first: they may be waiting for its own lock, which it re-enters.
     if (waiting.wait > 0 && !resumed && !owner) await acquisition.race(place.start(userFilter, waiting.wait), signal, () => undefined);
-    won = await retryWithin(
-      { wait: waiting.wait, signal },
-      () => acquisition.race(step(), signal, (outcome) => (outcome.lock.id === resumed?.lock.id ? undefined : outcome)),
-      retryable,
-      () => site.clock.local(),
-      place.sleep,
-    );
+    const attempt = (): Promise<Acquired> => acquisition.race(step(), signal, (outcome) => (outcome.lock.id === resumed?.lock.id ? undefined : outcome));
+    won = await retryWithin({ wait: waiting.wait, signal }, attempt, retryable, () => site.clock.local(), place.sleep).catch((error: unknown) => {
+      // The wait ran out on a refusal nobody explained (while waiting, most are not): one last attempt says why (LimitMismatch, say), or wins.
+      if (!isUnexplained(error) || signal?.aborted || acquisition.abandoned) throw error;
+      lastAttempt = true;
+      return attempt();
+    });
     const handle = await handleFor(site, won, acquisition, call);
     if (context) {
       Object.assign(context, { lockId: handle.id, fence: handle.fence, expiresAt: handle.expiresAt });

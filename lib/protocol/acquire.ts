@@ -1,6 +1,6 @@
 import type { Document } from 'mongodb';
 import { queuedBehind, type Ticket, type TagRule } from './lock-data';
-import { isLimited, permitConditions, recordLimit } from './permits';
+import { clearLimit, isLimited, isUnlimitedShared, noStoredLimit, permitConditions, recordLimit } from './permits';
 import { counterIs, ownerHoldsNone, type OwnedAcquisition } from './reentry';
 import { noPendingUpgrade } from './convert';
 import { mergeUpdates, type LockOperation } from './operation';
@@ -95,12 +95,13 @@ export function acquireOperation(request: AcquireRequest): LockOperation {
       $pull: { ...pruneTags(paths, others, at), ...pruneCommits(paths, at), ...queue },
     },
     limited && recordLimit(paths, limited),
+    isUnlimitedShared(rule) ? clearLimit(paths, tag) : undefined,
     extension?.update?.(at, entry.exp),
   );
   const filter = allOf(request.filter, [
     ...rule.cooperative.map((other) => noLiveEntry(paths, other, at)),
     ...(rule.exclusive ? [stampNotBeforeRecent(paths, tag, at)] : []),
-    ...(limited ? permitConditions(paths, limited, permits, at) : []),
+    ...(limited ? permitConditions(paths, limited, permits, at) : isUnlimitedShared(rule) ? [noStoredLimit(paths, tag, at)] : []),
     ...(owned ? [owned.counter !== undefined ? counterIs(paths, owned.counter) : ownerHoldsNone(paths, tag, owned.owner)] : []),
     ...(rule.yieldsToUpgradesOf?.length ? [noPendingUpgrade(paths, rule.yieldsToUpgradesOf, at)] : []),
     ...(fair && queueTags.length > 0 ? [noEarlierTicket(paths, queueTags, at, fair.ticket)] : []),

@@ -1,7 +1,7 @@
 import type { Document } from 'mongodb';
 import type { TagRule } from './lock-data';
 import { mergeUpdates, type LockOperation } from './operation';
-import { isLimited, permitConditions, recordLimit } from './permits';
+import { clearLimit, isLimited, isUnlimitedShared, noStoredLimit, permitConditions, recordLimit } from './permits';
 import {
   allOf,
   entryLiveOnServer,
@@ -87,7 +87,7 @@ export function convertOperation(request: ConvertRequest): LockOperation {
       { $expr: { $and: [entryLiveOnServer(paths, from.tag, { id: entry.id }), stampWithin(at, request.tolerance)] } },
       ...conversionWaitsFor(to).map((tag) => (tag === from.tag ? noOtherLiveEntry(paths, tag, at, entry.id) : noLiveEntry(paths, tag, at))),
       ...(to.exclusive ? [stampNotBeforeRecent(paths, to.tag, at)] : []),
-      ...(limited ? permitConditions(paths, limited, 1, at) : []),
+      ...(limited ? permitConditions(paths, limited, 1, at) : isUnlimitedShared(to) ? [noStoredLimit(paths, to.tag, at)] : []),
       ...(request.yieldsToUpgradesOf.length > 0 ? [noPendingUpgrade(paths, request.yieldsToUpgradesOf, at, entry.id)] : []),
     ]),
     update: mergeUpdates(
@@ -99,6 +99,7 @@ export function convertOperation(request: ConvertRequest): LockOperation {
         $pull: { [paths.tag(from.tag)]: { id: entry.id }, [paths.upgrade]: { id: entry.id }, ...pruneTags(paths, others, at), ...pruneCommits(paths, at) },
       },
       limited && recordLimit(paths, limited),
+      isUnlimitedShared(to) ? clearLimit(paths, to.tag) : undefined,
     ),
   };
 }

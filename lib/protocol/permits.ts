@@ -33,6 +33,25 @@ export function recordLimit(paths: LockPaths, rule: TagRule & { limit: number })
   return { $set: { [paths.limit(rule.tag)]: rule.limit } };
 }
 
+/**
+ * What an acquisition of a shared tag without a limit also checks, at the stamp: no limit is
+ * stored for the tag, or no lock of it is live (processes sharing a document must agree that the
+ * tag has a limit: one without would be counted against it).
+ */
+export function noStoredLimit(paths: LockPaths, tag: string, at: Date): Document {
+  return { $or: [{ [paths.limit(tag)]: { $exists: false } }, noLiveEntry(paths, tag, at)] };
+}
+
+/** What it also writes: the stored limit removed (the filter proved it stale, or there was none). */
+export function clearLimit(paths: LockPaths, tag: string): Document {
+  return { $unset: { [paths.limit(tag)]: '' } };
+}
+
+/** True for a shared tag without a limit, which must not find a limit stored while its locks are live. */
+export function isUnlimitedShared(rule: TagRule): boolean {
+  return rule.limit === undefined && !rule.exclusive;
+}
+
 /** The permits of `tag` held in `lock` at server time `now` (ms). */
 export function usedPermits(lock: StoredLock, tag: string, now: number): number {
   return liveEntries(lock, tag, now).reduce((sum, entry) => sum + (entry.permits ?? 1), 0);
