@@ -72,8 +72,9 @@ filter: unknown,
   let lastAttempt = false;
   const step = async (): Promise<Acquired> => {
     const continuing = registered ?? resumed;
-    // While waiting, a refusal is explained (a second command) on the first try and every 8th;
-    // the first needs none when a lock that blocks us is held in this process (a conflict).
+    // While waiting, a refusal is explained (a second command) on the first try, every 8th, after a
+    // local wake-up and on the last; the first needs none when a lock that blocks us is held in
+    // this process (a conflict).
     const attempt = attempts++;
     const explain = lastAttempt || (attempt % EXPLAIN_EVERY === 0 && !(attempt === 0 && waiting.wait > 0 && place.refusalIsConflict)) || place.takeWakeUp();
     if (!continuing) await place.awaitTurn(signal);
