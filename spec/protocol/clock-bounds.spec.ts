@@ -51,8 +51,9 @@ describe('clock bounds: how much of a lease a holder can rely on', () => {
           // The server's real expiry is handle.expiresAt; by its clock, at least this much is left now.
           const serverLeft = handle.expiresAt - realNow();
           expect(remaining, 'never more than the server grants').to.be.at.most(serverLeft + 2);
-          // Lost: this round trip, and the width of the bounds on both sides (each at most a round trip), plus ms rounding.
-          expect(remaining, 'at least the lease minus three round trips').to.be.at.least(lease - 3 * roundTrip - 4);
+          // Lost: this round trip, and the width of the bounds on both sides (each at most a round trip), plus ms rounding
+          // and the event loop's turns around the call on a loaded machine (a few ms: a 2-core machine with a busy loop beside lost 8 ms to 6.4).
+          expect(remaining, 'at least the lease minus three round trips').to.be.at.least(lease - 3 * roundTrip - 20);
           fractions.push(remaining / lease);
           slack.push(serverLeft - remaining);
           await handle.release();
