@@ -68,8 +68,10 @@ describe('fair mode (fair: true): first come, first served', () => {
     const lock = writeLock({ collection, locktimeout: 10_000, fair: true });
     const holder = await lock.acquire({ _id: 1 });
     const order: number[] = [];
+    // Arrivals 100 ms apart: a waiter takes its ticket at its first refusal, which a loaded machine
+    // delayed past a 30 ms gap (the next waiter's ticket came first: order [1, 0, …]).
     const waiters = Array.from({ length: 8 }, async (_, i) => {
-      await sleep(30 * i);
+      await sleep(100 * i);
       const handle = await lock.acquire({ _id: 1 }, { wait: 10_000 });
       order.push(i);
       await sleep(20);
