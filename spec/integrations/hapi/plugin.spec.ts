@@ -2,10 +2,11 @@ import { execFileSync } from 'node:child_process';
 import * as Boom from '@hapi/boom';
 import Hapi from '@hapi/hapi';
 import { expect } from 'chai';
-import { multiLock, writeLock, type LockData } from '../../../lib';
+import { multiLock, semaphore, writeLock, type LockData } from '../../../lib';
 import { lockOf } from '../../../lib/hapi';
 import { freshCollection, sleep } from '../../support/fixture';
 import { heldIds, makeServer, send, stopServers } from '../../support/hapi-server';
+import { gate } from '../../support/lock-commands';
 
 describe('hapi plugin', () => {
   afterEach(stopServers);
@@ -35,6 +36,44 @@ describe('hapi plugin', () => {
     expect(seen).to.have.length(1);
     await sleep(20);
     expect(await heldIds(collection, 'a')).to.deep.equal([]);
+  });
+
+  it('a semaphore route: at most `limit` requests inside at once, each with its own permit; the next waits or is answered 409', async function () {
+    this.timeout(20_000);
+    const collection = await freshCollection([{ _id: 'acct' }]);
+    const exports = semaphore({ collection, limit: 2, locktimeout: 10_000 });
+    let inside = 0;
+    let most = 0;
+    const held = gate();
+    const server = await makeServer((s) => {
+      for (const [path, wait] of [['/wait', 10_000], ['/now', undefined]] as const) {
+        s.route({
+          method: 'POST',
+          path: `/exports/{id}${path}`,
+          options: {
+            plugins: { monglock: { lock: exports, filter: (request: Hapi.Request) => ({ _id: request.params.id }), ...(wait ? { wait } : {}) } },
+            handler: async (request) => {
+              most = Math.max(most, ++inside);
+              await held.promise; // the first two stay inside until the refused request was answered
+              await sleep(20);
+              inside--;
+              return { permits: lockOf(request).lock.permits };
+            },
+          },
+        });
+      }
+    });
+    await server.start();
+    const port = server.info.port as number;
+    const waited = Promise.all([1, 2, 3, 4].map(() => send(port, 'POST', '/exports/acct/wait')));
+    for (let i = 0; i < 250 && (await heldIds(collection, 'acct', 'permit')).length < 2; i++) await sleep(20);
+    expect(await send(port, 'POST', '/exports/acct/now'), 'both permits are held').to.equal(409);
+    held.open();
+    expect(await waited).to.deep.equal([200, 200, 200, 200]);
+    expect(most).to.equal(2);
+    // Released once each response went out (the plugin releases after it).
+    for (let i = 0; i < 100 && (await heldIds(collection, 'acct', 'permit')).length > 0; i++) await sleep(20);
+    expect(await heldIds(collection, 'acct', 'permit'), 'every permit released').to.deep.equal([]);
   });
 
   it('answers every lock outcome with the matching boom response', async () => {
