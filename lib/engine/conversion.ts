@@ -83,7 +83,8 @@ function explainRefusedConversion(
     if (isLimited(to) && used + 1 > to.limit) return { retry: false, error: lockError(engine.conflict, call.boom, { detail: `${used} of ${to.limit} permits of tag ${tag} are held` }) };
   }
   const latest = to.exclusive ? Math.max(0, ...(stored.recent?.[tag] ?? []).map((date) => date.getTime())) : 0;
-  if (latest > stamp) return { retry: true, why: 'a later acquisition was stamped meanwhile', minStamp: latest };
+  // Stamped behind a later acquisition: again with a later stamp; if that keeps happening, a conflict (waited for with `wait`).
+  if (latest > stamp) return { retry: true, why: 'a later acquisition was stamped meanwhile', minStamp: latest, error: lockError(engine.conflict, call.boom, { detail: 'held when the update ran' }) };
   if (stampRefused(seen, stamp, tolerance)) return undefined; // explainLostLock: try again with a fresh stamp
   // A lock the new tag waits for (a registration, say) came and went between the update and this read.
   return { retry: false, error: lockError(engine.conflict, call.boom, { detail: 'held when the update ran' }) };

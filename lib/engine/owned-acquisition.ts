@@ -114,7 +114,7 @@ async function reenter(engine: LockEngine, target: Document, tag: string, owner:
       const asserted = rule.assertive.filter((other) => liveEntries(stored, other, now).length > 0);
       if (asserted.length > 0) return { retry: false, error: lockError(engine.conflict, call.boom, { detail: `owner ${owner}'s lock still waits for tag ${asserted.join(', ')}` }) };
       const latest = rule.exclusive ? Math.max(0, ...(stored.recent?.[tag] ?? []).map((date) => date.getTime())) : 0;
-      if (latest > stamp) return { retry: true, why: 'a later acquisition was stamped meanwhile', minStamp: latest };
+      if (latest > stamp) return { retry: true, why: 'a later acquisition was stamped meanwhile', minStamp: latest, error: lockError(engine.conflict, call.boom, { detail: 'held when the update ran' }) };
       if (stampRefused(seen, stamp, tolerance)) return { retry: true, why: stampLag(seen, stamp, tolerance, lease) };
       // The owner's holds changed between the update and this read: the caller reads again.
       return { retry: false, error: lockError('LockNotFound', call.boom, { detail: `owner ${owner}'s holds changed meanwhile` }) };
