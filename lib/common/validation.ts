@@ -57,7 +57,7 @@ export function expectOwner(name: string, value: unknown): string {
 /** Throws unless `value` is a whole number of permits from 1 to `limit`. */
 export function expectPermits(name: string, value: unknown, limit: number): number {
   if (typeof value !== 'number' || !Number.isInteger(value)) throw new TypeError(`Expected \`${name}\` to be a whole number of permits, got ${describe(value)}`);
-  if (value < 1 || value > limit) throw new RangeError(`Expected \`${name}\` to be between 1 and the limit ${limit}, got ${describe(value)}`);
+  if (value < 1 || value > limit) throw new RangeError(`Expected \`${name}\` to be between 1 and ${limit}, got ${describe(value)}`);
   return value;
 }
 

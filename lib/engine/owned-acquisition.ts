@@ -31,7 +31,8 @@ const TOKEN_ROUNDS = 50;
  * without owner takes one.
  */
 export async function acquireOwned(engine: LockEngine, filter: Document, tag: string, lease: number, call: ResolvedCallOptions, extras: AcquireExtras, owner: string): Promise<Acquired | AssertivePending> {
-  for (let round = 1, tokenRounds = 0; ; round++) {
+  let tokenRounds = 0;
+  for (let round = 1; ; ) {
     const seen = await engine.read(filter, call);
     if (!seen.value) throw noDocument(call.boom).error;
     const stored = engine.paths.read(seen.value);
@@ -39,7 +40,6 @@ export async function acquireOwned(engine: LockEngine, filter: Document, tag: st
     if (outer && outer.fence === undefined) {
       // Its first hold's token is being set (taken unpinned, in another process): not a hold to nest in yet.
       if (++tokenRounds > TOKEN_ROUNDS) throw lockError(engine.conflict, call.boom, { detail: `owner ${owner}'s first hold has no token yet (is its process gone?)` });
-      round--;
       await new Promise((resolve) => setTimeout(resolve, 20));
       continue;
     }
@@ -54,7 +54,7 @@ export async function acquireOwned(engine: LockEngine, filter: Document, tag: st
     } catch (error) {
       const changed = ownerMayRetry(error) || (outer !== undefined && isLockError(error, 'LockNotFound'));
       if (!changed || round === OWNED_ROUNDS) throw error;
-      await new Promise((resolve) => setTimeout(resolve, Math.random() * 2 * round));
+      await new Promise((resolve) => setTimeout(resolve, Math.random() * 2 * round++));
     }
   }
 }

@@ -2,14 +2,12 @@ import type { Document } from 'mongodb';
 import { traced } from '../common/diagnostics';
 import { isLockError } from '../common/errors';
 import { knownKeys } from '../common/known-keys';
-import { CALL_KEYS, FIXED_PER_LOCK, readParams, type CallOptions, type ResolvedCallOptions } from '../common/options';
+import { CALL_KEYS, FIXED_PER_LOCK, readParams, type CallOptions } from '../common/options';
 import { expectSafeName } from '../common/validation';
 import type { Acquired } from '../engine/acquired';
 import { convertLock, dropUpgrade, markUpgrade } from '../engine/conversion';
-import type { LockEngine } from '../engine/lock-engine';
 import type { LockData } from '../protocol/lock-data';
-import type { ServerClock } from '../protocol/server-clock';
-import type { LocalWaiters } from '../waiting/local-waiters';
+import type { AcquireSite } from './document-acquire';
 import { readWaitParams, retryWithin, type WaitOptions } from '../waiting/wait-options';
 
 /** Per-call options of `handle.convert(tag, params)`. */
@@ -30,15 +28,7 @@ const MARK_LEASE = 2_000;
 const MARK_RENEWAL = 600;
 
 /** What a conversion needs from the lock that made the handle. */
-export interface ConvertSite {
-  readonly engine: LockEngine;
-  /** The locked collection, `db.collection` (for events). */
-  readonly namespace: string;
-  readonly clock: ServerClock;
-  readonly waiters: LocalWaiters;
-  callOptions(params: unknown): { params: Record<string, unknown>; call: ResolvedCallOptions };
-  leaseOf(tag: string, params: Record<string, unknown>): number;
-}
+export type ConvertSite = Pick<AcquireSite, 'engine' | 'namespace' | 'clock' | 'waiters' | 'callOptions' | 'leaseOf'>;
 
 /** {@link convertHeld}, traced on `monglock:extend` with `conversion: { from, to }` (outcome `converted`). */
 export function convertTraced(site: ConvertSite, kind: string, target: Document, lock: LockData, tag: unknown, params: unknown): Promise<Acquired> {

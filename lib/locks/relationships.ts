@@ -3,7 +3,7 @@ import { conversionBlockedBy } from '../protocol/convert';
 import { RESERVED_TAG_NAMES } from '../protocol/stored-format';
 import { knownKeys, nearestKey } from '../common/known-keys';
 import { readParams } from '../common/options';
-import { describe, expectMs, expectObject, expectSafeName } from '../common/validation';
+import { describe, expectMs, expectObject, expectPermits, expectSafeName } from '../common/validation';
 
 /** How locks of one tag treat locks of other tags. Tags not named are concurrent (ignored). */
 export interface TagRelationship {
@@ -91,7 +91,7 @@ export function resolveTagRules(
     const rule = rules.get(tag);
     if (!rule) throw undeclared(tag, '`options.limits`', declared);
     if (rule.exclusive) throw new TypeError(`Tag \`${tag}\` is cooperative with itself (one holder at a time), so it cannot have a limit: drop one of the two`);
-    rules.set(tag, { ...rule, limit: expectLimit(`options.limits.${tag}`, limit) });
+    rules.set(tag, { ...rule, limit: expectPermits(`options.limits.${tag}`, limit, MAX_LIMIT) });
   }
   rejectAssertiveCycles(rules);
   return rules;
@@ -111,13 +111,6 @@ export function withUpgradePreference(rules: ReadonlyMap<string, TagRule>): Read
     preferred.set(tag, yields.length > 0 ? { ...rule, yieldsToUpgradesOf: yields } : rule);
   }
   return preferred;
-}
-
-/** Throws unless `value` is a whole number from 1 to {@link MAX_LIMIT}. */
-export function expectLimit(name: string, value: unknown): number {
-  if (typeof value !== 'number' || !Number.isInteger(value)) throw new TypeError(`Expected \`${name}\` to be a whole number of permits, got ${describe(value)}`);
-  if (value < 1 || value > MAX_LIMIT) throw new RangeError(`Expected \`${name}\` to be between 1 and ${MAX_LIMIT}, got ${describe(value)}`);
-  return value;
 }
 
 /** A relationship list: declared tags only (a name that is not a key of `locktimeouts` or `lockRelationships` is refused). */

@@ -103,11 +103,6 @@ export class LocalWaiters {
     const waiters = this.byDocument.get(key);
     if (!waiters || waiters.size === 0) return;
     const blocked = [...waiters].filter((waiter) => tag === undefined || waiter.blockedBy.has(tag));
-    if (count === 1) {
-      const first = blocked.reduce<Waiter | undefined>((best, waiter) => (!best || waiter.before(best) ? waiter : best), undefined);
-      first?.wake();
-      return;
-    }
     for (const waiter of blocked.sort((a, b) => (a.before(b) ? -1 : b.before(a) ? 1 : 0)).slice(0, count)) waiter.wake();
   }
 }
