@@ -46,10 +46,10 @@ const CLOCK_STEP_MARGIN = 5_000;
  * plus a margin), as far as this client can tell; the settlement checks it, so a wrong guess
  * only makes an outcome unknown, never untrue.
  */
-export function commitRecord(lockId: string, clock: ServerClock, timeout: number): StoredCommit {
+export function commitRecord(lockId: string, clock: ServerClock, timeout: number, group?: string): StoredCommit {
   const upper = clock.upper();
   const now = Number.isFinite(upper) ? upper : clock.lower();
-  return { id: newLockId(), lock: lockId, exp: new Date(now + 2 * timeout + 2 * CLOCK_STEP_MARGIN) };
+  return { id: newLockId(), lock: lockId, exp: new Date(now + 2 * timeout + 2 * CLOCK_STEP_MARGIN), ...(group !== undefined && { group }) };
 }
 
 /**

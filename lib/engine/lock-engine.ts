@@ -159,9 +159,9 @@ export class LockEngine {
   /**
    * Release ({@link releaseOperation}, at `releaseW`), or commit (with `update`, at least at
    * majority), or without a proof monglock v2's forced release ({@link forcedReleaseOperation}).
-   * A commit whose reply is lost is settled (see {@link settleCommit}).
+   * A commit whose reply is lost is settled (see {@link settleCommit}); a group's commit records its `group`.
    */
-  async release(target: Document, tag: string, proof: Proof | undefined, claimed: LockData | undefined, call: ResolvedCallOptions, update?: Document): Promise<void> {
+  async release(target: Document, tag: string, proof: Proof | undefined, claimed: LockData | undefined, call: ResolvedCallOptions, update?: Document, group?: string): Promise<void> {
     const { paths, store, clock, reportsReacquired } = this.settings;
     if (!proof) {
       const matched = await withDbErrors(call.boom, () => store.applyOne(forcedReleaseOperation(paths, target, tag), call, call.releaseW));
@@ -169,7 +169,7 @@ export class LockEngine {
       return;
     }
     const rule = this.rule(tag);
-    const record = update && 'id' in proof ? commitRecord(proof.id, clock, call.timeout) : undefined;
+    const record = update && 'id' in proof ? commitRecord(proof.id, clock, call.timeout, group) : undefined;
     const w = update ? dataWriteConcern(call.w) : call.releaseW;
     let matched: boolean;
     try {

@@ -106,6 +106,14 @@ export class Store {
     return { ...reply, value: doc, serverNow: serverNow instanceof Date ? serverNow : undefined };
   }
 
+  /** The `_id`s of the first two documents `filter` matches, read on the primary: enough to tell none, one or several. */
+  async idsMatching(filter: Document, call: ResolvedCallOptions): Promise<unknown[]> {
+    const docs = await withDeadline('find', call.timeout, () =>
+      this.collection.find(filter, { projection: { _id: 1 }, limit: 2, maxTimeMS: call.timeout, readPreference: 'primary' }).toArray(),
+    );
+    return docs.map((doc) => doc._id);
+  }
+
   /**
    * The projection option: the lock only, the whole document, or the caller's projection with the
    * lock; always with `_id`, which addresses the locked document afterwards (a caller who excluded

@@ -151,14 +151,14 @@ filter: unknown,
 }
 
 /** `params.permits`, validated against the tag's limit (undefined: the default, one). */
-function permitsOf(rule: TagRule, params: Record<string, unknown>): number | undefined {
+export function permitsOf(rule: TagRule, params: Record<string, unknown>): number | undefined {
   if (params.permits === undefined) return undefined;
   if (rule.limit === undefined) throw new TypeError(`Expected no \`params.permits\`: tag \`${rule.tag}\` has no limit (a multiLock declares one in \`options.limits\`)`);
   return expectPermits('params.permits', params.permits, rule.limit);
 }
 
 /** The owner of a reentrant acquisition: `params.owner`, else the context's ({@link withOwner}) unless the tag has a limit. */
-function ownerOf(rule: TagRule, params: Record<string, unknown>): string | undefined {
+export function ownerOf(rule: TagRule, params: Record<string, unknown>): string | undefined {
   if (params.owner === undefined) return rule.limit === undefined ? contextOwner() : undefined;
   if (rule.limit !== undefined) throw new TypeError(`Expected no \`params.owner\`: tag \`${rule.tag}\` has a limit, and its holders are counted by permits, not owned`);
   return expectOwner('params.owner', params.owner);

@@ -132,23 +132,23 @@ export class DocumentLock implements HandleOwner, AcquireSite {
    * document `target` addresses; with `params.update`, applies it in the same write, only if the
    * lock is still held.
    */
-  releaseWith(target: unknown, tag: string, proof: Proof | undefined, claimed: LockData | undefined, params: unknown): Promise<void> {
-    if (!isTraced('release')) return this.releaseNow(target, tag, proof, claimed, params);
+  releaseWith(target: unknown, tag: string, proof: Proof | undefined, claimed: LockData | undefined, params: unknown, group?: string): Promise<void> {
+    if (!isTraced('release')) return this.releaseNow(target, tag, proof, claimed, params, group);
     return traced(
       'release',
       () => ({ operation: 'release', kind: this.kindName, namespace: this.engine.namespace, tag, lockId: claimed?.id || undefined, fence: claimed?.fence || undefined }),
       () => this.clock.local(),
-      () => this.releaseNow(target, tag, proof, claimed, params),
+      () => this.releaseNow(target, tag, proof, claimed, params, group),
     );
   }
 
-  private async releaseNow(target: unknown, tag: string, proof: Proof | undefined, claimed: LockData | undefined, params: unknown): Promise<void> {
+  private async releaseNow(target: unknown, tag: string, proof: Proof | undefined, claimed: LockData | undefined, params: unknown, group?: string): Promise<void> {
     const filter = expectFilter('filter', target);
     const { params: p, call } = this.callOptions(params);
     const update = updateOf(p, this.engine.field);
     if (update && !proof) throw new TypeError('Expected `params.lock` (or `params.timestamp`) with `params.update`: a forced release applies no update');
     try {
-      await this.engine.release(filter, tag, proof, claimed, call, update);
+      await this.engine.release(filter, tag, proof, claimed, call, update, group);
     } finally {
       this.released(filter, tag, proof && 'id' in proof ? proof.id : undefined, claimed?.permits);
     }
@@ -169,8 +169,8 @@ export class DocumentLock implements HandleOwner, AcquireSite {
     return new Handle(extended.lock, this, extended.target);
   }
 
-  release(target: Document, lock: LockData, params: unknown): Promise<void> {
-    return this.run(() => this.releaseWith(target, lock.tag, { id: lock.id }, lock, readParams('params', params, HANDLE_PARAMS)));
+  release(target: Document, lock: LockData, params: unknown, group?: string): Promise<void> {
+    return this.run(() => this.releaseWith(target, lock.tag, { id: lock.id }, lock, readParams('params', params, HANDLE_PARAMS), group));
   }
 
   /**

@@ -21,8 +21,8 @@ export interface Extension {
 
 /** What a handle calls back into: the lock that made it. `target` is the locked document's `{ _id }`. */
 export interface HandleOwner {
-  /** Releases `lock`; `params` as the caller passed them (validated against {@link HANDLE_PARAMS}). */
-  release(target: Document, lock: LockData, params: unknown): Promise<void>;
+  /** Releases `lock`; `params` as the caller passed them (validated against {@link HANDLE_PARAMS}); a commit of a group records its id. */
+  release(target: Document, lock: LockData, params: unknown, group?: string): Promise<void>;
   /** Converts `lock` to `tag` (multiLock locks only); `params` as passed. */
   convert?(target: Document, lock: LockData, tag: unknown, params: unknown): Promise<{ readonly lock: LockData; readonly appliedAt?: number }>;
   /** Extends `lock` to `locktimeout` ms (the positional argument; default the lock's lease); `params` as passed. */

@@ -1,4 +1,6 @@
-/** What the hapi plugin (and other integrations) may ask of a lock instance made by this package. */
+import type { DocumentLock } from './document-lock';
+
+/** What the hapi plugin, groups and other integrations may ask of a lock instance made by this package. */
 export interface LockDescription {
   /** The factory that made it. */
   readonly kind: 'writeLock' | 'multiLock' | 'semaphore';
@@ -6,6 +8,8 @@ export interface LockDescription {
   readonly tags: ReadonlySet<string>;
   /** The property of each document that holds its lock. */
   readonly field: string;
+  /** The lock itself, which a group (`acquireAll`) acquires through. */
+  readonly core: DocumentLock;
 }
 
 const descriptions = new WeakMap<object, LockDescription>();

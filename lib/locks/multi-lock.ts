@@ -197,5 +197,5 @@ export function multiLock<TSchema extends Document = Document, P extends Promise
     ...namedLockMethods(core, RELEASE, EXTEND),
   };
   // The methods return the `Promise` option's promises (run() makes them): typed as such here.
-  return describedAs(lock, { kind: 'multiLock', tags: core.engine.tags, field: core.engine.field }) as unknown as MultiLock<TSchema, P>;
+  return describedAs(lock, { kind: 'multiLock', tags: core.engine.tags, field: core.engine.field, core }) as unknown as MultiLock<TSchema, P>;
 }

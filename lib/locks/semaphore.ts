@@ -108,5 +108,5 @@ export function semaphore<TSchema extends Document = Document, P extends Promise
     ...namedLockMethods(core, RELEASE, EXTEND),
   };
   // The methods return the `Promise` option's promises (run() makes them): typed as such here.
-  return describedAs(lock, { kind: 'semaphore', tags: core.engine.tags, field: core.engine.field }) as unknown as Semaphore<TSchema, P>;
+  return describedAs(lock, { kind: 'semaphore', tags: core.engine.tags, field: core.engine.field, core }) as unknown as Semaphore<TSchema, P>;
 }

@@ -157,5 +157,5 @@ export function writeLock<TSchema extends Document = Document, P extends Promise
     inspect: inspectMethod(core),
   };
   // The methods return the `Promise` option's promises (run() makes them): typed as such here.
-  return describedAs(lock, { kind: 'writeLock', tags: core.engine.tags, field: core.engine.field }) as unknown as WriteLock<TSchema, P>;
+  return describedAs(lock, { kind: 'writeLock', tags: core.engine.tags, field: core.engine.field, core }) as unknown as WriteLock<TSchema, P>;
 }

@@ -9,9 +9,10 @@ import type { Document } from 'mongodb';
  *   now: ISODate,                   // the server's clock at the last acquire/extend ($currentDate)
  *   recent: { write: [ISODate, ISODate] },  // exclusive tags: the last two acquisition stamps (never decreasing)
  *   queue: [ { id: '7a…', tag: 'write', at: ISODate, exp: ISODate }, … ],  // fair mode: waiters' tickets
- *   committed: [ { id: '5d…', lock: '9f…', exp: ISODate }, … ],  // records of recent commits (each
- *                                   // commit's own id, the lock it released), kept until exp, at
- *                                   // most 64: how a lost reply is settled
+ *   committed: [ { id: '5d…', lock: '9f…', exp: ISODate, group: '2a…' }, … ],  // records of recent
+ *                                   // commits (each commit's own id, the lock it released, the group
+ *                                   // of a commitAll), kept until exp, at most 64: how a lost reply
+ *                                   // is settled, and which members of a group's commit landed
  *   upgrade: [ { id: '1c…', tag: 'write', exp: ISODate } ],  // a pending upgrade (convert with wait): at most one live
  *   limits: { permit: 4 },          // tags with a limit (semaphores): the limit their permits were judged by
  *   until: ISODate,                 // the latest expiry ever written (locks and tickets): a document
@@ -60,6 +61,8 @@ export interface StoredCommit {
   id: string;
   lock: string;
   exp: Date;
+  /** The group (`acquireAll`) whose `commitAll` this commit was part of. */
+  group?: string;
 }
 
 /** A pending upgrade: the holder of lock `id` waits to convert it to `tag`; live until `exp` unless renewed. */

@@ -1,0 +1,76 @@
+import { isLockError } from '../common/errors';
+import { knownKeys } from '../common/known-keys';
+import { readParams, type HoldParams } from '../common/options';
+import { expectFunction, expectMaxHold } from '../common/validation';
+import { CommitRequest } from '../locks/commit';
+import { DEFAULT_MAX_HOLD } from '../locks/lease-keeper';
+import type { LockHandle } from '../locks/lock-handle';
+import { ACQUIRE_ALL_KEYS, acquireGroup, GROUP_MISPLACED, type AcquireAllParams } from './acquire-all';
+import { applyCommits, CommitAllRequest, type CommitAll } from './commit-all';
+import { GroupKeeper } from './group-keeper';
+import { HandleGroup, type LockGroup } from './lock-group';
+
+/** Options of {@link usingAll}: those of `acquireAll`, and `maxHold`. */
+export interface UsingAllParams extends AcquireAllParams, HoldParams {}
+
+/** The body of `usingAll()`: runs while every member is held; `signal` aborts as soon as one is lost. It may return {@link commitAll}. */
+export type UsingAllBody<T, G = LockGroup> = (group: G, signal: AbortSignal) => T | CommitAll<T> | PromiseLike<T | CommitAll<T>>;
+
+const USING_ALL = knownKeys<UsingAllParams>()([...ACQUIRE_ALL_KEYS, 'maxHold'], GROUP_MISPLACED);
+
+/**
+ * `usingAll` (typed in group-api.ts). Locks several documents as `acquireAll` does, runs `body` while keeping every lease alive,
+ * aborts the body's `signal` as soon as one member is lost (or `params.signal` aborts, or
+ * `maxHold` passes: then every member is released), and always releases them all. Resolves the
+ * body's result; a body that returns {@link commitAll} has each document's update applied by its
+ * release, only if every member is still held when it starts (see `commitAll` for what a caller
+ * sees when one of them fails). A body error is never masked by a release failure.
+ */
+export async function useGroup<T>(requests: unknown, params: unknown, body: unknown): Promise<T> {
+  const work = expectFunction<UsingAllBody<T, HandleGroup & LockHandle[]>>('body', body);
+  const p = readParams('params', params, USING_ALL);
+  const maxHoldMs = expectMaxHold('params.maxHold', p.maxHold, DEFAULT_MAX_HOLD);
+  const acquireParams = Object.fromEntries(Object.entries(p).filter(([key]) => key !== 'maxHold'));
+  const group = await acquireGroup(requests, acquireParams);
+  const controller = new AbortController();
+  const outer = p.signal as AbortSignal | undefined;
+  const forward = (): void => controller.abort(outer?.reason);
+  if (outer?.aborted) forward();
+  else outer?.addEventListener('abort', forward, { once: true });
+  const keeper = new GroupKeeper(group, controller, maxHoldMs);
+  const stopKeeping = async (): Promise<void> => {
+    outer?.removeEventListener('abort', forward);
+    await keeper.stop();
+  };
+  let result: T | CommitAll<T>;
+  try {
+    result = await work(group, controller.signal);
+  } catch (error) {
+    await stopKeeping();
+    await group.release().catch(() => undefined);
+    throw error;
+  }
+  await stopKeeping();
+  // A member was lost, maxHold passed or the caller aborted: nothing the body returns is applied.
+  if (controller.signal.aborted) {
+    await group.release().catch(() => undefined);
+    throw controller.signal.reason;
+  }
+  if (result instanceof CommitRequest) {
+    await group.release().catch(() => undefined);
+    throw new TypeError('Expected a `usingAll()` body to return `commitAll([update, …], value)`, one update per request: `commit(update)` is for one document');
+  }
+  if (result instanceof CommitAllRequest) {
+    try {
+      await applyCommits(group, result.updates);
+    } catch (error) {
+      if (error instanceof TypeError) await group.release().catch(() => undefined);
+      throw error;
+    }
+    return result.value;
+  }
+  await group.release().catch((error: unknown) => {
+    if (!isLockError(error, 'RessourceNotFound')) throw error;
+  });
+  return result as T;
+}
