@@ -6,11 +6,11 @@
 import { request as httpRequest } from 'node:http';
 import Hapi from '@hapi/hapi';
 import type { Collection, Db, Document, MongoClient } from 'mongodb';
-import { commit, isLockError, multiLock, resourceLocks, semaphore, writeLock, type LockHandle } from '../lib';
+import { commit, isLockError, multiLock, resourceLocks, semaphore, usingAll, writeLock, type GroupRequest, type LockHandle } from '../lib';
 import { lockOf, monglockPlugin } from '../lib/hapi';
 import { delayedCollection, type DelayPlan } from './delayed-collection';
 import type { FinalState, HistoryEvent } from './history-checker';
-import type { ClientPlan, Operation, Scenario } from './interleaving-scenario';
+import type { ClientPlan, GroupMember, Operation, Scenario } from './interleaving-scenario';
 
 /** What a history needs: driver clients (shared by the scenario's clients, round robin) and a database. */
 export interface RunContext {
@@ -49,7 +49,7 @@ export async function runScenario(scenario: Scenario, context: RunContext): Prom
   const suffix = `${scenario.seed}_${Math.floor(realNow() % 1e9)}`;
   const docs = context.db.collection(`docs_${suffix}`);
   const lockCollection = context.db.collection(`locks_${suffix}`);
-  await docs.insertMany(['w0', 'w1', 'm0', 'h0', 's0', 'o0'].map((id) => ({ _id: id as never })));
+  await docs.insertMany(['w0', 'w1', 'g0', 'm0', 'h0', 's0', 'o0'].map((id) => ({ _id: id as never })));
   const events: HistoryEvent[] = [];
   const outcomes: Record<string, number> = {};
   const clients = scenario.clients.map((plan, i) => clientLocks(plan, scenario.seed + i, context.clients[i % context.clients.length]!, docs, lockCollection));
@@ -132,6 +132,19 @@ async function runOperation(operation: Operation, op: number, clients: readonly 
           await hold(events, 'm0', 'exclusive', operation.holdMs)(handle, signal);
           if (!signal.aborted) await handle.convert('read');
         });
+      case 'group':
+        // Several documents at once, in the scenario's (random) order: each member is its own holder of its document.
+        return await usingAll(
+          operation.members.map((member) => groupRequest(locks, member)),
+          params,
+          async (group, signal) => {
+            const { start, end } = await heldSpan(operation.holdMs, signal);
+            operation.members.forEach((member, i) => {
+              const { target, mode, more } = memberHold(member);
+              events.push({ type: 'hold', target, holder: group[i]!.id, mode, fence: group[i]!.fence, start, end, ...more });
+            });
+          },
+        );
       case 'resource':
         return await locks.resources.using('r0', `op-${op}`, { ...params, ttl: operation.ttl, shared: operation.type === 'shared' }, hold(events, 'r0', operation.type, operation.holdMs));
     }
@@ -140,26 +153,47 @@ async function runOperation(operation: Operation, op: number, clients: readonly 
   }
 }
 
+/** The request of a group member. */
+function groupRequest(locks: ClientLocks, member: GroupMember): GroupRequest {
+  if (member === 's0') return { lock: locks.permits, filter: { _id: 's0' } };
+  if (member.startsWith('m0:')) return { lock: locks.multi, filter: { _id: 'm0' }, tag: member.slice(3) };
+  return { lock: locks.write, filter: { _id: member } };
+}
+
+/** How the checker sees a group member's hold. */
+function memberHold(member: GroupMember): { target: string; mode: 'exclusive' | 'shared'; more: { permits?: number; limit?: number } } {
+  if (member === 's0') return { target: 's0', mode: 'shared', more: { permits: 1, limit: LIMIT } };
+  if (member === 'm0:read') return { target: 'm0', mode: 'shared', more: {} };
+  if (member === 'm0:write') return { target: 'm0', mode: 'exclusive', more: {} };
+  return { target: member, mode: 'exclusive', more: {} };
+}
+
 /**
  * A `using()` body: holds for `holdMs`, and records the span during which it believed the lock
  * protected it: from its start until it ended or its signal aborted, whichever came first.
  */
 function hold(events: HistoryEvent[], target: string, mode: 'exclusive' | 'shared', holdMs: number, more: { permits?: number; limit?: number; holder?: string; fence?: number } = {}) {
   return async (handle: LockHandle, signal: AbortSignal): Promise<void> => {
-    const start = realNow();
-    let abortedAt: number | undefined;
-    const aborted = new Promise<void>((resolve) => {
-      const onAbort = (): void => {
-        abortedAt = realNow();
-        resolve();
-      };
-      if (signal.aborted) onAbort();
-      else signal.addEventListener('abort', onAbort, { once: true });
-    });
-    await Promise.race([sleep(holdMs), aborted]);
+    const { start, end } = await heldSpan(holdMs, signal);
     const { holder = handle.id, fence = handle.fence, ...limits } = more;
-    events.push({ type: 'hold', target, holder, mode, fence, start, end: abortedAt ?? realNow(), ...limits });
+    events.push({ type: 'hold', target, holder, mode, fence, start, end, ...limits });
   };
+}
+
+/** Holds for `holdMs`; resolves the span during which the holder believed itself protected: until then, or until `signal` aborted. */
+async function heldSpan(holdMs: number, signal: AbortSignal): Promise<{ start: number; end: number }> {
+  const start = realNow();
+  let abortedAt: number | undefined;
+  const aborted = new Promise<void>((resolve) => {
+    const onAbort = (): void => {
+      abortedAt = realNow();
+      resolve();
+    };
+    if (signal.aborted) onAbort();
+    else signal.addEventListener('abort', onAbort, { once: true });
+  });
+  await Promise.race([sleep(holdMs), aborted]);
+  return { start, end: abortedAt ?? realNow() };
 }
 
 /** A hapi server with locked routes on `h0` whose pre method and handler record when they run. */

@@ -1,8 +1,8 @@
 /**
  * Random lock histories, generated (and shrunk) by fast-check: several clients, each with its own
  * clock skew and its own delays on requests and replies, running scoped locks of every kind with
- * random hold times, waits and aborts (semaphore permits, reentrant nested holds and read locks
- * upgraded to write included), purges of resource documents, and hapi requests with
+ * random hold times, waits and aborts (semaphore permits, reentrant nested holds, read locks
+ * upgraded to write, and groups of several documents in random order included), purges of resource documents, and hapi requests with
  * slow pre methods, server timeouts and client disconnects.
  */
 import fc from 'fast-check';
@@ -33,6 +33,9 @@ interface Timed {
   readonly wait: number;
 }
 
+/** One document of a group (`usingAll`): a writeLock document, the multiLock's under a tag, or a semaphore permit. */
+export type GroupMember = 'w0' | 'w1' | 'g0' | 'm0:read' | 'm0:write' | 's0';
+
 /** One operation of a history. */
 export type Operation =
   | (Timed & { readonly kind: 'writeLock'; readonly doc: 'w0' | 'w1'; readonly lease: number; readonly mode: 'plain' | 'fair' | 'folded' })
@@ -40,6 +43,7 @@ export type Operation =
   | (Timed & { readonly kind: 'semaphore'; readonly permits: 1 | 2 })
   | (Timed & { readonly kind: 'reentrant'; readonly owner: 'a' | 'b' })
   | (Timed & { readonly kind: 'upgrade' })
+  | (Timed & { readonly kind: 'group'; readonly members: ReadonlyArray<GroupMember> })
   | (Timed & { readonly kind: 'resource'; readonly type: 'exclusive' | 'shared'; readonly ttl: number | undefined })
   | { readonly kind: 'purge'; readonly client: number; readonly startAt: number }
   | {
@@ -101,6 +105,13 @@ export function operation(clients: number): fc.Arbitrary<Operation> {
     { weight: 2, arbitrary: fc.tuple(timed(clients), fc.constantFrom(1, 2 as const)).map(([t, permits]) => ({ ...t, kind: 'semaphore' as const, permits })) },
     { weight: 2, arbitrary: fc.tuple(timed(clients), fc.constantFrom('a', 'b' as const)).map(([t, owner]) => ({ ...t, kind: 'reentrant' as const, owner })) },
     { weight: 2, arbitrary: timed(clients).map((t) => ({ ...t, kind: 'upgrade' as const })) },
+    {
+      weight: 3,
+      arbitrary: fc
+        .tuple(timed(clients), fc.shuffledSubarray(['w0', 'w1', 'g0', 'g0', 'm0:read', 'm0:write', 's0'] as const, { minLength: 2, maxLength: 4 }))
+        .filter(([, members]) => new Set(members.map((m) => m.slice(0, 2))).size === members.length)
+        .map(([t, members]) => ({ ...t, kind: 'group' as const, members })),
+    },
     { weight: 3, arbitrary: fc.tuple(timed(clients), fc.constantFrom('exclusive', 'shared' as const), fc.constantFrom(600, 1_500, undefined)).map(([t, type, ttl]) => ({ ...t, kind: 'resource' as const, type, ttl })) },
     { weight: 1, arbitrary: fc.record({ kind: fc.constant('purge' as const), client: fc.nat({ max: clients - 1 }), startAt: fc.nat({ max: 1_500 }) }) },
     {

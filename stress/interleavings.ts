@@ -27,6 +27,8 @@ export interface InterleavingReport {
   readonly operations: number;
   readonly holds: number;
   readonly outcomes: Record<string, number>;
+  /** Calls that succeeded, by kind of operation (`group` for several documents at once). */
+  readonly okByKind: Record<string, number>;
   readonly violations: readonly Violation[];
   /** The smallest failing history fast-check found, when one failed. */
   readonly counterexample?: string;
@@ -40,6 +42,7 @@ export async function checkInterleavings(options: InterleavingOptions): Promise<
   let operations = 0;
   let holds = 0;
   const outcomes: Record<string, number> = {};
+  const okByKind: Record<string, number> = {};
   let violations: Violation[] = [];
   try {
     const property = fc.asyncProperty(scenario(options.size), async (history: Scenario) => {
@@ -49,6 +52,7 @@ export async function checkInterleavings(options: InterleavingOptions): Promise<
       operations += history.operations.length;
       holds += result.events.filter((event) => event.type === 'hold').length;
       for (const [outcome, count] of Object.entries(result.outcomes)) outcomes[outcome] = (outcomes[outcome] ?? 0) + count;
+      for (const event of result.events) if (event.type === 'settled' && event.outcome === 'ok') okByKind[event.kind] = (okByKind[event.kind] ?? 0) + 1;
       if (found.length > 0 && violations.length === 0) violations = found;
       if (found.length > 0) options.log?.(`history ${histories}: ${found.length} violation(s): ${found.map((v) => `${v.rule}: ${v.detail}`).join('; ')}`);
       return found.length === 0;
@@ -59,7 +63,7 @@ export async function checkInterleavings(options: InterleavingOptions): Promise<
     } catch (error) {
       counterexample = error instanceof Error ? error.message : String(error);
     }
-    return { seed: options.seed, histories, operations, holds, outcomes, violations, counterexample };
+    return { seed: options.seed, histories, operations, holds, outcomes, okByKind, violations, counterexample };
   } finally {
     await db.dropDatabase().catch(() => undefined);
     await Promise.all(clients.map((client) => client.close()));
