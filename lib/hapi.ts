@@ -1,3 +1,3 @@
 /** `monglock/hapi`: the hapi plugin (see docs/hapi.md). */
 export { monglockPlugin, lockOf } from './integrations/hapi/plugin';
-export type { MonglockPluginOptions, RequestLock, RouteLock, RouteLockOptions } from './integrations/hapi/plugin';
+export type { MonglockPluginOptions, RequestLock, RouteLock, RouteLockOptions, RouteLockSettings } from './integrations/hapi/plugin';

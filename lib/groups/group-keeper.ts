@@ -1,3 +1,4 @@
+import type { BoomLike } from '../common/errors';
 import { keptLease, leaseEnded, LeaseKeeper } from '../locks/lease-keeper';
 import { Handle } from '../locks/lock-handle';
 import { NEVER } from '../protocol/lock-data';
@@ -19,21 +20,23 @@ export class GroupKeeper {
     controller: AbortController,
     maxHoldMs: number,
     onGiveUp: () => void = () => undefined,
+    /** Builds the abort reasons (default: each lock's own `boom` option). */
+    boom?: BoomLike,
   ) {
     for (const { handle, member } of HandleGroup.members(group)) {
       const leaseMs = handle.expiresAt - handle.timestamp;
       if (handle.expiresAt >= NEVER || !Number.isFinite(leaseMs)) continue;
-      const keeper = new LeaseKeeper(keptLease(handle, leaseMs, member.core.callOptions({}).call.boom), leaseMs, controller, Infinity);
+      const keeper = new LeaseKeeper(keptLease(handle, leaseMs, boom ?? member.core.callOptions({}).call.boom), leaseMs, controller, Infinity);
       this.#keepers.push(keeper);
       this.#unwatch.push(Handle.watchExpiry(handle, () => keeper.replan()));
     }
     if (!Number.isFinite(maxHoldMs)) return;
-    const boom = HandleGroup.members(group)[0]?.member.core.callOptions({}).call.boom;
+    const reasons = boom ?? HandleGroup.members(group)[0]?.member.core.callOptions({}).call.boom;
     this.#maxHoldTimer = setTimeout(() => {
       if (controller.signal.aborted) return;
       void this.stop();
       onGiveUp();
-      controller.abort(leaseEnded('max-hold', maxHoldMs, boom));
+      controller.abort(leaseEnded('max-hold', maxHoldMs, reasons));
       void group.release().catch(() => undefined);
     }, maxHoldMs);
   }

@@ -197,8 +197,7 @@ export class Handle implements LockHandle<Document, unknown, Document> {
    * Releases this lock. Same outcomes as `release(filter, { lock })`, except for a lock whose reply
    * was lost (`err.lock`), which is released if it is held and otherwise left alone. With
    * `params.update`, that update is applied by the same atomic write, only if the lock is still
-   * held (else `LockNotFound`/`LockWasReacquired`, and nothing is written). (`group`, internal: the
-   * group whose `commitAll` this commit is part of, kept in its record.)
+   * held (else `LockNotFound`/`LockWasReacquired`, and nothing is written). (`group`: internal.)
    */
   release(params?: HandleParams, group?: string): Promise<void> {
     const released = this.#followingConversions(() => this.#owner.release(this.#target, Handle.claim(this), params, group));

@@ -71,7 +71,7 @@ export async function routes(db: Db): Promise<void> {
     method: 'POST',
     path: '/no-filter',
     options: {
-      // @ts-expect-error: `filter` is required
+      // @ts-expect-error: `filter` (or `filters`) is required
       plugins: { monglock: { lock: orders } },
       handler: () => 'ok',
     },

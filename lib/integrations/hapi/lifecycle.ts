@@ -1,23 +1,23 @@
+import type { Document } from 'mongodb';
 import type { Request, RequestRoute, ResponseToolkit } from '@hapi/hapi';
-import { CommitRequest, type Commit } from '../../locks/commit';
+import { CommitRequest } from '../../locks/commit';
 import type { BoomLike } from '../../common/errors';
-import { keptLease, LeaseKeeper } from '../../locks/lease-keeper';
-import { Handle } from '../../locks/lock-handle';
+import { CommitAllRequest } from '../../groups/commit-all';
+import type { Held } from './held';
 
 /** A route method as hapi calls it: a pre method, a pre's failAction (with the error as third argument) or the handler. */
 type RouteMethod = (this: unknown, request: Request, h: ResponseToolkit, ...rest: unknown[]) => unknown;
 
 /** One request of a locked route. */
 interface Tracked {
-  lock?: Handle;
+  /** The lock, or the group of locks, once acquired. */
+  held?: Held;
   /** `mode: 'checkout'`: the lock outlives the request, once its handler answered successfully. */
   readonly checkout: boolean;
   /** A checkout whose lock reached the client: it is the client's to release. */
   handedOver: boolean;
-  /** Keeps the lease alive while the route runs; aborts `controller` when it is lost. */
-  keeper?: LeaseKeeper;
-  /** Stops replanning the keeper on the lock's expiry changes. */
-  unwatch?: () => void;
+  /** Keeps the leases alive while the route runs (aborts `controller` when one is lost); `stop()` ends that. */
+  keeping?: { stop(): Promise<void> };
   readonly controller: AbortController;
   /** Aborts a wait for the lock once nobody awaits the answer any more. */
   readonly waiting: AbortController;
@@ -48,7 +48,7 @@ export interface RequestTracking {
    * checkout), for `maxHoldMs` at most; resolves the signal that aborts if the lease is lost
    * meanwhile (or maxHold passes: the lock is then released).
    */
-  acquired(request: Request, lock: Handle, maxHoldMs: number): AbortSignal;
+  acquired(request: Request, held: Held, maxHoldMs: number): AbortSignal;
   /** The response has gone out, or the client is gone (the server's `response` event). */
   responded(request: Request): void;
   /** Wraps a locked route's handler (once per route: hapi reads `route.settings.handler` on each request). */
@@ -73,7 +73,7 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
   const coverage = new WeakMap<object, boolean>();
 
   const settle = (state: Tracked): void => {
-    if (!state.lock || state.handedOver || state.released || state.settling || !state.responded || state.running > 0) return;
+    if (!state.held || state.handedOver || state.released || state.settling || !state.responded || state.running > 0) return;
     if (state.conservative && !state.handlerFinished) return;
     // hapi starts the next pre method or the handler a few microtasks after the previous one
     // settled; one macrotask later, a call that started meanwhile shows in `started`.
@@ -83,11 +83,10 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       state.settling = false;
       if (state.started !== seen) return settle(state);
       state.released = true;
-      const lock = state.lock;
+      const held = state.held;
       void (async () => {
-        state.unwatch?.();
-        await state.keeper?.stop();
-        await lock?.release();
+        await state.keeping?.stop();
+        await held?.release();
       })().catch((error: unknown) => log(['monglock', 'error'], error));
     });
   };
@@ -96,7 +95,7 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
    * A handler that returned `commit(update, value)`: its update is applied by the release, before
    * hapi answers `value`; if it cannot be (the lock was lost), the request answers that error.
    */
-  const commitFor = async (state: Tracked, result: Commit<unknown>): Promise<unknown> => {
+  const commitFor = async (state: Tracked, result: CommitRequest<unknown, Document> | CommitAllRequest<unknown>): Promise<unknown> => {
     // Checked again after every await, right before the write: the answer may go out (a server
     // timeout, a client gone) or the lease end while the keeper stops.
     const refuseIfLate = (): void => {
@@ -107,11 +106,10 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       if (state.controller.signal.aborted) throw state.controller.signal.reason;
     };
     refuseIfLate();
-    const lock = state.lock!;
-    state.unwatch?.();
-    await state.keeper?.stop();
+    const held = state.held!;
+    await state.keeping?.stop();
     refuseIfLate();
-    await lock.release({ update: result.update }); // on failure, settle() releases it without the update
+    await held.commit(result); // on failure, settle() releases it without the update
     state.released = true;
     return result.value;
   };
@@ -120,15 +118,16 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
     const guarded: RouteMethod = async function (this: unknown, request, h, ...rest) {
       const state = requests.get(request);
       // Never started without the lock: not before it is held, nor once it is released, lost or given up (maxHold).
-      if (!state?.lock || state.released || state.controller.signal.aborted) {
-        const why = !state?.lock ? 'not held' : state.released ? 'released' : 'lost or given up (maxHold)';
+      if (!state?.held || state.released || state.controller.signal.aborted) {
+        const why = !state?.held ? 'not held' : state.released ? 'released' : 'lost or given up (maxHold)';
         throw boom.badImplementation(`monglock: not running the ${what} of ${where}: its lock is ${why}`);
       }
       state.running++;
       state.started++;
       try {
         const result: unknown = await original.call(this, request, h, ...rest);
-        return what === 'handler' && result instanceof CommitRequest ? await commitFor(state, result) : result;
+        const commits = result instanceof CommitRequest || result instanceof CommitAllRequest;
+        return what === 'handler' && commits ? await commitFor(state, result) : result;
       } finally {
         state.running--;
         if (what === 'handler') state.handlerFinished = true;
@@ -197,22 +196,15 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       requests.set(request, state);
       return state.waiting.signal;
     },
-    acquired(request, lock, maxHoldMs) {
+    acquired(request, held, maxHoldMs) {
       const state = requests.get(request);
       const controller = state?.controller ?? new AbortController();
       if (!state) return controller.signal;
-      state.lock = lock;
-      const leaseMs = lock.expiresAt - lock.timestamp;
-      const kept = keptLease(lock, leaseMs, boom);
-      // maxHold: the keeper releases the lock; from then on the route is done with it (the gate refuses to start its code).
-      const giveUp = (): Promise<void> => {
+      state.held = held;
+      // maxHold: the keeper releases the lock(s); from then on the route is done with them (the gate refuses to start its code).
+      state.keeping = held.keep(controller, maxHoldMs, () => {
         state.released = true;
-        state.unwatch?.();
-        return lock.release();
-      };
-      const keeper = new LeaseKeeper({ ...kept, release: giveUp }, leaseMs, controller, maxHoldMs);
-      state.keeper = keeper;
-      state.unwatch = Handle.watchExpiry(lock, () => keeper.replan()); // the route extends the lock itself
+      });
       settle(state); // the client may have gone while we waited for the lock
       return controller.signal;
     },
@@ -220,11 +212,10 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       const state = requests.get(request);
       if (!state) return;
       state.responded = true;
-      if (!state.lock) state.waiting.abort(new Error('monglock: the response went out while the request waited for its lock'));
-      if (state.checkout && state.lock && state.handlerFinished && delivered(request)) {
+      if (!state.held) state.waiting.abort(new Error('monglock: the response went out while the request waited for its lock'));
+      if (state.checkout && state.held && state.handlerFinished && delivered(request)) {
         state.handedOver = true; // the client has the lock's JSON: it releases or extends it
-        state.unwatch?.();
-        void state.keeper?.stop();
+        void state.keeping?.stop();
       }
       settle(state);
     },

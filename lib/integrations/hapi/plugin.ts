@@ -1,6 +1,9 @@
 import type { NamedPlugin, Request, RequestRoute, ResponseToolkit, Server } from '@hapi/hapi';
 import type { Document } from 'mongodb';
-import { isLockError, type BoomLike } from '../../common/errors';
+import { isLockError, lockError, type BoomLike } from '../../common/errors';
+import { acquireGroup } from '../../groups/acquire-all';
+import type { LockGroup } from '../../groups/lock-group';
+import { heldGroup, heldLock, type Held } from './held';
 import { routeName, trackRequests } from './lifecycle';
 import type { Handle, LockData, LockHandle } from '../../locks/lock-handle';
 import { describeLock } from '../../locks/lock-kind';
@@ -8,15 +11,34 @@ import { DEFAULT_MAX_HOLD } from '../../locks/lease-keeper';
 import { describe, expectBoom, expectDocumentOption, expectMaxHold, expectMs, isPlainObject } from '../../common/validation';
 import { WRITE_TAG } from '../../locks/write-lock';
 
-/** Route-level configuration, in a route's `options.plugins.monglock`. */
-export interface RouteLockOptions {
+/** Route-level configuration, in a route's `options.plugins.monglock`: the settings, and `filter` or `filters`. */
+export type RouteLockOptions = RouteLockSettings &
+  (
+    | {
+        /** Builds the filter of the document to lock from the request, for example `(request) => ({ _id: request.params.id })`. */
+        readonly filter: (request: Request) => Document;
+        readonly filters?: undefined;
+      }
+    | {
+        /**
+         * Instead of `filter`: builds the filters of several documents to lock together, all or
+         * nothing (`acquireAll`: in a canonical order, never waiting while holding part of the
+         * set), for example `(request) => [{ _id: request.params.from }, { _id: request.params.to }]`.
+         * The handler finds the group in `lockOf(request).locks` and may return
+         * `commitAll([update, …], value)`.
+         */
+        readonly filters: (request: Request) => readonly Document[];
+        readonly filter?: undefined;
+      }
+  );
+
+/** The settings of a locked route besides its `filter` or `filters`. */
+export interface RouteLockSettings {
   /**
    * The lock: a writeLock or multiLock instance (made once, outside the route: hapi deep-copies
    * route options, which would break a driver `Collection` given inside lock options).
    */
   readonly lock: RouteLock;
-  /** Builds the filter of the document to lock from the request, for example `(request) => ({ _id: request.params.id })`. */
-  readonly filter: (request: Request) => Document;
   /** The tag: required for a multiLock (one it declares); none, or `write`, for a writeLock. */
   readonly tag?: string;
   /**
@@ -81,6 +103,8 @@ export interface RequestLock {
   readonly signal: AbortSignal;
   /** The locked document, when the route's `document` option asked for it. */
   readonly document: Document | undefined;
+  /** A route with `filters`: the group (its handles in the order of the filters; `lock` is the first). */
+  readonly locks?: LockGroup<Array<LockHandle<Document, undefined, Document>>>;
 }
 
 declare module '@hapi/hapi' {
@@ -116,7 +140,7 @@ function pluginBoom(options: unknown): BoomLike {
   // eslint-disable-next-line @typescript-eslint/no-require-imports
   return expectBoom('the monglock plugin option `boom`', options?.boom) ?? (require('@hapi/boom') as BoomLike);
 }
-const ROUTE_KEYS: ReadonlyArray<keyof RouteLockOptions> = ['lock', 'filter', 'tag', 'wait', 'locktimeout', 'mode', 'document', 'maxHold'];
+const ROUTE_KEYS: ReadonlyArray<keyof RouteLockSettings | 'filter' | 'filters'> = ['lock', 'filter', 'filters', 'tag', 'wait', 'locktimeout', 'mode', 'document', 'maxHold'];
 
 /**
  * The hapi plugin: locks the document a route works on before its pre methods and handler, gives
@@ -171,25 +195,46 @@ export const monglockPlugin: NamedPlugin<MonglockPluginOptions> = {
       const { settings } = resolved;
       const waiting = tracking.begin(request, settings.mode === 'checkout');
       if (!waiting) return h.continue; // answered already: lock nothing
-      const filter = settings.filter(request);
-      // Only the keys the route sets: a lock refuses keys it does not take (a writeLock has no `tag`).
-      const params: Record<string, unknown> = { boom, signal: waiting };
-      for (const key of ['tag', 'wait', 'locktimeout', 'document'] as const) if (settings[key] !== undefined) params[key] = settings[key];
-      let lock: Handle;
-      try {
-        lock = await resolved.lock.acquire(filter, params);
-      } catch (error) {
-        if (isLockError(error, 'AssertiveLock') && error.lock) await (error.lock as LockHandle).release().catch(() => undefined);
-        throw error;
-      }
-      const signal = tracking.acquired(request, lock, settings.maxHold ?? DEFAULT_MAX_HOLD);
-      request.plugins.monglock = { lock, guard: (extra?: Document) => lock.guard(extra), signal, document: lock.document } satisfies RequestLock;
+      const held = settings.filters ? await acquireGroupFor(request, resolved, waiting, boom) : await acquireFor(request, resolved, waiting, boom);
+      const signal = tracking.acquired(request, held, settings.maxHold ?? DEFAULT_MAX_HOLD);
+      const { lock, group } = held;
+      request.plugins.monglock = { lock, guard: (extra?: Document) => lock.guard(extra), signal, document: lock.document, ...(group && { locks: group }) } satisfies RequestLock;
       return h.continue;
     });
 
     server.events.on('response', (request: Request) => tracking.responded(request));
   },
 };
+
+/** Acquires the route's one lock (`filter`). */
+async function acquireFor(request: Request, resolved: Resolved, signal: AbortSignal, boom: BoomLike): Promise<Held> {
+  const { settings } = resolved;
+  // Only the keys the route sets: a lock refuses keys it does not take (a writeLock has no `tag`).
+  const params: Record<string, unknown> = { boom, signal };
+  for (const key of ['tag', 'wait', 'locktimeout', 'document'] as const) if (settings[key] !== undefined) params[key] = settings[key];
+  try {
+    return heldLock(await resolved.lock.acquire(settings.filter!(request), params), boom);
+  } catch (error) {
+    if (isLockError(error, 'AssertiveLock') && error.lock) await (error.lock as LockHandle).release().catch(() => undefined);
+    throw error;
+  }
+}
+
+/** Acquires the route's documents together (`filters`); a refusal answers as boom, naming its filter in `data.request`. */
+async function acquireGroupFor(request: Request, resolved: Resolved, signal: AbortSignal, boom: BoomLike): Promise<Held> {
+  const { settings } = resolved;
+  const filters = settings.filters!(request);
+  if (!Array.isArray(filters)) throw boom.badImplementation(`monglock: \`filters\` of ${routeName(request.route)} returned ${describe(filters)}, not an array`);
+  const requests = filters.map((filter: Document) => ({ lock: settings.lock, filter, ...(settings.tag !== undefined && { tag: settings.tag }) }));
+  const params = { signal, ...(settings.wait !== undefined && { wait: settings.wait }), ...(settings.locktimeout !== undefined && { locktimeout: settings.locktimeout }), ...(settings.document !== undefined && { document: settings.document }) };
+  try {
+    return heldGroup(await acquireGroup(requests, params), boom);
+  } catch (error) {
+    if (!isLockError(error) || (error as { isBoom?: unknown }).isBoom === true) throw error;
+    const index = (error as { request?: number }).request;
+    throw Object.assign(lockError(error.subtype, boom, { cause: error, data: { request: index } }), { request: index });
+  }
+}
 
 /** The lock the plugin acquired for this request (throws if the route has none). */
 export function lockOf(request: Request): RequestLock {
@@ -206,7 +251,12 @@ function resolveRoute(where: string, config: unknown): Resolved {
     throw new TypeError(`Unknown option \`plugins.monglock.${unknown}\` of ${where}: expected ${ROUTE_KEYS.join(', ')}`);
   }
   const settings = config as unknown as RouteLockOptions;
-  if (typeof settings.filter !== 'function') throw new TypeError(`Expected \`plugins.monglock.filter\` of ${where} to be a function (request) => filter`);
+  if ((settings.filter === undefined) === (settings.filters === undefined)) {
+    throw new TypeError(`Expected either \`plugins.monglock.filter\` (one document) or \`plugins.monglock.filters\` (several) of ${where}`);
+  }
+  const builder = settings.filter ?? settings.filters;
+  if (typeof builder !== 'function') throw new TypeError(`Expected \`plugins.monglock.${settings.filter ? 'filter' : 'filters'}\` of ${where} to be a function (request) => ${settings.filter ? 'filter' : '[filter, …]'}`);
+  if (settings.filters && settings.mode === 'checkout') throw new TypeError(`Expected no \`plugins.monglock.mode: 'checkout'\` with \`filters\` of ${where}: a group is held for one request`);
   if (settings.wait !== undefined) expectMs(`plugins.monglock.wait of ${where}`, settings.wait, 0);
   if (settings.locktimeout !== undefined) expectMs(`plugins.monglock.locktimeout of ${where}`, settings.locktimeout);
   expectMaxHold(`plugins.monglock.maxHold of ${where}`, settings.maxHold, DEFAULT_MAX_HOLD);

@@ -84,7 +84,7 @@ describe('hapi plugin: route configuration is checked at server.initialize()', (
     const collection = await freshCollection();
     for (const key of ['lockTimeout', 'timeout', 'tags']) {
       expect(await initializeError({ lock: writeLock({ collection }), [key]: 1_000 })).to.equal(
-        `Unknown option \`plugins.monglock.${key}\` of POST /orders/{id}: expected lock, filter, tag, wait, locktimeout, mode, document, maxHold`,
+        `Unknown option \`plugins.monglock.${key}\` of POST /orders/{id}: expected lock, filter, filters, tag, wait, locktimeout, mode, document, maxHold`,
       );
     }
   });

@@ -1,0 +1,67 @@
+import type { Document } from 'mongodb';
+import type { BoomLike } from '../../common/errors';
+import { CommitRequest } from '../../locks/commit';
+import { keptLease, LeaseKeeper } from '../../locks/lease-keeper';
+import { Handle } from '../../locks/lock-handle';
+import { applyCommits, CommitAllRequest } from '../../groups/commit-all';
+import { GroupKeeper } from '../../groups/group-keeper';
+import type { HandleGroup } from '../../groups/lock-group';
+
+/** What a locked request holds: one lock (`filter`), or a group of them (`filters`). */
+export interface Held {
+  /** The lock, or the group's first (in the order of the route's filters). */
+  readonly lock: Handle;
+  /** The group, for a route with `filters`. */
+  readonly group: HandleGroup | undefined;
+  /** Releases everything held. */
+  release(): Promise<void>;
+  /** Applies what the handler returned (`commit` for one lock, `commitAll` for a group) with the release; rejects when it was not applied. */
+  commit(result: CommitRequest<unknown, Document> | CommitAllRequest<unknown>): Promise<void>;
+  /**
+   * Keeps every lease alive while the route runs; aborts `controller` once one is lost. After
+   * `maxHoldMs` it calls `onGiveUp`, aborts with `MaxHoldExceeded` and releases everything.
+   */
+  keep(controller: AbortController, maxHoldMs: number, onGiveUp: () => void): { stop(): Promise<void> };
+}
+
+/** A route's one lock. */
+export function heldLock(lock: Handle, boom: BoomLike): Held {
+  return {
+    lock,
+    group: undefined,
+    release: () => lock.release(),
+    commit: async (result) => {
+      if (!(result instanceof CommitRequest)) throw boom.badImplementation('monglock: a route that locks one document ends with commit(update, value), not commitAll');
+      await lock.release({ update: result.update });
+    },
+    keep(controller, maxHoldMs, onGiveUp) {
+      const leaseMs = lock.expiresAt - lock.timestamp;
+      const giveUp = (): Promise<void> => {
+        onGiveUp();
+        return lock.release();
+      };
+      const keeper = new LeaseKeeper({ ...keptLease(lock, leaseMs, boom), release: giveUp }, leaseMs, controller, maxHoldMs);
+      const unwatch = Handle.watchExpiry(lock, () => keeper.replan()); // the route extends the lock itself
+      return {
+        stop: async () => {
+          unwatch();
+          await keeper.stop();
+        },
+      };
+    },
+  };
+}
+
+/** A route's group (`filters`). */
+export function heldGroup(group: HandleGroup, boom: BoomLike): Held {
+  return {
+    lock: group[0]!,
+    group,
+    release: () => group.release(),
+    commit: async (result) => {
+      if (!(result instanceof CommitAllRequest)) throw boom.badImplementation('monglock: a route that locks several documents ends with commitAll([update, …], value), not commit');
+      await applyCommits(group, result.updates);
+    },
+    keep: (controller, maxHoldMs, onGiveUp) => new GroupKeeper(group, controller, maxHoldMs, onGiveUp, boom),
+  };
+}
