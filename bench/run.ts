@@ -13,6 +13,7 @@ import { MongoClient } from 'mongodb';
 import { startMongoBackend } from '../support/mongo-backend';
 import { contenders, type Contender } from './contenders';
 import { runGoPeers, type GoOutcome } from './go-peers';
+import { median } from './harness';
 import { MajorityProxy } from './majority-proxy';
 import { renderTargets } from './targets';
 import { renderChart, renderTable, type ContenderResult, type LevelResults, type Results } from './report';
@@ -33,11 +34,6 @@ const roundsFlag = flag('--rounds');
 if (roundsFlag) Object.assign(settings, { rounds: Number(roundsFlag) });
 const outFlag = flag('--out');
 const outDir = outFlag ? join(process.cwd(), outFlag) : smoke ? join(__dirname, '..', '.cache', 'bench-smoke') : join(__dirname, 'results');
-
-function median(values: number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted.length === 0 ? NaN : (sorted[Math.floor((sorted.length - 1) / 2)]! + sorted[Math.ceil((sorted.length - 1) / 2)]!) / 2;
-}
 
 /** Every workload of every contender through a proxy that delays majority writes by `delayMs`. */
 async function runLevel(host: string, port: number, delayMs: number): Promise<LevelResults> {

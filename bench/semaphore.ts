@@ -15,6 +15,7 @@ import { join } from 'node:path';
 import { MongoClient } from 'mongodb';
 import { multiLock, resourceLocks, semaphore } from '../lib';
 import { startMongoBackend } from '../support/mongo-backend';
+import { countsAsCommand, median } from './harness';
 
 const LIMIT = 4;
 const HOLD_MS = 2;
@@ -39,7 +40,7 @@ async function runChild(task: ChildTask): Promise<ChildResult> {
   const client = await MongoClient.connect(task.uri, { monitorCommands: true, maxPoolSize: task.workers * 2 });
   let commands = 0;
   client.on('commandStarted', (event) => {
-    if (!['hello', 'isMaster', 'ismaster', 'endSessions', 'ping'].includes(event.commandName)) commands++;
+    if (countsAsCommand(event.commandName)) commands++;
   });
   const collection = client.db(task.db).collection(task.contender.replace(/\W+/g, '_'));
   const acquire = contenderLock(task.contender, collection);
@@ -104,8 +105,6 @@ async function measure(task: Omit<ChildTask, 'workers'>, processes: number, work
   const commands = results.reduce((sum, result) => sum + result.commands, 0);
   return { perSecond: sections.length / (task.durationMs / 1000), mostAtOnce, commandsPerSection: commands / Math.max(1, sections.length) };
 }
-
-const median = (values: number[]): number => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
 
 async function main(): Promise<void> {
   const small = process.argv.includes('--small');

@@ -1,5 +1,6 @@
 import type { Collection, Document, MongoClient } from 'mongodb';
 import { insertDocs, type Contender } from './contenders';
+import { countsAsCommand } from './harness';
 
 /** Latency of one uncontended acquire + release, in ms. */
 export interface Latency {
@@ -101,7 +102,7 @@ export async function commands(contender: Contender, fresh: NewCollection, clien
   await (await contender.lock('c'))();
   let sent = 0;
   const count = (event: { commandName: string }): void => {
-    if (!['hello', 'isMaster', 'ismaster', 'endSessions', 'ping'].includes(event.commandName)) sent++;
+    if (countsAsCommand(event.commandName)) sent++;
   };
   client.on('commandStarted', count);
   try {
