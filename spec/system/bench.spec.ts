@@ -66,3 +66,44 @@ describe('semaphore benchmark (small run)', () => {
     }
   });
 });
+
+describe('transfer benchmark (smoke run)', () => {
+  it('moves money with every contender at L = 0 and 5 ms, in one process and across four: conserved, one holder per account, the commands and majority waits of each', async function () {
+    this.timeout(300_000);
+    // The run itself fails (and so does this) when money is not conserved or an account had two holders at once.
+    const { stdout } = await run(process.execPath, ['--import', 'tsx', 'bench/transfer.ts', '--smoke'], { cwd: ROOT, env: { ...process.env, MONGODB_URI: mongoBackend().uri }, maxBuffer: 10_000_000 });
+    expect(stdout).to.include('**Transfers per second**');
+    type Counts = { acquire: number; commit: number; release: number; other: number };
+    const results = JSON.parse(readFileSync(join(ROOT, '.cache', 'bench-transfer-smoke', 'transfer.json'), 'utf8')) as {
+      conserved: boolean;
+      rows: Array<{ contender: string; delayMs: number; processes: number; perSecond: number[]; commands: Counts[]; majority: number[]; mostAtOnce: number }>;
+      uncontended: Array<{ contender: string; delayMs: number; p50Ms: number; commands: Counts; majority: number }>;
+    };
+    expect(results.conserved).to.equal(true);
+    expect(results.rows).to.have.length(5 * 2 * 2);
+    for (const row of results.rows) {
+      const where = `${row.contender}, L = ${row.delayMs}, ${row.processes} process(es)`;
+      expect(row.perSecond[0], where).to.be.greaterThan(0);
+      expect(row.mostAtOnce, where).to.equal(1);
+      expect(row.commands[0]!.acquire, where).to.be.at.least(2);
+      expect(row.commands[0]!.commit, `${where}: one commit or update per document`).to.be.closeTo(2, 1e-9);
+      expect(row.commands[0]!.other, `${where}: every command belongs to a transfer`).to.equal(0);
+      expect(row.majority[0], where).to.be.at.least(4);
+    }
+    // Uncontended: one acquisition and one commit or update per document; a plain release is sent at w: 1 by monglock only.
+    const expected: Record<string, { release: number; majority: number; serialWaits: number }> = {
+      'monglock usingAll + commitAll': { release: 0, majority: 4, serialWaits: 4 },
+      'monglock acquireAll + guarded updates': { release: 2, majority: 4, serialWaits: 3 },
+      'monglock writeLock ×2, sorted': { release: 0, majority: 4, serialWaits: 3 },
+      'mongo-locks (coyotte508) ×2': { release: 2, majority: 6, serialWaits: 4 },
+      'mongo-lock (andrasq) ×2, w: majority': { release: 2, majority: 6, serialWaits: 4 },
+    };
+    expect(results.uncontended).to.have.length(5 * 2);
+    for (const u of results.uncontended) {
+      const want = expected[u.contender]!;
+      expect(u.commands, u.contender).to.deep.equal({ acquire: 2, commit: 2, release: want.release, other: 0 });
+      expect(u.majority, u.contender).to.equal(want.majority);
+      if (u.delayMs > 0) expect(u.p50Ms, `${u.contender}: majority waits one after another`).to.be.at.least(want.serialWaits * u.delayMs);
+    }
+  });
+});
