@@ -33,7 +33,7 @@ export type { UsingBody } from './locks/scoped-hold';
 export type { InspectParams, LockInspection, InspectedLock, InspectedWaiter } from './locks/inspection';
 export type { WaitOptions } from './waiting/wait-options';
 export { acquireAll, usingAll } from './groups/group-api';
-export type { HandleOfRequest, HandlesOf } from './groups/group-api';
+export type { HandleOfRequest, HandlesOf, SchemaOf, PromiseOptionOf } from './groups/group-api';
 export type { AcquireAllParams } from './groups/acquire-all';
 export type { UsingAllParams, UsingAllBody } from './groups/using-all';
 export type { GroupRequest, GroupableLock } from './groups/group-request';
