@@ -49,7 +49,8 @@ interface Refusal {
  * locked in one canonical order (namespace, then `_id` in BSON order) whatever the order of
  * `requests`: first the first document alone, then the rest at once. It never waits while it holds
  * part of the set, so no deadlock is possible: on a refusal it releases what it holds, waits for
- * that document (holding nothing else), then takes the rest, within `params.wait`.
+ * that document (holding nothing else; it keeps it only if it comes first), then takes the rest
+ * one by one in canonical order, within `params.wait`.
  * @example
  * const [from, to] = await acquireAll([{ lock: accounts, filter: { _id: 'a' } }, { lock: accounts, filter: { _id: 'b' } }], { wait: 5000 });
  */
@@ -69,17 +70,18 @@ export async function acquireGroup(requests: unknown, params?: unknown): Promise
     member.core.acquire(member.target, member.tag, { ...asked.get(member.index), wait: waitMs, ...(signal && { signal }) });
   const held = new Map<Located, Handle>();
   try {
-    let refused: Refusal | undefined;
-    for (;;) {
-      if (refused) {
-        const { member } = refused;
-        held.set(member, await take(member, Math.max(1, Math.ceil(left()))).catch((error: unknown) => Promise.reject(ofRequest(error, member.index, member.core.namespace))));
-      }
-      refused = await takeTheRest(located, held, take);
-      if (!refused) break;
+    let refused = await takeTheRest(located, held, take, 'at once');
+    while (refused) {
       await releaseQuietly(held);
       if (signal?.aborted) throw signal.reason;
       if (wait === 0 || left() <= 0) throw refused.error;
+      const { member } = refused;
+      const won = await take(member, Math.max(1, Math.ceil(left()))).catch((error: unknown) => Promise.reject(ofRequest(error, member.index, member.core.namespace)));
+      // Kept only when it comes first: a group then holds only what comes before what it asks for
+      // next, so two groups never each hold what the other asks for next (a livelock).
+      if (member === located[0]) held.set(member, won);
+      else await won.release().catch(() => undefined);
+      refused = await takeTheRest(located, held, take, 'in order');
     }
   } catch (error) {
     await releaseQuietly(held);
@@ -94,15 +96,21 @@ export async function acquireGroup(requests: unknown, params?: unknown): Promise
 }
 
 /**
- * Takes the members not held yet, without waiting, in canonical order: the first alone when nothing
- * is held (contenders for overlapping sets meet there, and whoever loses holds nothing), then the
- * rest at once. Resolves the first refusal in canonical order (an assertive registration handed
- * back is released), or undefined once every member is held; rejects on any other failure.
+ * Takes the members not held yet, without waiting, in canonical order: `at once` (the first try)
+ * takes the first alone when nothing is held (contenders for overlapping sets meet there, and
+ * whoever loses holds nothing), then the rest at once; `in order` (after a refusal) one after the
+ * other. Resolves the first refusal in canonical order (an assertive registration handed back is
+ * released), or undefined once every member is held; rejects on any other failure.
  */
-async function takeTheRest(located: readonly Located[], held: Map<Located, Handle>, take: (member: Located, wait: number) => Promise<Handle>): Promise<Refusal | undefined> {
+async function takeTheRest(
+  located: readonly Located[],
+  held: Map<Located, Handle>,
+  take: (member: Located, wait: number) => Promise<Handle>,
+  pace: 'at once' | 'in order',
+): Promise<Refusal | undefined> {
   let pending = located.filter((member) => !held.has(member));
   while (pending.length > 0) {
-    const batch = held.size === 0 ? pending.slice(0, 1) : pending;
+    const batch = pace === 'in order' || held.size === 0 ? pending.slice(0, 1) : pending;
     const outcomes = await Promise.allSettled(batch.map((member) => take(member, 0)));
     let refusal: Refusal | undefined;
     let failure: Refusal | undefined;

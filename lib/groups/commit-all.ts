@@ -1,7 +1,9 @@
 import type { Document } from 'mongodb';
-import { isLockError } from '../common/errors';
+import { compareBson } from '../common/bson-order';
+import { isLockError, lockError, withDbErrors } from '../common/errors';
 import { describe, expectUpdate } from '../common/validation';
-import { HandleGroup, ofRequest, settleAll } from './lock-group';
+import type { Located } from './group-request';
+import { HandleGroup, ofRequest, settleAll, type HeldMember } from './lock-group';
 
 /**
  * What a `usingAll()` body (or a hapi route locking several documents) returns to end with one
@@ -48,42 +50,85 @@ export function commitAll<T = undefined>(updates: ReadonlyArray<Document | null 
 }
 
 /**
- * Applies `updates` (one per request, validated all before any is written) by the releases of
- * `group`'s members, in canonical order; the members without an update are released after them.
+ * Applies `updates` (one per request, validated all before any is written, none touching a lock
+ * field of its document) by the releases of `group`'s members, in canonical order, once a read has
+ * found every member without an update still held; those are released after the commits.
+ * `beforeWrite` runs before each write and may throw to stop (a hapi route whose answer went out).
  * The one place that decides how a group commits: a transactional variant would replace it.
  */
-export async function applyCommits(group: HandleGroup, updates: unknown): Promise<void> {
+export async function applyCommits(group: HandleGroup, updates: unknown, beforeWrite: () => void = () => undefined): Promise<void> {
   const members = HandleGroup.members(group);
   if (!Array.isArray(updates) || updates.length !== group.length) {
     throw new TypeError(`Expected \`commitAll(updates)\` to have one update (or null) per request, ${group.length} in all, got ${describe(updates)}`);
   }
   const asked = members.map(({ member }) => {
     const update: unknown = updates[member.index];
-    return update === null || update === undefined ? undefined : expectUpdate(`updates[${member.index}]`, update, member.core.engine.field);
+    if (update === null || update === undefined) return undefined;
+    // Never a lock field of this document, its own or another member's (a semaphore's permits, say).
+    const fields = members.filter(({ member: other }) => sameDocument(other, member)).map(({ member: other }) => other.core.engine.field);
+    for (const field of new Set(fields)) expectUpdate(`updates[${member.index}]`, update, field);
+    return update as Document;
   });
   const outcomes: CommitOutcome[] = updates.map((update: unknown) => (update === null || update === undefined ? null : false));
+  const failed = async (error: unknown, at: number, index: number, released: (j: number) => boolean): Promise<never> => {
+    await Promise.all(members.filter((_, j) => !released(j)).map(({ handle }) => handle.release().catch(() => undefined)));
+    const named = ofRequest(error, index, members[at]!.member.core.namespace);
+    if (named instanceof Error) Object.defineProperty(named, 'commits', { value: outcomes, enumerable: true, writable: true, configurable: true });
+    throw named;
+  };
+  // A member without an update is part of the section too: if it was lost, no update is applied.
+  const lost = await firstLost(members, asked);
+  if (lost) return failed(lost.error, lost.at, members[lost.at]!.member.index, () => false);
   for (const [i, held] of members.entries()) {
     const update = asked[i];
     if (!update) continue;
     try {
+      beforeWrite();
       await held.handle.release({ update }, group.id);
       outcomes[held.member.index] = true;
     } catch (error) {
       const applied = (error as { data?: { applied?: unknown } }).data?.applied;
       outcomes[held.member.index] = isLockError(error, 'DbError') && applied === 'unknown' ? 'unknown' : false;
-      // Not applied (refused or unknown): its lock is released without it, as `using()` does, and so is every later member.
+      // Not applied (refused, stopped or unknown): its lock is released without it, as `using()` does, and so is every later member.
       const lost = isLockError(error, 'LockNotFound') || isLockError(error, 'LockWasReacquired');
-      const unreleased = members.filter((other, j) => j > i || (j < i && !asked[j]) || (j === i && !lost));
-      await Promise.all(unreleased.map(({ handle }) => handle.release().catch(() => undefined)));
-      const named = ofRequest(error, held.member.index, held.member.core.namespace);
-      if (named instanceof Error) Object.defineProperty(named, 'commits', { value: outcomes, enumerable: true, writable: true, configurable: true });
-      throw named;
+      return failed(error, i, held.member.index, (j) => (j < i && asked[j] !== undefined) || (j === i && lost));
     }
   }
-  await settleAll(
-    members.filter((_, i) => !asked[i]),
-    ({ handle }) => handle.release(),
+  try {
+    await settleAll(
+      members.filter((_, i) => !asked[i]),
+      ({ handle }) => handle.release(),
+    );
+  } catch (error) {
+    if (error instanceof Error) Object.defineProperty(error, 'commits', { value: outcomes, enumerable: true, writable: true, configurable: true });
+    throw error;
+  }
+}
+
+/**
+ * The first member (canonical position) without an update that a read no longer finds held, or
+ * whose read failed, and why; undefined when every one is held.
+ */
+async function firstLost(members: readonly HeldMember[], asked: ReadonlyArray<Document | undefined>): Promise<{ at: number; error: unknown } | undefined> {
+  const checks = await Promise.all(
+    members.map(async ({ handle, member }, i) => {
+      if (asked[i]) return undefined;
+      const { call } = member.core.callOptions({});
+      try {
+        const ids = await withDbErrors(call.boom, () => member.core.engine.store.idsMatching(handle.guard(), call));
+        return ids.length === 1 ? undefined : lockError('LockNotFound', call.boom, { detail: 'lost before the commits started: no update was applied' });
+      } catch (error) {
+        return error;
+      }
+    }),
   );
+  const at = checks.findIndex((error) => error !== undefined);
+  return at < 0 ? undefined : { at, error: checks[at] };
+}
+
+/** True when two members lock the same document (another lock field of it, or the same). */
+function sameDocument(a: Located, b: Located): boolean {
+  return a.core.namespace === b.core.namespace && compareBson(a.id, b.id) === 0;
 }
 
 /** `value instanceof CommitAll` is true for what {@link commitAll} returns. */

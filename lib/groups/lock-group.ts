@@ -1,5 +1,7 @@
 import { isLockError } from '../common/errors';
-import type { HandleParams, Handle, LockHandle } from '../locks/lock-handle';
+import { knownKeys } from '../common/known-keys';
+import { CALL_KEYS, readParams, type CallOptions } from '../common/options';
+import type { Handle, LockHandle } from '../locks/lock-handle';
 import type { Located } from './group-request';
 
 /** A held member of a group: its handle, and the request it answers. */
@@ -20,13 +22,18 @@ export interface LockGroupMethods {
    * Releases every member at once. Rejects, once all were tried, with the first failure (in the
    * order of the requests), which names its request (`err.request`).
    */
-  release(params?: HandleParams): Promise<void>;
+  release(params?: CallOptions): Promise<void>;
   /**
    * Pushes every member's lease to `locktimeout` ms (default: each lock's lease) from the server's
    * now, all at once. Rejects with the first failure (`err.request`) when a member was lost.
    */
-  extend(locktimeout?: number, params?: HandleParams): Promise<this>;
+  extend(locktimeout?: number, params?: CallOptions): Promise<this>;
 }
+
+/** What a group's `release()` and `extend()` take: call options only, checked before any member is written. */
+const GROUP_CALL = knownKeys<CallOptions>()(CALL_KEYS, {
+  update: 'a group applies one update per document: return `commitAll([update, …])` from `usingAll()`, or release each handle with its own update',
+});
 
 /**
  * The handles `acquireAll` resolves, in the order of its requests (`const [from, to] = await
@@ -71,25 +78,27 @@ export class HandleGroup extends Array<Handle> implements LockGroupMethods {
     return Math.min(...this.map((handle) => handle.remaining()));
   }
 
-  release(params?: HandleParams): Promise<void> {
-    return settleAll(this.#canonical, ({ handle }) => handle.release(params));
+  async release(params?: CallOptions): Promise<void> {
+    const p = readParams('params', params, GROUP_CALL);
+    await settleAll(this.#canonical, ({ handle }) => handle.release(p));
   }
 
-  async extend(locktimeout?: number, params?: HandleParams): Promise<this> {
-    await settleAll(this.#canonical, ({ handle }) => handle.extend(locktimeout, params));
+  async extend(locktimeout?: number, params?: CallOptions): Promise<this> {
+    const p = readParams('params', params, GROUP_CALL);
+    await settleAll(this.#canonical, ({ handle }) => handle.extend(locktimeout, p));
     return this;
   }
 }
 
 /**
  * Runs `call` on every member at once; once all settled, rejects with the failure of the first
- * request (by its index) that failed, named by {@link ofRequest}.
+ * request (by its index) that failed, but those `ignore` accepts, named by {@link ofRequest}.
  */
-export async function settleAll(held: readonly HeldMember[], call: (held: HeldMember) => Promise<unknown>): Promise<void> {
+export async function settleAll(held: readonly HeldMember[], call: (held: HeldMember) => Promise<unknown>, ignore: (error: unknown) => boolean = () => false): Promise<void> {
   const outcomes = await Promise.allSettled(held.map(call));
   const failed = outcomes
     .map((outcome, i) => ({ outcome, index: held[i]!.member.index, namespace: held[i]!.member.core.namespace }))
-    .filter((entry) => entry.outcome.status === 'rejected')
+    .filter((entry) => entry.outcome.status === 'rejected' && !ignore(entry.outcome.reason))
     .sort((a, b) => a.index - b.index);
   const first = failed[0];
   if (first) throw ofRequest((first.outcome as PromiseRejectedResult).reason, first.index, first.namespace);

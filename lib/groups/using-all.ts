@@ -8,7 +8,7 @@ import type { LockHandle } from '../locks/lock-handle';
 import { ACQUIRE_ALL_KEYS, acquireGroup, GROUP_MISPLACED, type AcquireAllParams } from './acquire-all';
 import { applyCommits, CommitAllRequest, type CommitAll } from './commit-all';
 import { GroupKeeper } from './group-keeper';
-import { HandleGroup, type LockGroup } from './lock-group';
+import { HandleGroup, settleAll, type LockGroup } from './lock-group';
 
 /** Options of {@link usingAll}: those of `acquireAll`, and `maxHold`. */
 export interface UsingAllParams extends AcquireAllParams, HoldParams {}
@@ -69,8 +69,7 @@ export async function useGroup<T>(requests: unknown, params: unknown, body: unkn
     }
     return result.value;
   }
-  await group.release().catch((error: unknown) => {
-    if (!isLockError(error, 'RessourceNotFound')) throw error;
-  });
+  // A document the body deleted is no failure (as with `using()`); any other member's is.
+  await settleAll(HandleGroup.members(group), ({ handle }) => handle.release(), (error) => isLockError(error, 'RessourceNotFound'));
   return result as T;
 }

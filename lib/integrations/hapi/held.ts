@@ -15,8 +15,12 @@ export interface Held {
   readonly group: HandleGroup | undefined;
   /** Releases everything held. */
   release(): Promise<void>;
-  /** Applies what the handler returned (`commit` for one lock, `commitAll` for a group) with the release; rejects when it was not applied. */
-  commit(result: CommitRequest<unknown, Document> | CommitAllRequest<unknown>): Promise<void>;
+  /**
+   * Applies what the handler returned (`commit` for one lock, `commitAll` for a group) with the
+   * release; rejects when it was not applied. `beforeWrite` runs right before each write and
+   * throws to stop (the answer went out, the lease was lost).
+   */
+  commit(result: CommitRequest<unknown, Document> | CommitAllRequest<unknown>, beforeWrite: () => void): Promise<void>;
   /**
    * Keeps every lease alive while the route runs; aborts `controller` once one is lost. After
    * `maxHoldMs` it calls `onGiveUp`, aborts with `MaxHoldExceeded` and releases everything.
@@ -30,8 +34,9 @@ export function heldLock(lock: Handle, boom: BoomLike): Held {
     lock,
     group: undefined,
     release: () => lock.release(),
-    commit: async (result) => {
+    commit: async (result, beforeWrite) => {
       if (!(result instanceof CommitRequest)) throw boom.badImplementation('monglock: a route that locks one document ends with commit(update, value), not commitAll');
+      beforeWrite();
       await lock.release({ update: result.update });
     },
     keep(controller, maxHoldMs, onGiveUp) {
@@ -58,9 +63,9 @@ export function heldGroup(group: HandleGroup, boom: BoomLike): Held {
     lock: group[0]!,
     group,
     release: () => group.release(),
-    commit: async (result) => {
+    commit: async (result, beforeWrite) => {
       if (!(result instanceof CommitAllRequest)) throw boom.badImplementation('monglock: a route that locks several documents ends with commitAll([update, …], value), not commit');
-      await applyCommits(group, result.updates);
+      await applyCommits(group, result.updates, beforeWrite);
     },
     keep: (controller, maxHoldMs, onGiveUp) => new GroupKeeper(group, controller, maxHoldMs, onGiveUp, boom),
   };

@@ -108,8 +108,7 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
     refuseIfLate();
     const held = state.held!;
     await state.keeping?.stop();
-    refuseIfLate();
-    await held.commit(result); // on failure, settle() releases it without the update
+    await held.commit(result, refuseIfLate); // checked right before each write; on failure, settle() releases without the update
     state.released = true;
     return result.value;
   };

@@ -224,7 +224,7 @@ async function acquireFor(request: Request, resolved: Resolved, signal: AbortSig
 async function acquireGroupFor(request: Request, resolved: Resolved, signal: AbortSignal, boom: BoomLike): Promise<Held> {
   const { settings } = resolved;
   const filters = settings.filters!(request);
-  if (!Array.isArray(filters)) throw boom.badImplementation(`monglock: \`filters\` of ${routeName(request.route)} returned ${describe(filters)}, not an array`);
+  if (!Array.isArray(filters) || filters.length === 0) throw boom.badImplementation(`monglock: \`filters\` of ${routeName(request.route)} returned ${describe(filters)}, not an array of filters`);
   const requests = filters.map((filter: Document) => ({ lock: settings.lock, filter, ...(settings.tag !== undefined && { tag: settings.tag }) }));
   const params = { signal, ...(settings.wait !== undefined && { wait: settings.wait }), ...(settings.locktimeout !== undefined && { locktimeout: settings.locktimeout }), ...(settings.document !== undefined && { document: settings.document }) };
   try {
