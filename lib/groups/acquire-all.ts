@@ -2,10 +2,11 @@ import { isLockError, lockError } from '../common/errors';
 import { knownKeys } from '../common/known-keys';
 import { readParams, type DocumentOption } from '../common/options';
 import { expectDocumentOption, expectMs } from '../common/validation';
-import { ownerOf, permitsOf } from '../locks/document-acquire';
+import { ownerOf, permitsOf, UNEXPLAINED_REFUSAL } from '../locks/document-acquire';
 import { Handle } from '../locks/lock-handle';
 import { newLockId } from '../protocol/lock-ids';
-import { readWaitParams } from '../waiting/wait-options';
+import { waitsFor } from '../protocol/lock-data';
+import { readWaitParams, retryDelay } from '../waiting/wait-options';
 import { locateMembers, readGroupRequests, type Located, type Member } from './group-request';
 import { HandleGroup, ofRequest } from './lock-group';
 
@@ -13,8 +14,9 @@ import { HandleGroup, ofRequest } from './lock-group';
 export interface AcquireAllParams {
   /**
    * ms to keep trying while a document is held. The group never waits holding part of the set:
-   * it releases what it holds, waits for the document that refused (as that lock's `acquire`
-   * waits), then takes the rest again. `0` fails fast.
+   * it releases what it holds, waits for the document that refused (the first one as that lock's
+   * `acquire` waits; a later one until a release in this process or a random pause), then takes
+   * the set again in canonical order. `0` fails fast.
    * @default 0
    */
   readonly wait?: number;
@@ -36,6 +38,9 @@ export const GROUP_MISPLACED: Readonly<Record<string, string>> = {
 };
 const ACQUIRE_ALL = knownKeys<AcquireAllParams>()(ACQUIRE_ALL_KEYS, GROUP_MISPLACED);
 
+/** While a group may wait, every how many refusals of one member one is explained by a read. */
+const EXPLAIN_EVERY = 4;
+
 /** A member that refused, and why. */
 interface Refusal {
   readonly member: Located;
@@ -49,8 +54,11 @@ interface Refusal {
  * locked in one canonical order (namespace, then `_id` in BSON order) whatever the order of
  * `requests`: first the first document alone, then the rest at once. It never waits while it holds
  * part of the set, so no deadlock is possible: on a refusal it releases what it holds, waits for
- * that document (holding nothing else; it keeps it only if it comes first), then takes the rest
- * one by one in canonical order, within `params.wait`.
+ * that document (holding nothing else: the first document is waited for as `acquire` waits, and
+ * kept; a later one is not taken, but waited for until a release in this process or a random
+ * pause longer each time), then takes the rest one by one in canonical order, within `params.wait`.
+ * Holding only documents that come before the one it asks for, two groups never each hold what
+ * the other asks for next (no livelock in step).
  * @example
  * const [from, to] = await acquireAll([{ lock: accounts, filter: { _id: 'a' } }, { lock: accounts, filter: { _id: 'b' } }], { wait: 5000 });
  */
@@ -66,21 +74,38 @@ export async function acquireGroup(requests: unknown, params?: unknown): Promise
   );
   const started = performance.now();
   const left = (): number => wait - (performance.now() - started);
-  const take = (member: Located, waitMs: number): Promise<Handle> =>
-    member.core.acquire(member.target, member.tag, { ...asked.get(member.index), wait: waitMs, ...(signal && { signal }) });
+  // While the group may wait, a refusal is explained by a read (a missing document, say) only
+  // every few refusals of a member, and on the last try; otherwise it is only a refusal.
+  const refusals = new Map<Located, number>();
+  let lastTry = false;
+  const take = (member: Located, waitMs: number): Promise<Handle> => {
+    const quiet = waitMs === 0 && wait > 0 && !lastTry && (refusals.get(member) ?? 0) % EXPLAIN_EVERY !== EXPLAIN_EVERY - 1;
+    return member.core.acquire(member.target, member.tag, { ...asked.get(member.index), wait: waitMs, ...(signal && { signal }), ...(quiet && { [UNEXPLAINED_REFUSAL]: true }) });
+  };
   const held = new Map<Located, Handle>();
   try {
     let refused = await takeTheRest(located, held, take, 'at once');
+    // Once `wait` has run out, one last try, every refusal explained, says why, or wins.
+    let overtime = false;
+    let rounds = 0;
     while (refused) {
+      refusals.set(refused.member, (refusals.get(refused.member) ?? 0) + 1);
       await releaseQuietly(held);
       if (signal?.aborted) throw signal.reason;
-      if (wait === 0 || left() <= 0) throw refused.error;
+      if (wait === 0 || lastTry) throw refused.error;
+      lastTry = overtime;
+      rounds++;
       const { member } = refused;
-      const won = await take(member, Math.max(1, Math.ceil(left()))).catch((error: unknown) => Promise.reject(ofRequest(error, member.index, member.core.namespace)));
-      // Kept only when it comes first: a group then holds only what comes before what it asks for
-      // next, so two groups never each hold what the other asks for next (a livelock).
-      if (member === located[0]) held.set(member, won);
-      else await won.release().catch(() => undefined);
+      if (member === located[0]) {
+        overtime = left() <= 0;
+        // The first document: waited for (woken by releases in this process, FIFO for a fair lock) and kept.
+        held.set(member, await take(member, Math.max(1, Math.ceil(left()))).catch((error: unknown) => Promise.reject(ofRequest(error, member.index, member.core.namespace))));
+      } else {
+        // Any other is waited for without taking it (a document held out of order could livelock
+        // two groups): a random pause, longer each time, ended by its release in this process.
+        await untilReleased(member, retryDelay(rounds), Math.max(0, left()), signal);
+        overtime = left() <= 0;
+      }
       refused = await takeTheRest(located, held, take, 'in order');
     }
   } catch (error) {
@@ -130,6 +155,17 @@ async function takeTheRest(
     pending = pending.filter((member) => !held.has(member));
   }
   return undefined;
+}
+
+/** Sleeps `ms` (at most `left`), or until a release in this process lets `member`'s document go; a wake-up it does not use goes to the next waiter. */
+async function untilReleased(member: Located, ms: number, left: number, signal: AbortSignal | undefined): Promise<void> {
+  const since = performance.now();
+  const waiter = member.core.waiters.join(member.id, member.tag, waitsFor(member.core.engine.rule(member.tag)), () => [since, '']);
+  try {
+    await waiter.sleep(Math.min(ms, left), signal, left);
+  } finally {
+    waiter.leave(false);
+  }
 }
 
 /** Releases every member held, at once, and forgets them; failures are left to the leases (the caller hears the failure that ended the acquisition). */

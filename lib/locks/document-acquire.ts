@@ -20,6 +20,12 @@ import { Handle, type HandleOwner, type LockData } from './lock-handle';
 /** While waiting, every how many refused attempts one is explained by a read (missing document, clock). */
 const EXPLAIN_EVERY = 8;
 
+/**
+ * A params key (internal) for an attempt whose refusal needs no explaining: a group's attempt
+ * without waiting, whose refusal it waits for next (and that wait explains its first refusal).
+ */
+export const UNEXPLAINED_REFUSAL = Symbol('monglock.unexplainedRefusal');
+
 /** What an acquisition call needs from the lock it runs on (a {@link DocumentLock}). */
 export interface AcquireSite extends HandleOwner {
   readonly engine: LockEngine;
@@ -61,6 +67,7 @@ filter: unknown,
   const owner = resumed ? undefined : ownerOf(site.engine.rule(ruleTag), p);
   const document = expectDocumentOption('params.document', p.document, site.engine.field);
   const waiting = readWaitParams(p);
+  const quiet = (p as Record<symbol, unknown>)[UNEXPLAINED_REFUSAL] === true;
   const { signal, dispose } = linkSignals(waiting.signal, cancellation?.signal);
   if (signal?.aborted) throw signal.reason;
 
@@ -76,7 +83,7 @@ filter: unknown,
     // local wake-up and on the last; the first needs none when a lock that blocks us is held in
     // this process (a conflict).
     const attempt = attempts++;
-    const explain = lastAttempt || (attempt % EXPLAIN_EVERY === 0 && !(attempt === 0 && waiting.wait > 0 && place.refusalIsConflict)) || place.takeWakeUp();
+    const explain = !quiet && (lastAttempt || (attempt % EXPLAIN_EVERY === 0 && !(attempt === 0 && waiting.wait > 0 && place.refusalIsConflict)) || place.takeWakeUp());
     if (!continuing) await place.awaitTurn(signal);
     let outcome: Acquired | AssertivePending;
     try {
@@ -122,7 +129,7 @@ filter: unknown,
     const attempt = (): Promise<Acquired> => acquisition.race(step(), signal, (outcome) => (outcome.lock.id === resumed?.lock.id ? undefined : outcome));
     won = await retryWithin({ wait: waiting.wait, signal }, attempt, retryable, () => site.clock.local(), place.sleep).catch((error: unknown) => {
       // The wait ran out on a refusal nobody explained (while waiting, most are not): one last attempt says why (LimitMismatch, say), or wins.
-      if (!isUnexplained(error) || signal?.aborted || acquisition.abandoned) throw error;
+      if (quiet || !isUnexplained(error) || signal?.aborted || acquisition.abandoned) throw error;
       lastAttempt = true;
       return attempt();
     });

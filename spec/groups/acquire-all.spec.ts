@@ -147,6 +147,18 @@ describe('acquireAll(requests, params): several documents, all or nothing', func
     await holder.release();
   });
 
+  it('with wait, a missing document is RessourceNotFound soon, not when the wait runs out, whichever its place in the order', async () => {
+    const accounts = await freshCollection([{ _id: 2 }]);
+    const lock = writeLock({ collection: accounts, locktimeout: 60_000 });
+    for (const requests of [[{ lock, filter: { _id: 2 } }, { lock, filter: { _id: 3 } }], [{ lock, filter: { _id: 1 } }, { lock, filter: { _id: 2 } }]]) {
+      const started = Date.now();
+      const missing = await rejectionOf(acquireAll(requests, { wait: 30_000 }));
+      expect(missing.subtype).to.equal('RessourceNotFound');
+      expect(Date.now() - started, 'long before the wait ran out').to.be.below(10_000);
+      expect(await heldIn(accounts)).to.deep.equal({ 2: 0 });
+    }
+  });
+
   it('an abort while it waits rejects with the reason, holding nothing', async () => {
     const accounts = await freshCollection([{ _id: 1 }, { _id: 2 }]);
     const lock = writeLock({ collection: accounts, locktimeout: 60_000 });
