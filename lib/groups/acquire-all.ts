@@ -6,6 +6,7 @@ import { ownerOf, permitsOf, UNEXPLAINED_REFUSAL } from '../locks/document-acqui
 import { Handle } from '../locks/lock-handle';
 import { newLockId } from '../protocol/lock-ids';
 import { waitsFor } from '../protocol/lock-data';
+import { HELD_HERE_SLEEP } from '../waiting/local-waiters';
 import { readWaitParams, retryDelay } from '../waiting/wait-options';
 import { locateMembers, readGroupRequests, type Located, type Member } from './group-request';
 import { HandleGroup, ofRequest } from './lock-group';
@@ -143,9 +144,14 @@ async function takeTheRest(
     outcomes.forEach((outcome, i) => {
       const member = batch[i]!;
       if (outcome.status === 'fulfilled') return void held.set(member, outcome.value);
-      const error = ofRequest(outcome.reason, member.index, member.core.namespace);
+      let error = ofRequest(outcome.reason, member.index, member.core.namespace);
       const registered = isLockError(error, 'AssertiveLock') ? error.lock : undefined;
-      if (registered instanceof Handle) registrations.push(registered.release().catch(() => undefined));
+      if (registered instanceof Handle) {
+        // The group gives its registration back: the error must not hand it over to be continued.
+        registrations.push(registered.release().catch(() => undefined));
+        const detail = 'the tags it asserts over are still held; the group released the lock it registered';
+        error = ofRequest(lockError('AssertiveLock', member.core.callOptions({}).call.boom, { detail }), member.index, member.core.namespace);
+      }
       if (isLockError(error, member.core.engine.conflict) || isLockError(error, 'AssertiveLock')) refusal ??= { member, error };
       else failure ??= { member, error };
     });
@@ -157,15 +163,36 @@ async function takeTheRest(
   return undefined;
 }
 
-/** Sleeps `ms` (at most `left`), or until a release in this process lets `member`'s document go; a wake-up it does not use goes to the next waiter. */
-async function untilReleased(member: Located, ms: number, left: number, signal: AbortSignal | undefined): Promise<void> {
-  const since = performance.now();
-  const waiter = member.core.waiters.join(member.id, member.tag, waitsFor(member.core.engine.rule(member.tag)), () => [since, '']);
-  try {
-    await waiter.sleep(Math.min(ms, left), signal, left);
-  } finally {
-    waiter.leave(false);
-  }
+/**
+ * Sleeps `ms` (while a lock that blocks `member` is held in this process, until its release, up to
+ * {@link HELD_HERE_SLEEP}), never past `left`, or until a release in this process lets `member`'s
+ * document go; it only watches, and takes no wake-up from the waiters of that document.
+ */
+function untilReleased(member: Located, ms: number, left: number, signal: AbortSignal | undefined): Promise<void> {
+  const { waiters, engine } = member.core;
+  const blockedBy = waitsFor(engine.rule(member.tag));
+  const sleep = Math.min(left, waiters.heldHere(member.id, blockedBy) ? Math.max(ms, HELD_HERE_SLEEP) : ms);
+  return new Promise((resolve, reject) => {
+    const done = (): void => {
+      clearTimeout(timer);
+      stop();
+      signal?.removeEventListener('abort', onAbort);
+    };
+    const onAbort = (): void => {
+      done();
+      reject(signal?.reason);
+    };
+    const timer = setTimeout(() => {
+      done();
+      resolve();
+    }, sleep);
+    const stop = waiters.watch(member.id, blockedBy, () => {
+      done();
+      resolve();
+    });
+    if (signal?.aborted) return onAbort();
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
 }
 
 /** Releases every member held, at once, and forgets them; failures are left to the leases (the caller hears the failure that ended the acquisition). */

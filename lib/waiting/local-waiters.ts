@@ -5,6 +5,8 @@
  */
 export class LocalWaiters {
   private readonly byDocument = new Map<string, Set<Waiter>>();
+  /** Who only wants to hear of releases (a group waiting for a document it will not take at once), by document. */
+  private readonly watchers = new Map<string, Set<{ readonly blockedBy: ReadonlySet<string>; readonly wake: () => void }>>();
   /** Locks held in this process, by document, then by lock id: their tag and lease end (server ms). */
   private readonly held = new Map<string, Map<string, { readonly tag: string; readonly expiresAt: number }>>();
 
@@ -40,6 +42,23 @@ export class LocalWaiters {
     let locks = this.held.get(key);
     if (!locks) this.held.set(key, (locks = new Map()));
     locks.set(lockId, { tag, expiresAt });
+  }
+
+  /**
+   * Calls `wake` (once) at the next release in this process of a lock of one of `blockedBy` on
+   * document `id`, without taking part in the waiters' hand-over (it takes no wake-up from them);
+   * returns the function that stops watching.
+   */
+  watch(id: unknown, blockedBy: ReadonlySet<string>, wake: () => void): () => void {
+    const key = keyOf(id);
+    let watchers = this.watchers.get(key);
+    if (!watchers) this.watchers.set(key, (watchers = new Set()));
+    const watcher = { blockedBy, wake };
+    watchers.add(watcher);
+    return () => {
+      watchers.delete(watcher);
+      if (watchers.size === 0 && this.watchers.get(key) === watchers) this.watchers.delete(key);
+    };
   }
 
   /**
@@ -100,6 +119,7 @@ export class LocalWaiters {
 
   /** Wakes the `count` first-ranked waiters of the document `key` that a `tag` lock blocks (any waiter without `tag`). */
   private wakeKey(key: string, tag: string | undefined, count = 1): void {
+    if (tag !== undefined) for (const watcher of this.watchers.get(key) ?? []) if (watcher.blockedBy.has(tag)) watcher.wake();
     const waiters = this.byDocument.get(key);
     if (!waiters || waiters.size === 0) return;
     const blocked = [...waiters].filter((waiter) => tag === undefined || waiter.blockedBy.has(tag));

@@ -4,10 +4,10 @@
  * update must not be applied behind its back). The check is made right before each write.
  */
 import { expect } from 'chai';
-import { commitAll, writeLock } from '../../lib';
-import { delayedCollection } from '../../stress/delayed-collection';
-import { freshCollection, sleep } from '../support/fixture';
-import { makeServer, send, stopServers } from '../support/hapi-server';
+import { commitAll, writeLock } from '../../../lib';
+import { delayedCollection } from '../../../stress/delayed-collection';
+import { freshCollection, sleep } from '../../support/fixture';
+import { makeServer, send, stopServers } from '../../support/hapi-server';
 
 describe('hapi `filters` route: commitAll after the response went out', function () {
   this.timeout(30_000);
