@@ -7,7 +7,7 @@ import { Handle } from '../locks/lock-handle';
 import { newLockId } from '../protocol/lock-ids';
 import { waitsFor } from '../protocol/lock-data';
 import { HELD_HERE_SLEEP } from '../waiting/local-waiters';
-import { readWaitParams, retryDelay } from '../waiting/wait-options';
+import { readWaitParams, retryDelay, sleepUnlessWoken } from '../waiting/wait-options';
 import { locateMembers, readGroupRequests, type Located, type Member } from './group-request';
 import { HandleGroup, ofRequest } from './lock-group';
 
@@ -172,27 +172,7 @@ function untilReleased(member: Located, ms: number, left: number, signal: AbortS
   const { waiters, engine } = member.core;
   const blockedBy = waitsFor(engine.rule(member.tag));
   const sleep = Math.min(left, waiters.heldHere(member.id, blockedBy) ? Math.max(ms, HELD_HERE_SLEEP) : ms);
-  return new Promise((resolve, reject) => {
-    const done = (): void => {
-      clearTimeout(timer);
-      stop();
-      signal?.removeEventListener('abort', onAbort);
-    };
-    const onAbort = (): void => {
-      done();
-      reject(signal?.reason);
-    };
-    const timer = setTimeout(() => {
-      done();
-      resolve();
-    }, sleep);
-    const stop = waiters.watch(member.id, blockedBy, () => {
-      done();
-      resolve();
-    });
-    if (signal?.aborted) return onAbort();
-    signal?.addEventListener('abort', onAbort, { once: true });
-  });
+  return sleepUnlessWoken(sleep, signal, (wake) => waiters.watch(member.id, blockedBy, wake));
 }
 
 /** Releases every member held, at once, and forgets them; failures are left to the leases (the caller hears the failure that ended the acquisition). */

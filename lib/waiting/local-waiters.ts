@@ -1,3 +1,5 @@
+import { sleepUnlessWoken } from './wait-options';
+
 /**
  * The acquisitions of this process that wait for a document, so that a release in this process
  * hands the document over at once instead of after a polling delay. A wake-up is only a hint: the
@@ -176,26 +178,9 @@ export class Waiter {
       return Promise.resolve();
     }
     if (this.heldHere()) ms = Math.min(left, Math.max(ms, HELD_HERE_SLEEP));
-    return new Promise((resolve, reject) => {
-      const done = (): void => {
-        clearTimeout(timer);
-        signal?.removeEventListener('abort', onAbort);
-        this.wakeUp = undefined;
-      };
-      const onAbort = (): void => {
-        done();
-        reject(signal?.reason);
-      };
-      const timer = setTimeout(() => {
-        done();
-        resolve();
-      }, ms);
-      this.wakeUp = () => {
-        done();
-        resolve();
-      };
-      if (signal?.aborted) return onAbort();
-      signal?.addEventListener('abort', onAbort, { once: true });
+    return sleepUnlessWoken(ms, signal, (wake) => {
+      this.wakeUp = wake;
+      return () => (this.wakeUp = undefined);
     });
   }
 
