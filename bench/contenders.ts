@@ -1,8 +1,11 @@
 import { randomBytes } from 'node:crypto';
+import { createRequire } from 'node:module';
 import type { Collection, Db, Document } from 'mongodb';
 import { commit, isLockError, multiLock, resourceLocks, writeLock } from '../lib';
 import { retryDelay } from '../lib/waiting/wait-options';
 import { callbackCollection } from './callback-adapter';
+
+const requireHere = createRequire(__filename);
 
 /** Releases a held lock. */
 export type Release = () => Promise<void>;
@@ -199,7 +202,9 @@ async function peers(_db?: Db): Promise<Contender[]> {
 
   {
     // coyotte508/mongo-locks: insertOne on a unique `action`; E11000 = held; release deleteOne.
-    const { LockManager } = await import('mongo-locks');
+    // Its CommonJS build: it then loads the `mongodb` the process runs with (driver 7 under
+    // MONGLOCK_DRIVER=7), where its ES module build would load driver 6's ObjectId.
+    const { LockManager } = requireHere('mongo-locks') as typeof import('mongo-locks');
     let manager: InstanceType<typeof LockManager> | undefined;
     const tryLock = async (resource: string): Promise<Release | null> => {
       const held = await manager!.lock(resource);
