@@ -31,6 +31,12 @@ export class LocalWaiters {
     return false;
   }
 
+  /** True when no waiter of document `id` in this process ranks before `waiter`. */
+  firstInLine(id: unknown, waiter: Waiter): boolean {
+    for (const other of this.byDocument.get(keyOf(id)) ?? []) if (other !== waiter && other.before(waiter)) return false;
+    return true;
+  }
+
   /** How many acquisitions of this process wait for document `id` with a lock of one of `tags`. */
   queued(id: unknown, tags: ReadonlySet<string>): number {
     let count = 0;

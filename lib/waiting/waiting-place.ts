@@ -88,11 +88,14 @@ export class WaitingPlace {
 
   /**
    * Once, before the first attempt of a waiter that queued behind others at once: sleeps until
-   * its turn (a local release wakes it), as an attempt could only be refused.
+   * its turn (a local release wakes it), as an attempt could only be refused; unless nothing that
+   * blocks it is held in this process and it is first in line (its ticket came first while the
+   * earlier waiter was still trying without one): no release here would wake it, so it tries now.
    */
   async awaitTurn(signal: AbortSignal | undefined): Promise<void> {
     if (!this.behindOthers) return;
     this.behindOthers = false;
+    if (this.waiter && !this.refusalIsConflict && this.waiters.firstInLine(this.documentId, this.waiter)) return;
     await this.sleep(MAX_RETRY_DELAY, signal);
   }
 

@@ -201,3 +201,25 @@ describe('local waiters of documents with compound _ids', () => {
     for (const delay of delays) expect(delay, 'one retry delay (at most 150 ms) and a round trip').to.be.below(400);
   });
 });
+
+describe('fair waiters starting together', () => {
+  it('on a free document, the first in line tries at once instead of sleeping a poll interval (the start-up stall)', async function () {
+    this.timeout(20_000);
+    const collection = await freshCollection([{ _id: 'hot' }]);
+    const jobs = writeLock({ collection, locktimeout: 10_000, fair: true });
+    const started = realNow();
+    const acquiredAt: number[] = [];
+    await Promise.all(
+      Array.from({ length: 12 }, () =>
+        jobs.using({ _id: 'hot' }, { wait: 10_000 }, async () => {
+          acquiredAt.push(realNow() - started);
+          await sleep(2);
+        }),
+      ),
+    );
+    expect(acquiredAt).to.have.length(12);
+    // Before, the waiters whose tickets came first all slept a 150 ms poll for a release nobody here
+    // could make: the first section began after about 160 ms.
+    expect(Math.min(...acquiredAt), `sections began at ${acquiredAt.map(Math.round).join(', ')} ms`).to.be.below(140);
+  });
+});
