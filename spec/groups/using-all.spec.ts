@@ -66,9 +66,9 @@ describe('usingAll(requests, params, body) and commitAll(updates, value)', funct
 
   it('keeps every lease alive past its length while the body runs', async () => {
     const accounts = await freshCollection([{ _id: 1 }, { _id: 2 }]);
-    const lock = writeLock({ collection: accounts, locktimeout: 400 });
+    const lock = writeLock({ collection: accounts, locktimeout: 1_000 });
     const seen = await usingAll([{ lock, filter: { _id: 1 } }, { lock, filter: { _id: 2 } }], {}, async (group, signal) => {
-      await sleep(1_200);
+      await sleep(2_500);
       expect(signal.aborted).to.equal(false);
       return group.map((handle) => handle.remaining() > 0);
     });
