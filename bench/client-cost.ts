@@ -3,8 +3,9 @@
  *
  * 1. Against a stub collection that answers at once (no driver, no server): only monglock's code.
  * 2. Against the real backend: process CPU time per acquire + release, next to the same commands
- *    sent through the bare driver (a findOneAndUpdate and an updateOne per round), so that the
- *    difference is what the library adds on top of the driver.
+ *    sent through the bare driver: the exact arguments of monglock's findOneAndUpdate and updateOne
+ *    (filter, update, options), recorded from one acquire + release and sent again as they are,
+ *    so that the difference is what the library adds on top of the driver.
  *
  * `--cpu-prof` (node's) on this script writes a profile to look at where the time goes.
  */
@@ -42,6 +43,25 @@ export function stubCollection(): Collection<Document> {
   return stub as unknown as Collection<Document>;
 }
 
+/** The arguments monglock passes to the driver for one acquire (findOneAndUpdate) and one release (updateOne) of document 1. */
+async function recordedCommands(collection: Collection<Document>): Promise<Record<'findOneAndUpdate' | 'updateOne', unknown[]>> {
+  const sent: Partial<Record<string, unknown[]>> = {};
+  const recording = new Proxy(collection, {
+    get(target, property, receiver) {
+      const value: unknown = Reflect.get(target, property, receiver);
+      if (typeof value !== 'function') return value;
+      return (...args: unknown[]) => {
+        if (property === 'findOneAndUpdate' || property === 'updateOne') sent[property] = args;
+        return (value as (...a: unknown[]) => unknown).apply(target, args);
+      };
+    },
+  });
+  const lock = writeLock({ collection: recording });
+  await (await lock.acquire({ _id: 1 })).release();
+  if (!sent.findOneAndUpdate || !sent.updateOne) throw new Error('monglock sent no findOneAndUpdate or updateOne');
+  return { findOneAndUpdate: sent.findOneAndUpdate, updateOne: sent.updateOne };
+}
+
 async function main(): Promise<void> {
   const iterations = Number(process.argv[process.argv.indexOf('--iterations') + 1]) || 20_000;
   const stubLock = writeLock({ collection: stubCollection() });
@@ -63,11 +83,12 @@ async function main(): Promise<void> {
       const handle = await lock.acquire({ _id: 1 });
       await handle.release();
     });
+    const sent = await recordedCommands(collection);
     const driver = await cpuPerIteration(real, async () => {
-      await collection.findOneAndUpdate({ _id: 1 as never }, { $inc: { n: 1 } }, { returnDocument: 'after', writeConcern: { w: 'majority' } });
-      await collection.updateOne({ _id: 1 as never }, { $inc: { n: 1 } }, { writeConcern: { w: 1 } });
+      await collection.findOneAndUpdate(...(sent.findOneAndUpdate as Parameters<Collection<Document>['findOneAndUpdate']>));
+      await collection.updateOne(...(sent.updateOne as Parameters<Collection<Document>['updateOne']>));
     });
-    console.log(`on ${backend.description}: monglock ${library.toFixed(1)} µs CPU per acquire + release; the same two commands through the bare driver ${driver.toFixed(1)} µs; the library adds ${(library - driver).toFixed(1)} µs`);
+    console.log(`on ${backend.description}: monglock ${library.toFixed(1)} µs CPU per acquire + release; its exact two commands through the bare driver ${driver.toFixed(1)} µs; the library adds ${(library - driver).toFixed(1)} µs`);
     await db.dropDatabase();
   } finally {
     await client.close();
