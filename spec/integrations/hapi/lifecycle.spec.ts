@@ -9,7 +9,7 @@ import { expect } from 'chai';
 import type { Collection, Document } from 'mongodb';
 import { writeLock } from '../../../lib';
 import { lockOf } from '../../../lib/hapi';
-import { freshCollection, sleep } from '../../support/fixture';
+import { commandsSentBy, freshCollection, sleep } from '../../support/fixture';
 import { whatAnAcquisitionGets } from '../../support/lock-commands';
 import { heldIds, makeServer, send, stopServers } from '../../support/hapi-server';
 
@@ -296,10 +296,14 @@ describe('hapi plugin: the lock covers pre methods and the handler', () => {
     const answered = responseOf(server, '/wait/w');
     expect(await send(server.info.port as number, 'GET', '/wait/w', 100)).to.equal(0);
     expect(await answered).to.equal(499);
-    await holder.release();
-    // The wait was aborted with the response: nothing acquires the free document any more.
-    await sleep(400);
-    expect((await collection.findOne({ _id: 'w' as never }))?.lock?.fence, 'no later acquisition').to.equal(holder.fence);
+    // The wait was aborted with the response: no attempt starts any more. (One already in flight
+    // may still land after the holder's release on a loaded machine, seen once beside a busy loop:
+    // the lock it wrote is then released at once.)
+    const after = await commandsSentBy(async () => {
+      await holder.release();
+      await sleep(400);
+    });
+    expect(after.commands.filter((name) => name === 'findAndModify'), 'no acquisition attempt after the response').to.deep.equal([]);
     await released(collection, 'w');
     expect(handlerRuns).to.equal(0);
   });
