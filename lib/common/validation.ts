@@ -35,6 +35,23 @@ export function isPlainObject(value: unknown): value is Record<string, unknown> 
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
+/**
+ * The `_id` that `filter` names by equality (a string, number, ObjectId, Date, …), if any: never an
+ * operator object, an embedded document (its match depends on field order), an array, a regular
+ * expression or null.
+ */
+export function idNamedBy(filter: Document): unknown {
+  const id: unknown = filter._id;
+  if (id === undefined || id === null || id instanceof RegExp || Array.isArray(id)) return undefined;
+  if (typeof id === 'object' && (Object.getPrototypeOf(id) === Object.prototype || (id as { _bsontype?: unknown })._bsontype === 'BSONRegExp')) return undefined;
+  return id;
+}
+
+/** True when `filter` is `{ _id }` alone, with a value {@link idNamedBy} accepts: it addresses one document, whatever the document becomes. */
+export function namesOneDocument(filter: Document): boolean {
+  return Object.keys(filter).length === 1 && idNamedBy(filter) !== undefined;
+}
+
 /** Throws a TypeError unless `value` is a plain object. */
 export function expectObject(name: string, value: unknown): Record<string, unknown> {
   if (!isPlainObject(value)) throw new TypeError(`Expected \`${name}\` to be an object, got ${describe(value)}`);

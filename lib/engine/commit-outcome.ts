@@ -1,3 +1,4 @@
+import { namesOneDocument } from '../common/validation';
 import type { Document } from 'mongodb';
 import { lockError, withDbErrors } from '../common/errors';
 import type { LockData } from '../protocol/lock-data';
@@ -133,13 +134,6 @@ export async function settleCommit(settlement: CommitSettlement, target: Documen
     const why = landsBy === undefined ? 'the lock, passed back without its timestamp, may still be written' : `its record is not among the ${records.length} commits the document keeps`;
     throw fail('unknown', `whether the update was applied is unknown: ${why}`);
   }
-}
-
-/** True when `target` is `{ _id }` with a plain value: it addresses one document, whatever the document becomes. */
-function namesOneDocument(target: Document): boolean {
-  const keys = Object.keys(target);
-  const id: unknown = target._id;
-  return keys.length === 1 && keys[0] === '_id' && id !== null && !(typeof id === 'object' && Object.getPrototypeOf(id) === Object.prototype);
 }
 
 /** Resolves once the lower bound of the server's clock is past `ms` (reading the server's clock first if this client has not). */

@@ -3,7 +3,7 @@ import { compareBson } from '../common/bson-order';
 import { lockError, withDbErrors } from '../common/errors';
 import { knownKeys } from '../common/known-keys';
 import { readParams, type ResolvedCallOptions } from '../common/options';
-import { describe, expectFilter, expectSafeName, isPlainObject } from '../common/validation';
+import { describe, expectFilter, expectSafeName, namesOneDocument } from '../common/validation';
 import type { DocumentLock } from '../locks/document-lock';
 import { describeLock } from '../locks/lock-kind';
 import type { MultiLock } from '../locks/multi-lock';
@@ -88,9 +88,10 @@ export function readGroupRequests(requests: unknown): Member[] {
 export async function locateMembers(members: readonly Member[], call: (member: Member) => ResolvedCallOptions): Promise<Located[]> {
   const located = await Promise.all(
     members.map(async (member): Promise<Located> => {
-      if (namesPlainId(member.filter)) return { ...member, id: member.filter._id, target: member.filter };
-      const { boom } = call(member);
-      const ids = await withDbErrors(boom, () => member.core.engine.store.idsMatching(member.filter, call(member))).catch((error: unknown) => {
+      if (namesOneDocument(member.filter)) return { ...member, id: member.filter._id, target: member.filter };
+      const options = call(member);
+      const { boom } = options;
+      const ids = await withDbErrors(boom, () => member.core.engine.store.idsMatching(member.filter, options)).catch((error: unknown) => {
         throw ofRequest(error, member.index, member.core.namespace);
       });
       if (ids.length === 0) throw ofRequest(lockError('RessourceNotFound', boom, { detail: 'no document matches the filter' }), member.index, member.core.namespace);
@@ -116,13 +117,4 @@ export function canonicalOrder(a: Located, b: Located): number {
 
 function compareText(a: string, b: string): number {
   return a < b ? -1 : a > b ? 1 : 0;
-}
-
-/** True when `filter` is `{ _id: value }` with a value that is no operator expression: it names one document. */
-function namesPlainId(filter: Document): boolean {
-  const keys = Object.keys(filter);
-  if (keys.length !== 1 || keys[0] !== '_id') return false;
-  const id: unknown = filter._id;
-  if (id === undefined || id instanceof RegExp) return false;
-  return !(isPlainObject(id) && Object.keys(id).some((key) => key.startsWith('$')));
 }

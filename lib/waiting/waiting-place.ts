@@ -1,3 +1,4 @@
+import { idNamedBy } from '../common/validation';
 import { publish } from '../common/diagnostics';
 import type { Document } from 'mongodb';
 import { isLockError, lockError } from '../common/errors';
@@ -55,7 +56,7 @@ export class WaitingPlace {
    * not affected (only fair mode orders them).
    */
   async start(userFilter: Document, wait: number): Promise<void> {
-    const id = plainId(userFilter);
+    const id = idNamedBy(userFilter);
     if (id === undefined) return;
     // Only waiters whose lock would block this one: a tag concurrent with theirs does not queue,
     // nor does a tag with a limit (its waiters may all fit: each tries, a release wakes as many as it freed).
@@ -120,7 +121,7 @@ export class WaitingPlace {
     this.announce(userFilter);
     // A queue belongs to one document: a filter that does not name its `_id` could match another
     // one next time, so it waits without a ticket (as without fair mode).
-    if (!this.fair || this.ticket || plainId(userFilter) === undefined || (error !== undefined && !isLockError(error, this.engine.conflict))) return;
+    if (!this.fair || this.ticket || idNamedBy(userFilter) === undefined || (error !== undefined && !isLockError(error, this.engine.conflict))) return;
     const taken = await this.engine.tickets.take(userFilter, this.tag, TICKET_LEASE, this.call);
     if (this.left) {
       // The call gave up while the ticket was being taken: take it out again.
@@ -145,7 +146,7 @@ export class WaitingPlace {
     this.announced = true;
     publish.wait(() => {
       const local = this.documentId !== undefined && this.waiters.heldHere(this.documentId, this.blockedBy);
-      return { namespace: this.engine.namespace, tag: this.tag, wakeUp: local ? 'local' : 'polling', fair: this.fair && plainId(userFilter) !== undefined };
+      return { namespace: this.engine.namespace, tag: this.tag, wakeUp: local ? 'local' : 'polling', fair: this.fair && idNamedBy(userFilter) !== undefined };
     });
   }
 
@@ -177,12 +178,4 @@ export class WaitingPlace {
     this.ticket = undefined;
     if (ticket && !won) void this.engine.tickets.drop({ _id: this.documentId }, ticket, this.call).catch(() => undefined);
   }
-}
-
-/** The `_id` a filter names by equality (a string, number or ObjectId), if any. */
-function plainId(filter: Document): unknown {
-  const id: unknown = filter._id;
-  if (id === undefined || id === null) return undefined;
-  if (typeof id === 'object' && Object.getPrototypeOf(id) === Object.prototype) return undefined; // an operator object
-  return id;
 }

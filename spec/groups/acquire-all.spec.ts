@@ -91,6 +91,9 @@ describe('acquireAll(requests, params): several documents, all or nothing', func
     expect(several.message).to.match(/requests\[1\]\.filter.*selects several/);
     const twice = await rejectionOf(acquireAll([{ lock, filter: { owner: 'ann' } }, { lock, filter: { _id: 2 } }, { lock, filter: { _id: 1 } }]));
     expect(twice.message).to.match(/requests\[0\]` and `requests\[2\]` select the same document/);
+    // An `_id` by operator or regular expression is a filter like any other: read first.
+    expect((await rejectionOf(acquireAll([{ lock, filter: { _id: { $in: [2, 3] } } }]))).message).to.match(/selects several/);
+    expect((await rejectionOf(acquireAll([{ lock, filter: { _id: /^x/ } }]))).subtype).to.equal('RessourceNotFound');
     expect(await snapshotOf(accounts), 'nothing was written').to.equal(before);
 
     const [ann] = await acquireAll([{ lock, filter: { owner: 'ann' } }]);
@@ -126,8 +129,9 @@ describe('acquireAll(requests, params): several documents, all or nothing', func
     const holder = await lock.acquire({ _id: 2 });
     const pending = acquireAll([{ lock, filter: { _id: 1 } }, { lock, filter: { _id: 2 } }, { lock, filter: { _id: 3 } }], { wait: 10_000 });
     await sleep(300);
-    // While it waits for 2, it holds neither 1 nor 3: anyone may take them, fail-fast.
-    const [one, three] = [await lock.acquire({ _id: 1 }), await lock.acquire({ _id: 3 })];
+    // While it waits for 2, it holds neither 1 nor 3: anyone may take them. (Between two pauses it
+    // tries 1 again, holding it for a round trip: a third party waits that long at most.)
+    const [one, three] = [await lock.acquire({ _id: 1 }, { wait: 5_000 }), await lock.acquire({ _id: 3 }, { wait: 5_000 })];
     await Promise.all([one.release(), three.release()]);
     await holder.release();
     const group = await pending;

@@ -6,7 +6,7 @@
  */
 import { expect } from 'chai';
 import type { Collection, Document } from 'mongodb';
-import { acquireAll, isLockError, writeLock } from '../../lib';
+import { acquireAll, commitAll, isLockError, usingAll, writeLock } from '../../lib';
 import { delayedCollection, type DelayPlan } from '../../stress/delayed-collection';
 import { freshCollection, rejectionOf, sleep } from '../support/fixture';
 
@@ -68,6 +68,21 @@ describe('acquireAll under faults: nothing is left held', function () {
       expect(aborted, 'a contended acquisition of three documents sends several lock commands').to.be.at.least(5);
     });
   }
+
+  it('commitAll: a commit whose request reaches the server past its deadline is settled as not applied and never lands; the one before it landed', async () => {
+    const accounts = await freshCollection([{ _id: 1, n: 0 }, { _id: 2, n: 0 }]);
+    // The commit of document 2 (the update carrying `$inc`) travels 700 ms; the call's deadline is 300 ms.
+    const late: DelayPlan = (method, _n, args) => (method === 'updateOne' && '$inc' in (args[1] as object) && JSON.stringify(args[0]).includes('"_id":2') ? 700 : undefined);
+    const lock = writeLock({ collection: delayedCollection(accounts, { request: late }), locktimeout: 10_000, timeout: 300 });
+    const failed = await rejectionOf(usingAll([{ lock, filter: { _id: 2 } }, { lock, filter: { _id: 1 } }], {}, () => commitAll([{ $inc: { n: 1 } }, { $inc: { n: 1 } }])));
+    expect(isLockError(failed, 'DbError'), failed.message).to.equal(true);
+    expect(failed.request).to.equal(0);
+    expect((failed.data as { applied?: unknown } | undefined)?.applied).to.equal(false);
+    expect(failed.commits, 'in the order of the requests: document 2 not applied, document 1 landed').to.deep.equal([false, true]);
+    await sleep(1_000); // the late request has reached the server by now
+    const docs = await accounts.find().sort({ _id: 1 }).toArray();
+    expect(docs.map((doc) => [doc.n, doc.lock.tags.write.length]), 'the late commit matched nothing; both released').to.deep.equal([[1, 0], [0, 0]]);
+  });
 
   it('a lost reply (past the deadline) or a request that lands late, at every lock command: DbError, and nothing held once it landed', async () => {
     for (const side of ['request', 'reply'] as const) {

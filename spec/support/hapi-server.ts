@@ -45,3 +45,16 @@ export function send(port: number, method: string, path: string, abortAfter?: nu
     req.end();
   });
 }
+
+/** Resolves with the status hapi answered `path` with, once the response is out (the `response` server event). */
+export function responseOf(server: Hapi.Server, path: string): Promise<number> {
+  return new Promise((resolve) => {
+    const listener = (request: Hapi.Request): void => {
+      if (request.path !== path) return;
+      server.events.removeListener('response', listener);
+      const response = request.response as { statusCode?: number; output?: { statusCode: number } } | null;
+      resolve(response?.output?.statusCode ?? response?.statusCode ?? 0);
+    };
+    server.events.on('response', listener);
+  });
+}

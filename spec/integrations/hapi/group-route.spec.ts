@@ -7,8 +7,8 @@ import * as Boom from '@hapi/boom';
 import { expect } from 'chai';
 import { commitAll, writeLock } from '../../../lib';
 import { lockOf } from '../../../lib/hapi';
-import { freshCollection, sleep } from '../../support/fixture';
-import { heldIds, makeServer, send, stopServers } from '../../support/hapi-server';
+import { commandsSentBy, freshCollection, sleep } from '../../support/fixture';
+import { heldIds, makeServer, responseOf, send, stopServers } from '../../support/hapi-server';
 
 describe('hapi plugin: a route that locks several documents (`filters`)', function () {
   this.timeout(30_000);
@@ -101,6 +101,39 @@ describe('hapi plugin: a route that locks several documents (`filters`)', functi
     expect(heldDuringHandler, 'still held while the handler ran past the answer').to.deep.equal([1, 1]);
     const docs = await accounts.find().sort({ _id: 1 }).toArray();
     expect(docs.map((doc) => [doc.n, doc.lock.tags.write.length])).to.deep.equal([[0, 0], [0, 0]]);
+  });
+
+  it('a client that disconnects while its group waits stops the wait: no attempt after the response, nothing held, the handler never runs', async () => {
+    const accounts = await freshCollection([{ _id: 1 }, { _id: 2 }]);
+    const lock = writeLock({ collection: accounts, locktimeout: 60_000 });
+    const holder = await writeLock({ collection: accounts }).acquire({ _id: 2 });
+    let handlerRuns = 0;
+    const server = await makeServer((s) =>
+      s.route({
+        method: 'GET',
+        path: '/pair',
+        options: {
+          plugins: { monglock: { lock, filters: () => [{ _id: 1 }, { _id: 2 }], wait: 10_000 } },
+          handler: () => {
+            handlerRuns++;
+            return 'done';
+          },
+        },
+      }),
+    );
+    await server.start();
+    const answered = responseOf(server, '/pair');
+    expect(await send(server.info.port as number, 'GET', '/pair', 150)).to.equal(0);
+    expect(await answered).to.equal(499);
+    // Aborted with the response: once the holder lets go, no attempt starts (one in flight may still land, and is released).
+    const after = await commandsSentBy(async () => {
+      await holder.release();
+      await sleep(400);
+    });
+    expect(after.commands.filter((name) => name === 'findAndModify'), 'no acquisition attempt after the response').to.deep.equal([]);
+    await sleep(100);
+    expect([await heldIds(accounts, 1), await heldIds(accounts, 2)]).to.deep.equal([[], []]);
+    expect(handlerRuns).to.equal(0);
   });
 
   it('refuses bad route options when the server initializes: both filter and filters, filters with checkout', async () => {

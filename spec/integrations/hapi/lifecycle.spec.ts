@@ -11,7 +11,7 @@ import { writeLock } from '../../../lib';
 import { lockOf } from '../../../lib/hapi';
 import { commandsSentBy, freshCollection, sleep } from '../../support/fixture';
 import { whatAnAcquisitionGets } from '../../support/lock-commands';
-import { heldIds, makeServer, send, stopServers } from '../../support/hapi-server';
+import { heldIds, makeServer, responseOf, send, stopServers } from '../../support/hapi-server';
 
 /** Resolves once document `id` holds no live lock entry; fails after `ms` (well below the 10 s lease, so only a release explains it). */
 async function released(collection: Collection<Document>, id: unknown, ms = 2_000): Promise<void> {
@@ -29,18 +29,6 @@ function deferred<T = void>(): { promise: Promise<T>; resolve: (value: T) => voi
   return { promise, resolve };
 }
 
-/** Resolves with the status hapi answered `path` with, once the response is out (the `response` server event). */
-function responseOf(server: Hapi.Server, path: string): Promise<number> {
-  return new Promise((resolve) => {
-    const listener = (request: Hapi.Request): void => {
-      if (request.path !== path) return;
-      server.events.removeListener('response', listener);
-      const response = request.response as { statusCode?: number; output?: { statusCode: number } } | null;
-      resolve(response?.output?.statusCode ?? response?.statusCode ?? 0);
-    };
-    server.events.on('response', listener);
-  });
-}
 
 const byId = (request: Hapi.Request): Document => ({ _id: request.params.id });
 
