@@ -30,6 +30,19 @@ export async function heldIds(collection: Collection<Document>, id: unknown, tag
 }
 
 /**
+ * Resolves once document `id` holds no live `tag` entry; fails after `ms` (well below a 5 s lease,
+ * so only a release explains it). A route's lock is released after its response went out, so a
+ * test that goes on with the same document waits for this first.
+ */
+export async function released(collection: Collection<Document>, id: unknown, ms = 2_000, tag = 'write'): Promise<void> {
+  const deadline = Date.now() + ms;
+  while ((await heldIds(collection, id, tag)).length > 0) {
+    if (Date.now() > deadline) throw new Error(`document ${String(id)} is still locked (${tag}) after ${ms} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
+/**
  * A real HTTP request; resolves the status, or 0 when `abortAfter` ms cut it short. On Node 20
  * hapi answers a disconnect at once only for a request whose body it has not read (a GET): for a
  * POST it notices only when it sends the response.

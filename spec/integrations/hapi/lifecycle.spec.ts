@@ -6,21 +6,12 @@
 import * as Boom from '@hapi/boom';
 import Hapi from '@hapi/hapi';
 import { expect } from 'chai';
-import type { Collection, Document } from 'mongodb';
+import type { Document } from 'mongodb';
 import { writeLock } from '../../../lib';
 import { lockOf } from '../../../lib/hapi';
 import { commandsSentBy, freshCollection, sleep } from '../../support/fixture';
 import { whatAnAcquisitionGets } from '../../support/lock-commands';
-import { heldIds, makeServer, responseOf, send, stopServers } from '../../support/hapi-server';
-
-/** Resolves once document `id` holds no live lock entry; fails after `ms` (well below the 10 s lease, so only a release explains it). */
-async function released(collection: Collection<Document>, id: unknown, ms = 2_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while ((await heldIds(collection, id)).length > 0) {
-    if (Date.now() > deadline) throw new Error(`document ${String(id)} is still locked after ${ms} ms`);
-    await sleep(10);
-  }
-}
+import { heldIds, makeServer, released, responseOf, send, stopServers } from '../../support/hapi-server';
 
 /** A promise with its resolve function. */
 function deferred<T = void>(): { promise: Promise<T>; resolve: (value: T) => void } {

@@ -5,7 +5,7 @@ import { expect } from 'chai';
 import { multiLock, semaphore, writeLock, type LockData } from '../../../lib';
 import { lockOf } from '../../../lib/hapi';
 import { freshCollection, sleep } from '../../support/fixture';
-import { heldIds, makeServer, send, stopServers } from '../../support/hapi-server';
+import { heldIds, makeServer, released, send, stopServers } from '../../support/hapi-server';
 import { gate } from '../../support/lock-commands';
 
 describe('hapi plugin', () => {
@@ -105,6 +105,7 @@ describe('hapi plugin', () => {
       return `${response.statusCode} ${typeof payload === 'string' ? payload : payload.message}`;
     };
     expect(await answer('/w/free')).to.equal('200 ok');
+    await released(collection, 'free'); // released once the response is out: before `rw` reads the same lock field
     expect(await answer('/w/missing')).to.equal('404 RessourceNotFound');
     expect(await answer('/w/held')).to.equal('409 LockAlreadyTaken');
     expect(await answer('/w/broken')).to.equal('500 An internal server error occurred');
@@ -114,6 +115,7 @@ describe('hapi plugin', () => {
     const writer = await rw.acquire({ _id: 'free' }, { lock: (await rw.acquire({ _id: 'free' }, { tag: 'write' }).catch((e) => e.lock)) as LockData }).catch((e) => e);
     expect(writer.subtype).to.equal('AssertiveLock');
     await reader.release();
+    await released(collection, 'free', 2_000, 'read'); // the route's read lock goes once its response is out, maybe later than this
     await rw.release({ _id: 'free' }, { lock: writer.lock });
     await rw.acquire({ _id: 'free' }, { tag: 'write' });
     expect(await answer('/read/free')).to.equal('409 CooperativeLock');
