@@ -16,6 +16,7 @@ import type { ServerClock } from '../protocol/server-clock';
 import { hasExpiredEntries, liveEntries, type LockPaths, type StoredLock } from '../protocol/stored-format';
 import { AssertivePending, withDocument, type Acquired } from './acquired';
 import { FairTickets } from './fair-tickets';
+import { handOver, settleHandOver, type GranteeTerms } from './hand-over';
 import { commitRecord, dataWriteConcern, settleCommit, settleTimestampCommit } from './commit-outcome';
 import { explainLostLock, explainRefusedAcquisition, unexplainedRefusal, type AcquireContext } from './refusals';
 import { observeWrite, runStamped, type StampedWrite } from './stamped-write';
@@ -184,6 +185,15 @@ export class LockEngine {
     const seen = await withDbErrors(call.boom, () => store.inspect(target, call));
     const lost = explainLostLock({ paths, rule, reportsReacquired, boom: call.boom, withUpdate: update !== undefined }, seen, claimed ?? { id: '', tag, timestamp: 0, fence: 0, expiresAt: 0 }, proof);
     throw lost.error ?? lockError('LockNotFound', call.boom, { detail: 'the lock is not held' });
+  }
+
+  /** Hands `holder`'s lock over to a waiter of this process in one update ({@link handOver}); {@link settleHandOver} settles one that failed. */
+  handOver(target: Document, holder: LockData, terms: GranteeTerms, call: ResolvedCallOptions): Promise<Acquired | undefined> {
+    return handOver(this.settings, this.tags, this.rule(holder.tag), target, holder, terms, call);
+  }
+
+  settleHandOver(written: Acquired, call: ResolvedCallOptions): Promise<Acquired | undefined> {
+    return settleHandOver(this.settings, written, call);
   }
 
   /** Extend ({@link extendOperation}): resolves the lock with its new expiry, in its document (`{ _id }`). */

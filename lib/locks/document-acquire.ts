@@ -73,6 +73,9 @@ filter: unknown,
 
   const acquisition = new Acquisition((written) => site.releaseWritten(written, call), site.clock, () => site.engine.readClock({}, call));
   const place = new WaitingPlace(site.engine, site.waiters, call, ruleTag, p.fair === undefined ? site.fair : p.fair === true);
+  if (waiting.wait > 0 && !resumed && owner === undefined && permits === undefined && document === undefined) {
+    place.acceptHandOver(userFilter, { lease, w: call.w, fairness: () => place.fairness });
+  }
   // An assertive lock registered by this call: continued on retries, released if we give up.
   let registered: Acquired | undefined;
   let attempts = 0;
@@ -85,18 +88,24 @@ filter: unknown,
     const attempt = attempts++;
     const explain = !quiet && (lastAttempt || (attempt % EXPLAIN_EVERY === 0 && !(attempt === 0 && waiting.wait > 0 && place.refusalIsConflict)) || place.takeWakeUp());
     if (!continuing) await place.awaitTurn(signal);
+    const send = (): Promise<Acquired | AssertivePending> =>
+      continuing
+        ? site.engine.resume(continuing.target, continuing.lock, call, document)
+        : owner
+          ? acquireOwned(site.engine, place.filter(userFilter), ruleTag, lease, call, { explain, document, fair: place.fairness }, owner)
+          : site.engine.acquire(place.filter(userFilter), ruleTag, lease, call, { explain, document, fair: place.fairness, permits });
+    // A release here may have handed this waiter the lock: its attempt is that hand-over (and, if none was made, its own).
+    const grant = continuing ? undefined : place.takeGrant();
+    let grantLost = false;
     let outcome: Acquired | AssertivePending;
     try {
       outcome = await acquisition.attempt(
-        () =>
-          continuing
-            ? site.engine.resume(continuing.target, continuing.lock, call, document)
-            : owner
-              ? acquireOwned(site.engine, place.filter(userFilter), ruleTag, lease, call, { explain, document, fair: place.fairness }, owner)
-              : site.engine.acquire(place.filter(userFilter), ruleTag, lease, call, { explain, document, fair: place.fairness, permits }),
+        () => (grant ? grant.then((handed) => handed ?? send(), (error: unknown) => ((grantLost = true), Promise.reject(error))) : send()),
         (won) => (won.lock.id === resumed?.lock.id ? undefined : won),
       );
-    } catch (error) {
+    } catch (caught) {
+      // A hand-over whose write failed: the lock it may have written is released once it can no longer land; this waiter waits on.
+      const error = grantLost ? lockError(site.engine.conflict, call.boom, { detail: 'still held (a hand-over to this waiter failed)' }) : caught;
       if (waiting.wait > 0 && isLockError(error, site.engine.conflict) && !acquisition.abandoned) {
         if (cancellation?.unsupported) site.warnUncancellable(waiting.wait);
         await place.refused(error, userFilter);
@@ -152,6 +161,9 @@ filter: unknown,
   } finally {
     if (context) context.attempts = attempts;
     dispose();
+    // A hand-over given to this waiter as it stopped waiting (aborted in its sleep): the lock it brings is released.
+    const orphan = place.takeGrant();
+    if (orphan) void acquisition.abandon(signal?.reason).then(() => acquisition.attempt(() => orphan, (handed) => handed)).catch(() => undefined);
     // A nested hold took no ticket out of the fair queue: its ticket (taken while it waited) is dropped.
     place.leave(won !== undefined && !won.nested);
   }

@@ -14,6 +14,7 @@ import { expectFilter, expectFunction, expectUpdate, isPlainObject, expectMaxHol
 import type { TagRule } from '../protocol/lock-data';
 import { inPromiseLibrary, uncancellableWaitWarning, type Cancellation } from '../common/promise-library';
 import { holdWhile, type UsingBody } from './scoped-hold';
+import { releaseHandingOver } from './hand-over';
 import { DEFAULT_MAX_HOLD } from './lease-keeper';
 import { ServerClock } from '../protocol/server-clock';
 import { Store } from '../engine/store';
@@ -147,11 +148,9 @@ export class DocumentLock implements HandleOwner, AcquireSite {
     const { params: p, call } = this.callOptions(params);
     const update = updateOf(p, this.engine.field);
     if (update && !proof) throw new TypeError('Expected `params.lock` (or `params.timestamp`) with `params.update`: a forced release applies no update');
-    try {
-      await this.engine.release(filter, tag, proof, claimed, call, update, group);
-    } finally {
-      this.released(filter, tag, proof && 'id' in proof ? proof.id : undefined, claimed?.permits);
-    }
+    const release = (): Promise<void> => this.engine.release(filter, tag, proof, claimed, call, update, group);
+    const released = (): void => this.released(filter, tag, proof && 'id' in proof ? proof.id : undefined, claimed?.permits);
+    await releaseHandingOver(this.engine, this.waiters, filter, update || !proof || !('id' in proof) ? undefined : claimed, call, release, released);
   }
 
   /**

@@ -6,6 +6,7 @@ import { noPendingUpgrade } from './convert';
 import { mergeUpdates, type LockOperation } from './operation';
 import {
   allOf,
+  hasEntry,
   noEarlierTicket,
   noLiveEntry,
   pruneCommits,
@@ -46,6 +47,11 @@ export interface AcquireRequest {
   /** A reentrant acquisition's owner, and the document's fencing counter it read (its entry keeps the next one). */
   readonly owned?: OwnedAcquisition;
   readonly extension?: AcquireExtension;
+  /**
+   * A hand-over (an exclusive tag only): the id of the entry of this tag that this acquisition
+   * takes the place of, its holder's, which must still be there; it does not count as a live lock.
+   */
+  readonly replacing?: string;
 }
 
 /**
@@ -73,11 +79,14 @@ export interface AcquireRequest {
  * matches only while every entry that excludes it has expired by the server's clock. Two
  * acquisitions cooperative with each other are serialized by the document's update, and the
  * second one's filter sees the first one's entry; the same holds for the permits of a limited tag,
- * whose count at the stamp includes every entry live at `$$NOW` or later.
+ * whose count at the stamp includes every entry live at `$$NOW` or later. With `replacing` (see
+ * lib/protocol/hand-over.ts), the one entry it does not count is the holder's, which must be
+ * there and which the same update removes (it replaces the exclusive tag's array).
  */
 export function acquireOperation(request: AcquireRequest): LockOperation {
-  const { paths, rule, entry, fair, extension } = request;
+  const { paths, rule, entry, fair, extension, replacing } = request;
   const { tag } = rule;
+  if (replacing !== undefined && !rule.exclusive) throw new TypeError(`Only an exclusive tag's lock is handed over, not \`${tag}\`'s`);
   const at = entry.at;
   const others = [...request.tags].filter((other) => other !== tag);
   const limited = isLimited(rule) ? rule : undefined;
@@ -99,7 +108,8 @@ export function acquireOperation(request: AcquireRequest): LockOperation {
     extension?.update?.(at, entry.exp),
   );
   const filter = allOf(request.filter, [
-    ...rule.cooperative.map((other) => noLiveEntry(paths, other, at)),
+    ...rule.cooperative.map((other) => (other === tag && replacing !== undefined ? noLiveEntry(paths, other, at, replacing) : noLiveEntry(paths, other, at))),
+    ...(replacing !== undefined ? [hasEntry(paths, tag, { id: replacing })] : []),
     ...(rule.exclusive ? [stampNotBeforeRecent(paths, tag, at)] : []),
     ...(limited ? permitConditions(paths, limited, permits, at) : isUnlimitedShared(rule) ? [noStoredLimit(paths, tag, at)] : []),
     ...(owned ? [owned.counter !== undefined ? counterIs(paths, owned.counter) : ownerHoldsNone(paths, tag, owned.owner)] : []),

@@ -162,9 +162,12 @@ export function hasExpiredEntries(lock: StoredLock, tag: string, stamp: number):
   return Array.isArray(entries) && entries.some((entry) => !(entry.exp instanceof Date) || entry.exp.getTime() <= stamp);
 }
 
-/** Filter: no entry of `tag` is unexpired at `stamp`. (`$not` + `$elemMatch`: a dot path would match any element.) */
-export function noLiveEntry(paths: LockPaths, tag: string, stamp: Date): Document {
-  return { [paths.tag(tag)]: { $not: { $elemMatch: { exp: { $gt: stamp } } } } };
+/**
+ * Filter: no entry of `tag` is unexpired at `stamp`, but the entry `except` (a holder handing its
+ * lock over). (`$not` + `$elemMatch`: a dot path would match any element.)
+ */
+export function noLiveEntry(paths: LockPaths, tag: string, stamp: Date, except?: string): Document {
+  return { [paths.tag(tag)]: { $not: { $elemMatch: except === undefined ? { exp: { $gt: stamp } } : { exp: { $gt: stamp }, id: { $ne: except } } } } };
 }
 
 /** Filter: `tag` holds an entry matching `match`. */

@@ -1,3 +1,5 @@
+import type { Acquired } from '../engine/acquired';
+import type { GranteeTerms } from '../engine/hand-over';
 import { sleepUnlessWoken } from './wait-options';
 
 /**
@@ -35,6 +37,26 @@ export class LocalWaiters {
   firstInLine(id: unknown, waiter: Waiter): boolean {
     for (const other of this.byDocument.get(keyOf(id)) ?? []) if (other !== waiter && other.before(waiter)) return false;
     return true;
+  }
+
+  /**
+   * The waiter a release here of lock `tag` on document `id` hands the lock to: the first-ranked
+   * waiter for a `tag` lock that accepts a hand-over and is asleep (one in the middle of an
+   * attempt is handed nothing: its own attempt is on its way), if any.
+   */
+  grantee(id: unknown, tag: string): Waiter | undefined {
+    let first: Waiter | undefined;
+    for (const waiter of this.byDocument.get(keyOf(id)) ?? []) {
+      if (waiter.tag === tag && waiter.accepts && (!first || waiter.before(first))) first = waiter;
+    }
+    return first;
+  }
+
+  /** Lock `lockId` on document `id` was handed over to a waiter here: it no longer counts as held (the waiter's lock will), and nobody is woken. */
+  handedOver(id: unknown, lockId: string): void {
+    const locks = this.held.get(keyOf(id));
+    locks?.delete(lockId);
+    if (locks?.size === 0) this.held.delete(keyOf(id));
   }
 
   /** How many acquisitions of this process wait for document `id` with a lock of one of `tags`. */
@@ -150,6 +172,10 @@ export class Waiter {
   private fresh = false;
   /** Holds a wake-up it has not turned into a lock yet. */
   private holdsWakeUp = false;
+  /** A hand-over to it on its way: the lock it resolves (undefined: none was handed, try again). */
+  private grant: Promise<Acquired | undefined> | undefined;
+  /** What it asks for when a lock is handed over to it; undefined: its acquisition cannot be handed one. */
+  terms: GranteeTerms | undefined;
 
   constructor(
     private readonly rank: () => readonly [number, string],
@@ -188,6 +214,24 @@ export class Waiter {
       this.wakeUp = wake;
       return () => (this.wakeUp = undefined);
     });
+  }
+
+  /** True when a release may hand it the lock now: it accepts hand-overs, sleeps between attempts, and has none on its way. */
+  get accepts(): boolean {
+    return this.terms !== undefined && this.wakeUp !== undefined && this.grant === undefined;
+  }
+
+  /** A release hands it the lock: `grant` resolves the lock (or undefined: it was not handed); wakes it. */
+  handOver(grant: Promise<Acquired | undefined>): void {
+    this.grant = grant;
+    this.wake();
+  }
+
+  /** The hand-over on its way to it, once (its next attempt awaits it instead of sending one). */
+  takeGrant(): Promise<Acquired | undefined> | undefined {
+    const grant = this.grant;
+    this.grant = undefined;
+    return grant;
   }
 
   /** Wakes it now; a wake-up that comes while it is not asleep ends its next sleep at once. */

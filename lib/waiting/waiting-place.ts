@@ -2,7 +2,8 @@ import { idNamedBy } from '../common/validation';
 import { publish } from '../common/diagnostics';
 import type { Document } from 'mongodb';
 import { isLockError, lockError } from '../common/errors';
-import { refusedDocumentOf } from '../engine/acquired';
+import { refusedDocumentOf, type Acquired } from '../engine/acquired';
+import type { GranteeTerms } from '../engine/hand-over';
 import type { LockEngine } from '../engine/lock-engine';
 import { waitsFor, type Ticket } from '../protocol/lock-data';
 import type { LocalWaiters, Waiter } from './local-waiters';
@@ -31,6 +32,8 @@ export class WaitingPlace {
   private announced = false;
   /** Queued behind local waiters before its first attempt. */
   private behindOthers = false;
+  /** What it asks for when a lock is handed over to it, if it accepts hand-overs. */
+  private terms: GranteeTerms | undefined;
 
   /** The tags whose locks this acquisition waits for: those it is cooperative with or asserts over, and its own when it has a limit. */
   private readonly blockedBy: ReadonlySet<string>;
@@ -100,6 +103,24 @@ export class WaitingPlace {
     await this.sleep(MAX_RETRY_DELAY, signal);
   }
 
+  /**
+   * Lets a release in this process hand the lock over to this waiter in one update (see
+   * lib/engine/hand-over.ts), asking for `terms`: only a plain acquisition (no owner, permits or
+   * assertive registration, decided by the caller) of an exclusive tag on a filter that is just
+   * `{ _id }` (a hand-over checks no other condition of the caller's filter).
+   */
+  acceptHandOver(userFilter: Document, terms: GranteeTerms): void {
+    const rule = this.engine.rule(this.tag);
+    if (!rule.exclusive || rule.assertive.length > 0 || Object.keys(userFilter).length !== 1 || idNamedBy(userFilter) === undefined) return;
+    this.terms = terms;
+    if (this.waiter) this.waiter.terms = terms;
+  }
+
+  /** The hand-over on its way to this waiter, once: its next attempt awaits it. */
+  takeGrant(): Promise<Acquired | undefined> | undefined {
+    return this.waiter?.takeGrant();
+  }
+
   /** The fair-mode condition of the next attempt (undefined when not fair). */
   get fairness(): { readonly ticket?: Ticket } | undefined {
     return this.fair ? { ticket: this.ticket } : undefined;
@@ -156,6 +177,7 @@ export class WaitingPlace {
     this.documentId = id;
     // Fair: the oldest ticket first, waiters still without one last; else the longest waiting first.
     this.waiter = this.waiters.join(id, this.tag, this.blockedBy, () => (this.ticket ? [this.ticket.at.getTime(), this.ticket.id] : [this.fair ? Infinity : this.since, '']));
+    this.waiter.terms = this.terms;
   }
 
   /** True once after a local release woke this waiter: its next refusal is explained (the situation changed). */

@@ -13,6 +13,10 @@ const updateOf = (args: readonly unknown[]): Document => (args[1] ?? {}) as Docu
 /** An acquisition: it increments the fence. */
 export const isAcquisition = (method: string, args: readonly unknown[]): boolean => method === 'findOneAndUpdate' && updateOf(args).$inc?.['lock.fence'] === 1;
 
+/** A hand-over: an acquisition that requires the holder's entry (`{ id }`) to be there. */
+export const isHandOver = (method: string, args: readonly unknown[]): boolean =>
+  isAcquisition(method, args) && ((args[0] as Document | undefined)?.$and as Document[] | undefined)?.some((condition) => typeof condition['lock.tags.write']?.$elemMatch?.id === 'string') === true;
+
 /** An extension: it sets its own entry's expiry. */
 export const isExtension = (method: string, args: readonly unknown[]): boolean =>
   method === 'findOneAndUpdate' && Object.keys(updateOf(args).$set ?? {}).some((path) => path.endsWith('.$[mine].exp'));

@@ -1,0 +1,83 @@
+import type { Document } from 'mongodb';
+import { withDbErrors } from '../common/errors';
+import type { ResolvedCallOptions } from '../common/options';
+import { handOverOperation } from '../protocol/hand-over';
+import { expiryOf, fenceOf, type LockData, type TagRule, type Ticket } from '../protocol/lock-data';
+import { newLockId } from '../protocol/lock-ids';
+import type { Acquired } from './acquired';
+import { observeWrite, type WriteSettings } from './stamped-write';
+import { failedAcquisition } from './write-failures';
+
+/** What the waiter a lock is handed to asks for: its lease, its write concern, its fair ticket. */
+export interface GranteeTerms {
+  /** Its lease, in ms. */
+  readonly lease: number;
+  /** The write concern of its acquisition (the hand-over is sent with it). */
+  readonly w: ResolvedCallOptions['w'];
+  /** Fair mode: its ticket, if it has one by now (undefined when not fair). */
+  readonly fairness: () => { readonly ticket?: Ticket } | undefined;
+}
+
+/** A hand-over whose write failed: it may have landed, or may still land while the holder's entry is there. */
+export class HandOverFailed extends Error {
+  constructor(
+    /** The holder's error (a `DbError`: its release may or may not have been applied). */
+    readonly holderError: Error,
+    /** The waiter's error (a `DbError` carrying the lock that may have been written for it, `err.lock`). */
+    readonly granteeError: Error,
+    /** The lock that may have been written for the waiter. */
+    readonly written: Acquired,
+  ) {
+    super(holderError.message);
+  }
+}
+
+/**
+ * Hands `holder`'s lock (an exclusive tag's, on the document `target` = `{ _id }`) over to a
+ * waiter of this process in one update ({@link handOverOperation}), stamped from the lower bound of
+ * the server's clock: resolves the waiter's lock, or undefined when the update matched nothing
+ * (the holder's lock is gone, a fair ticket came first, or the stamp was refused: the holder then
+ * releases as usual). Nothing is read to explain a miss. A write that failed rejects with
+ * {@link HandOverFailed}.
+ */
+export async function handOver(
+  settings: WriteSettings,
+  tags: Iterable<string>,
+  rule: TagRule,
+  target: Document,
+  holder: LockData,
+  terms: GranteeTerms,
+  call: ResolvedCallOptions,
+): Promise<Acquired | undefined> {
+  const { paths, clock, store } = settings;
+  const stamp = clock.lower();
+  const tolerance = clock.tolerance(terms.lease);
+  const entry = { id: newLockId(), at: new Date(stamp), exp: new Date(expiryOf(stamp, terms.lease)) };
+  const lock = { id: entry.id, tag: rule.tag, timestamp: stamp, fence: 0, expiresAt: entry.exp.getTime() };
+  const operation = handOverOperation({ paths, rule, tags, filter: target, entry, tolerance, fair: terms.fairness(), holder: holder.id });
+  let reply;
+  try {
+    reply = await withDbErrors(call.boom, () => store.apply(operation, call, terms.w));
+  } catch (error) {
+    const cause = (error as { cause?: unknown }).cause ?? error;
+    const written: Acquired = { lock, target, landsBy: stamp + tolerance };
+    throw new HandOverFailed(error as Error, failedAcquisition(cause, call.boom, written), written);
+  }
+  if (!reply.value) return undefined;
+  observeWrite(settings, reply.value, reply);
+  return { lock: { ...lock, fence: fenceOf(paths.read(reply.value)) }, target: { _id: reply.value._id } };
+}
+
+/**
+ * Settles a hand-over whose write failed, once the holder's entry is known to be gone (so that it
+ * can no longer land): reads the document at majority; resolves the waiter's lock when its entry
+ * is there (the hand-over landed), undefined when it is not.
+ */
+export async function settleHandOver(settings: WriteSettings, written: Acquired, call: ResolvedCallOptions): Promise<Acquired | undefined> {
+  const { paths, clock, store } = settings;
+  const seen = await withDbErrors(call.boom, () => store.inspect(written.target, call, 'majority'));
+  if (seen.serverNow) clock.observe(seen.serverNow, seen.sentAt, seen.arrivedAt);
+  const stored = paths.read(seen.value);
+  const entry = stored.tags?.[written.lock.tag]?.find((candidate) => candidate.id === written.lock.id);
+  return entry ? { lock: { ...written.lock, fence: fenceOf(stored) }, target: written.target } : undefined;
+}

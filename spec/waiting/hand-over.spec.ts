@@ -1,0 +1,134 @@
+/**
+ * Hand-over in one write (lib/locks/hand-over.ts): a release in this process gives the lock to the
+ * next waiter it blocks in the same update that removes the holder's entry; the waiter learns it
+ * holds the lock without an attempt of its own.
+ */
+import * as diagnostics from 'node:diagnostics_channel';
+import { expect } from 'chai';
+import type { Collection, Document } from 'mongodb';
+import { isLockError, writeLock } from '../../lib';
+import { delayedCollection, type DelayPlan } from '../../stress/delayed-collection';
+import { commandsSentBy, freshCollection, rejectionOf, sleep } from '../support/fixture';
+import { gate, isHandOver, outcomeOf } from '../support/lock-commands';
+
+describe('hand-over in one write', () => {
+  it('8 waiters in one process: one holder at a time, fences increase, about one command per critical section', async function () {
+    this.timeout(30_000);
+    const collection = await freshCollection([{ _id: 'hot' }]);
+    const lock = writeLock({ collection, locktimeout: 10_000 });
+    const sections = 200;
+    let done = 0;
+    let inside = 0;
+    let overlaps = 0;
+    const fences: number[] = [];
+    const { commands, error } = await commandsSentBy(() =>
+      Promise.all(
+        Array.from({ length: 8 }, async () => {
+          while (done < sections) {
+            const held = await lock.acquire({ _id: 'hot' }, { wait: 20_000 });
+            if (++inside > 1) overlaps++;
+            fences.push(held.fence);
+            done++;
+            await new Promise((resolve) => setImmediate(resolve));
+            inside--;
+            await held.release();
+          }
+        }),
+      ),
+    );
+    expect(error).to.equal(undefined);
+    expect(overlaps).to.equal(0);
+    expect(fences).to.deep.equal([...fences].sort((a, b) => a - b));
+    expect(new Set(fences).size).to.equal(fences.length);
+    const lockCommands = commands.filter((name) => name === 'findAndModify' || name === 'update').length;
+    console.log(`      ${fences.length} sections, ${lockCommands} lock commands (${(lockCommands / fences.length).toFixed(2)} per section): ${JSON.stringify(tally(commands))}`);
+    expect(lockCommands / fences.length).to.be.below(1.5);
+    const doc = await collection.findOne({ _id: 'hot' as never });
+    expect(doc?.lock?.tags?.write ?? []).to.deep.equal([]);
+  });
+});
+
+function tally(names: string[]): Record<string, number> {
+  const counts: Record<string, number> = {};
+  for (const name of names) counts[name] = (counts[name] ?? 0) + 1;
+  return counts;
+}
+
+describe('hand-over under faults', () => {
+  /** Resolves once `hot` holds no live write entry (fails after `ms`). */
+  async function untilFree(collection: Collection<Document>, ms = 5_000): Promise<void> {
+    const until = Date.now() + ms;
+    for (;;) {
+      const doc = await collection.findOne({ _id: 'hot' as never });
+      const live = ((doc?.lock?.tags?.write ?? []) as Array<{ exp: Date }>).filter((entry) => entry.exp.getTime() > Date.now());
+      if (live.length === 0) return;
+      if (Date.now() > until) throw new Error(`still held ${ms} ms later: ${JSON.stringify(live)}`);
+      await sleep(20);
+    }
+  }
+
+  for (const side of ['request', 'reply'] as const) {
+    it(`a waiter aborted while the hand-over's ${side} is held back rejects at once; the lock it was handed is then released`, async () => {
+      const collection = await freshCollection([{ _id: 'hot' }]);
+      const held = gate();
+      const plan: DelayPlan = (method, _n, args) => (isHandOver(method, args) ? held.promise : undefined);
+      const lock = writeLock({ collection: delayedCollection(collection, { [side]: plan }), locktimeout: 10_000 });
+      const holder = await lock.acquire({ _id: 'hot' });
+      const controller = new AbortController();
+      const waiting = untilWaiting();
+      const waiter = outcomeOf(lock.acquire({ _id: 'hot' }, { wait: 10_000, signal: controller.signal }));
+      await waiting;
+      const released = outcomeOf(holder.release());
+      await sleep(50); // the hand-over is on its way, held back (if it were not, the abort below comes after the waiter won, and the test fails)
+      controller.abort(new Error('caller gave up'));
+      const outcome = await waiter;
+      expect(outcome === 'resolved' ? outcome : outcome.message).to.equal('caller gave up');
+      held.open();
+      expect(await released).to.equal('resolved');
+      await untilFree(collection);
+      const doc = await collection.findOne({ _id: 'hot' as never });
+      expect(doc?.lock?.fence, 'the hand-over landed (then was released)').to.equal(2);
+    });
+
+    it(`a hand-over whose ${side} is lost (past the deadline) is settled: the holder's release resolves, the waiter gets the lock, nothing is left held`, async () => {
+      const collection = await freshCollection([{ _id: 'hot' }]);
+      let handOvers = 0;
+      const plan: DelayPlan = (method, _n, args) => (isHandOver(method, args) && ++handOvers === 1 ? 700 : undefined);
+      const lock = writeLock({ collection: delayedCollection(collection, { [side]: plan }), locktimeout: 10_000, timeout: 300 });
+      const holder = await lock.acquire({ _id: 'hot' });
+      const waiting = untilWaiting();
+      const waiter = lock.acquire({ _id: 'hot' }, { wait: 10_000 });
+      await waiting;
+      const started = Date.now();
+      // The request side: the hand-over had not landed, the plain release that follows matches (and a late hand-over then can
+      // no longer land). The reply side: it had landed, the release finds the holder's entry gone, a read finds the waiter's.
+      await holder.release();
+      const next = await waiter;
+      expect(Date.now() - started, 'the waiter did not wait for a lease to end').to.be.below(5_000);
+      expect(handOvers).to.equal(1);
+      expect(next.fence).to.equal(2);
+      await sleep(800); // a late request has arrived by now
+      const doc = await collection.findOne({ _id: 'hot' as never });
+      expect((doc?.lock?.tags?.write as Array<{ id: string }>).map((entry) => entry.id), 'the waiter is the only holder').to.deep.equal([next.id]);
+      expect(doc?.lock?.fence, side === 'request' ? 'the late hand-over matched nothing' : 'the hand-over landed').to.equal(2);
+      await next.release();
+      await untilFree(collection);
+    });
+  }
+});
+
+/**
+ * Resolves once an acquisition of this process started waiting (`monglock:wait`, published before
+ * it goes to sleep) and its sleep began (the rest of that turn's microtasks ran): a release now
+ * hands it the lock.
+ */
+async function untilWaiting(): Promise<void> {
+  await new Promise<void>((resolve) => {
+    const listener = (): void => {
+      diagnostics.unsubscribe('monglock:wait', listener);
+      resolve();
+    };
+    diagnostics.subscribe('monglock:wait', listener);
+  });
+  await new Promise((resolve) => setImmediate(resolve));
+}
