@@ -1,11 +1,14 @@
 import { randomBytes } from 'node:crypto';
 import { createRequire } from 'node:module';
 import type { Collection, Db, Document } from 'mongodb';
-import { commit, isLockError, multiLock, resourceLocks, writeLock } from '../lib';
+import type * as Monglock from '../lib';
 import { retryDelay } from '../lib/waiting/wait-options';
 import { callbackCollection } from './callback-adapter';
 
 const requireHere = createRequire(__filename);
+
+/** The library measured: the built package (`dist/`, what users run) when MONGLOCK_BENCH_DIST=1, else the sources. */
+const { commit, isLockError, multiLock, resourceLocks, writeLock } = requireHere(process.env.MONGLOCK_BENCH_DIST === '1' ? '../dist' : '../lib') as typeof Monglock;
 
 /** Releases a held lock. */
 export type Release = () => Promise<void>;
@@ -68,10 +71,12 @@ function refusedAs(subtype: string) {
   };
 }
 
-/** Inserts the documents `{ _id: resource, n: 0 }`. */
+/** Inserts the documents `{ _id: resource, n: 0 }` (those another process inserted already are left as they are). */
 export async function insertDocs(collection: Collection<Document>, resources: readonly string[]): Promise<void> {
   for (let i = 0; i < resources.length; i += 1000) {
-    await collection.insertMany(resources.slice(i, i + 1000).map((resource) => ({ _id: resource as never, n: 0 })));
+    await collection.insertMany(resources.slice(i, i + 1000).map((resource) => ({ _id: resource as never, n: 0 })), { ordered: false }).catch((error: { code?: number }) => {
+      if (error.code !== 11000) throw error;
+    });
   }
 }
 

@@ -15,6 +15,13 @@ export interface Delays {
   readonly reply?: DelayPlan;
 }
 
+/** True for a hand-over: an acquisition (`findOneAndUpdate`, +1 on the fence) that requires the holder's entry (`{ id }`) to be there. */
+export function isHandOverCall(method: string, args: readonly unknown[]): boolean {
+  if (method !== 'findOneAndUpdate' || (args[1] as Document | undefined)?.$inc?.['lock.fence'] !== 1) return false;
+  const conditions = ((args[0] as Document | undefined)?.$and ?? []) as Document[];
+  return conditions.some((condition) => typeof condition['lock.tags.write']?.$elemMatch?.id === 'string');
+}
+
 const METHODS: ReadonlySet<string> = new Set(['findOneAndUpdate', 'updateOne', 'updateMany', 'deleteMany']);
 
 /**

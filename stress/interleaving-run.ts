@@ -8,7 +8,7 @@ import Hapi from '@hapi/hapi';
 import type { Collection, Db, Document, MongoClient } from 'mongodb';
 import { commit, isLockError, multiLock, resourceLocks, semaphore, usingAll, writeLock, type GroupRequest, type LockHandle } from '../lib';
 import { lockOf, monglockPlugin } from '../lib/hapi';
-import { delayedCollection, type DelayPlan } from './delayed-collection';
+import { delayedCollection, isHandOverCall, type DelayPlan } from './delayed-collection';
 import type { FinalState, HistoryEvent } from './history-checker';
 import type { ClientPlan, GroupMember, Operation, Scenario } from './interleaving-scenario';
 
@@ -41,6 +41,9 @@ const RW = {
 
 /** The test machine's clock, which is also the test server's: every recorded time comes from it. */
 export const realNow = (): number => performance.timeOrigin + performance.now();
+
+/** Hand-overs sent by the clients of every history so far (a release giving the lock to a waiter of its client in one write). */
+export const handOversSent = { count: 0 };
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -76,7 +79,12 @@ type ClientLocks = ReturnType<typeof clientLocks>;
 function clientLocks(plan: ClientPlan, seed: number, client: MongoClient, docs: Collection<Document>, locks: Collection<Document>) {
   const random = mulberry32(seed);
   const delay = (max: number): DelayPlan => () => (max > 0 && random() < plan.delayShare ? Math.floor(random() * max) : 0);
-  const delays = { request: delay(plan.requestDelayMs), reply: delay(plan.replyDelayMs) };
+  const requestDelay = delay(plan.requestDelayMs);
+  const counting: DelayPlan = (method, n, args) => {
+    if (isHandOverCall(method, args)) handOversSent.count++;
+    return requestDelay(method, n, args);
+  };
+  const delays = { request: counting, reply: delay(plan.replyDelayMs) };
   const own = (collection: Collection<Document>): Collection<Document> =>
     delayedCollection(client.db(collection.dbName).collection(collection.collectionName), delays);
   const common = { clock: () => realNow() + plan.skewMs, timeout: CALL_TIMEOUT };

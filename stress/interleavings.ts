@@ -8,7 +8,7 @@ import fc from 'fast-check';
 import { MongoClient } from 'mongodb';
 import { startMongoBackend } from '../support/mongo-backend';
 import { checkHistory, type Violation } from './history-checker';
-import { runScenario } from './interleaving-run';
+import { handOversSent, runScenario } from './interleaving-run';
 import { scenario, type Scenario, type ScenarioSize } from './interleaving-scenario';
 
 /** How many histories, of what size, from which seed. */
@@ -30,6 +30,8 @@ export interface InterleavingReport {
   /** Calls that succeeded, by kind of operation (`group` for several documents at once). */
   readonly okByKind: Record<string, number>;
   readonly violations: readonly Violation[];
+  /** Hand-overs sent during the histories. */
+  readonly handOvers: number;
   /** The smallest failing history fast-check found, when one failed. */
   readonly counterexample?: string;
 }
@@ -44,6 +46,7 @@ export async function checkInterleavings(options: InterleavingOptions): Promise<
   const outcomes: Record<string, number> = {};
   const okByKind: Record<string, number> = {};
   let violations: Violation[] = [];
+  const handOversBefore = handOversSent.count;
   try {
     const property = fc.asyncProperty(scenario(options.size), async (history: Scenario) => {
       const result = await runScenario(history, { clients, db });
@@ -63,7 +66,7 @@ export async function checkInterleavings(options: InterleavingOptions): Promise<
     } catch (error) {
       counterexample = error instanceof Error ? error.message : String(error);
     }
-    return { seed: options.seed, histories, operations, holds, outcomes, okByKind, violations, counterexample };
+    return { seed: options.seed, histories, operations, holds, outcomes, okByKind, violations, handOvers: handOversSent.count - handOversBefore, counterexample };
   } finally {
     await db.dropDatabase().catch(() => undefined);
     await Promise.all(clients.map((client) => client.close()));
@@ -86,7 +89,7 @@ async function main(): Promise<number> {
     console.error(`interleavings on ${backend.description}: ${runs} histories, seed ${seed} (repeat with MONGLOCK_SEED=${seed})`);
     const report = await checkInterleavings({ uri: backend.uri, runs, seed, size: { maxClients: 6, maxOperations: 40 }, log: (line) => console.error(line) });
     console.log(JSON.stringify({ ...report, backend: backend.description, seconds: Math.round((Date.now() - started) / 1000) }));
-    console.error(`${report.histories} histories, ${report.operations} operations, ${report.holds} holds checked, ${report.violations.length} violations`);
+    console.error(`${report.histories} histories, ${report.operations} operations, ${report.holds} holds checked, ${report.handOvers} hand-overs, ${report.violations.length} violations`);
     return report.violations.length === 0 && !report.counterexample ? 0 : 1;
   } finally {
     await backend.stop();

@@ -32,6 +32,8 @@ export interface StressReport {
   readonly workersPerProcess: number;
   readonly sections: number;
   readonly byKind: Record<string, number>;
+  /** Releases that handed the lock to a waiter of their process in one write. */
+  readonly handOvers: number;
   readonly overlaps: number;
   readonly fenceRegressions: number;
   readonly rejectedWrites: number;
@@ -57,9 +59,15 @@ async function runBatch(uri: string, db: string, dir: string, batch: number): Pr
   return logs;
 }
 
+/** Hand-overs the workers counted (their last log line). */
+let handOvers = 0;
+
 function readLog(file: string): SectionRecord[] {
   try {
-    return readFileSync(file, 'utf8').split('\n').filter(Boolean).map((line) => JSON.parse(line) as SectionRecord);
+    return readFileSync(file, 'utf8').split('\n').filter(Boolean).map((line) => JSON.parse(line) as SectionRecord | { handOvers: number }).filter((line): line is SectionRecord => {
+      if ('handOvers' in line) handOvers += line.handOvers;
+      return 'target' in line;
+    });
   } catch {
     return [];
   }
@@ -73,7 +81,7 @@ async function main(): Promise<number> {
   const dir = mkdtempSync(join(tmpdir(), 'monglock-stress-'));
   try {
     const db = client.db(dbName);
-    const targets = ['w', 'm', 'r', 'q', 'f', 's', 'o', 'c'].flatMap((kind) => Array.from({ length: settings.targets }, (_, i) => `${kind}${i}`));
+    const targets = [...['w', 'm', 'r', 'q', 'f', 's', 'o', 'c'].flatMap((kind) => Array.from({ length: settings.targets }, (_, i) => `${kind}${i}`)), 'h0'];
     await db.collection('counters').insertMany(targets.filter((t) => !t.startsWith('f') && !t.startsWith('s')).map((target) => ({ _id: target as never, value: 0, lastFence: 0 })));
     // Folded sections keep their counter in the locked document itself.
     await db.collection('documents').insertMany(targets.filter((t) => !t.startsWith('r')).map((target) => ({ _id: target as never, ...(target.startsWith('f') ? { value: 0 } : {}) })));
@@ -119,7 +127,9 @@ async function main(): Promise<number> {
         semaphore: records.filter((r) => r.target.startsWith('s')).length,
         'writeLock reentrant': records.filter((r) => r.target.startsWith('o')).length,
         'multiLock upgraded': records.filter((r) => r.target.startsWith('c')).length,
+        'writeLock hot, every worker': records.filter((r) => r.target.startsWith('h')).length,
       },
+      handOvers,
       permitsOverLimit,
       mostPermits,
       overlaps,

@@ -42,7 +42,13 @@ const now = (): number => performance.timeOrigin + performance.now();
 
 async function main(): Promise<void> {
   const settings = JSON.parse(process.argv[2]!) as WorkerSettings;
-  const client = await MongoClient.connect(settings.uri, { maxPoolSize: settings.workers * 2 });
+  const client = await MongoClient.connect(settings.uri, { maxPoolSize: settings.workers * 2, monitorCommands: true });
+  // Hand-overs (a release giving the lock to a waiter here in one write): counted for the report.
+  let handOvers = 0;
+  client.on('commandStarted', (event) => {
+    const conditions = event.commandName === 'findAndModify' ? ((event.command.query as { $and?: Array<Record<string, { $elemMatch?: { id?: unknown } }>> }).$and ?? []) : [];
+    if (conditions.some((condition) => typeof condition['lock.tags.write']?.$elemMatch?.id === 'string')) handOvers++;
+  });
   const db = client.db(settings.db);
   const documents = db.collection('documents');
   const counters = db.collection('counters');
@@ -50,6 +56,7 @@ async function main(): Promise<void> {
   const tagged = multiLock({ collection: documents, locktimeouts: { edit: 10_000 }, lockRelationships: { edit: { cooperative: ['edit'] } } });
   const resources = resourceLocks({ collection: db.collection('locks') });
   const fair = writeLock({ collection: documents, locktimeout: 10_000, fair: true });
+  const hot = writeLock({ collection: documents, locktimeout: 10_000 });
   const permits = semaphore({ collection: documents, limit: settings.semaphoreLimit, locktimeout: 10_000 });
   const readWrite = multiLock({
     collection: documents,
@@ -101,7 +108,11 @@ async function main(): Promise<void> {
     Array.from({ length: settings.workers }, async (_, worker) => {
       for (let round = 0; now() < deadline; round++) {
         const n = Math.floor(Math.random() * settings.targets);
-        switch ((worker + round) % 8) {
+        switch ((worker + round) % 9) {
+          case 8:
+            // One hot document for every worker of every process: hand-overs here, cohorts between processes.
+            await section('h0', () => hot.acquire({ _id: 'h0' }, { wait: 30_000 }), fenced('h0'));
+            break;
           case 6: {
             // Reentrant: the section runs under a nested hold of the owner's lock (same token).
             const owner = `${process.pid}-${worker}`;
@@ -159,6 +170,7 @@ async function main(): Promise<void> {
       }
     }),
   );
+  buffered.push(`${JSON.stringify({ handOvers })}\n`);
   flush();
   await client.close();
 }

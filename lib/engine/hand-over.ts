@@ -4,6 +4,7 @@ import type { ResolvedCallOptions } from '../common/options';
 import { handOverOperation } from '../protocol/hand-over';
 import { expiryOf, fenceOf, type LockData, type TagRule, type Ticket } from '../protocol/lock-data';
 import { newLockId } from '../protocol/lock-ids';
+import { withdrawOperation } from '../protocol/release';
 import type { Acquired } from './acquired';
 import { observeWrite, type WriteSettings } from './stamped-write';
 import { failedAcquisition } from './write-failures';
@@ -12,7 +13,7 @@ import { failedAcquisition } from './write-failures';
 export interface GranteeTerms {
   /** Its lease, in ms. */
   readonly lease: number;
-  /** The write concern of its acquisition (the hand-over is sent with it). */
+  /** The write concern of its acquisition (the hand-over is sent with it, or the holder's `releaseW` if stronger). */
   readonly w: ResolvedCallOptions['w'];
   /** Fair mode: its ticket, if it has one by now (undefined when not fair). */
   readonly fairness: () => { readonly ticket?: Ticket } | undefined;
@@ -57,7 +58,7 @@ export async function handOver(
   const operation = handOverOperation({ paths, rule, tags, filter: target, entry, tolerance, fair: terms.fairness(), holder: holder.id });
   let reply;
   try {
-    reply = await withDbErrors(call.boom, () => store.apply(operation, call, terms.w));
+    reply = await withDbErrors(call.boom, () => store.applyForToken(operation, call, handOverConcern(terms.w, call.releaseW)));
   } catch (error) {
     const cause = (error as { cause?: unknown }).cause ?? error;
     const written: Acquired = { lock, target, landsBy: stamp + tolerance };
@@ -70,14 +71,18 @@ export async function handOver(
 
 /**
  * Settles a hand-over whose write failed, once the holder's entry is known to be gone (so that it
- * can no longer land): reads the document at majority; resolves the waiter's lock when its entry
- * is there (the hand-over landed), undefined when it is not.
+ * can no longer land): withdraws the waiter's entry, if it is there ({@link withdrawOperation}, at
+ * `w`). Resolves true when it was (the hand-over landed: the holder's lock was released by it),
+ * false when it was not. The waiter then acquires by itself: the fencing token the hand-over
+ * gave it cannot be read back for sure (an acquisition of a concurrent tag may have counted since).
  */
-export async function settleHandOver(settings: WriteSettings, written: Acquired, call: ResolvedCallOptions): Promise<Acquired | undefined> {
-  const { paths, clock, store } = settings;
-  const seen = await withDbErrors(call.boom, () => store.inspect(written.target, call, 'majority'));
-  if (seen.serverNow) clock.observe(seen.serverNow, seen.sentAt, seen.arrivedAt);
-  const stored = paths.read(seen.value);
-  const entry = stored.tags?.[written.lock.tag]?.find((candidate) => candidate.id === written.lock.id);
-  return entry ? { lock: { ...written.lock, fence: fenceOf(stored) }, target: written.target } : undefined;
+export async function withdrawHandOver(settings: WriteSettings, written: Acquired, w: ResolvedCallOptions['w'], call: ResolvedCallOptions): Promise<boolean> {
+  const operation = withdrawOperation(settings.paths, written.target, written.lock.tag, written.lock.id);
+  return withDbErrors(call.boom, () => settings.store.applyOne(operation, call, w));
+}
+
+/** The write concern of a hand-over: the stronger of the waiter's acquisition's and the holder's release's. */
+export function handOverConcern(acquisition: ResolvedCallOptions['w'], release: ResolvedCallOptions['w']): ResolvedCallOptions['w'] {
+  if (acquisition === 'majority' || release === 'majority') return 'majority';
+  return Math.max(acquisition, release);
 }

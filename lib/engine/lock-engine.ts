@@ -16,7 +16,7 @@ import type { ServerClock } from '../protocol/server-clock';
 import { hasExpiredEntries, liveEntries, type LockPaths, type StoredLock } from '../protocol/stored-format';
 import { AssertivePending, withDocument, type Acquired } from './acquired';
 import { FairTickets } from './fair-tickets';
-import { handOver, settleHandOver, type GranteeTerms } from './hand-over';
+import { handOver, withdrawHandOver, type GranteeTerms } from './hand-over';
 import { commitRecord, dataWriteConcern, settleCommit, settleTimestampCommit } from './commit-outcome';
 import { explainLostLock, explainRefusedAcquisition, unexplainedRefusal, type AcquireContext } from './refusals';
 import { observeWrite, runStamped, type StampedWrite } from './stamped-write';
@@ -118,7 +118,8 @@ export class LockEngine {
         const operation = acquireOperation({ paths, rule, tags: this.tags, filter, entry, tolerance, fair: extras.fair, permits, owned, extension: extras });
         let reply: Timed<Document | null>;
         try {
-          reply = await store.apply(operation, call, call.w, extras.document);
+          // An exclusive tag without assertive ones reads back only its token and the clock (the narrowest reply).
+          reply = extras.document === undefined && rule.exclusive && rule.assertive.length === 0 ? await store.applyForToken(operation, call) : await store.apply(operation, call, call.w, extras.document);
         } catch (error) {
           const attempted: LockData = { id, tag, timestamp: stamp, fence: 0, expiresAt: entry.exp.getTime(), ...(permits && { permits }), ...(owned && { owner: owned.owner }) };
           throw failedAcquisition(error, call.boom, { lock: attempted, target: {}, landsBy: stamp + tolerance } satisfies Acquired);
@@ -187,13 +188,13 @@ export class LockEngine {
     throw lost.error ?? lockError('LockNotFound', call.boom, { detail: 'the lock is not held' });
   }
 
-  /** Hands `holder`'s lock over to a waiter of this process in one update ({@link handOver}); {@link settleHandOver} settles one that failed. */
+  /** Hands `holder`'s lock over to a waiter of this process in one update ({@link handOver}); {@link withdrawHandOver} settles one that failed. */
   handOver(target: Document, holder: LockData, terms: GranteeTerms, call: ResolvedCallOptions): Promise<Acquired | undefined> {
     return handOver(this.settings, this.tags, this.rule(holder.tag), target, holder, terms, call);
   }
 
-  settleHandOver(written: Acquired, call: ResolvedCallOptions): Promise<Acquired | undefined> {
-    return settleHandOver(this.settings, written, call);
+  withdrawHandOver(written: Acquired, w: ResolvedCallOptions['w'], call: ResolvedCallOptions): Promise<boolean> {
+    return withdrawHandOver(this.settings, written, w, call);
   }
 
   /** Extend ({@link extendOperation}): resolves the lock with its new expiry, in its document (`{ _id }`). */

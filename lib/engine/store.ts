@@ -58,10 +58,23 @@ export class Store {
     document?: Document | true,
     w: ResolvedCallOptions['w'] = call.w,
   ): Promise<Timed<Document | null>> {
+    return this.sendFindAndModify(filter, update, call, arrayFilters, this.projection(document), w);
+  }
+
+  /**
+   * Sends `operation` as a `findOneAndUpdate` whose reply holds only the lock's fencing counter and
+   * the server's clock (`fence`, `born`, `now`): all that an exclusive acquisition without
+   * assertive tags reads back (a narrower projection costs the server less).
+   */
+  applyForToken(operation: LockOperation, call: ResolvedCallOptions, w: ResolvedCallOptions['w'] = call.w): Promise<Timed<Document | null>> {
+    return this.sendFindAndModify(operation.filter, operation.update, call, operation.arrayFilters, { projection: this.paths.token }, w);
+  }
+
+  private sendFindAndModify(filter: Document, update: Document, call: ResolvedCallOptions, arrayFilters: Document[] | undefined, projection: { projection: Document }, w: ResolvedCallOptions['w']): Promise<Timed<Document | null>> {
     return this.timed('findOneAndUpdate', call, () =>
       this.collection.findOneAndUpdate(filter, update as UpdateFilter<Document>, {
         returnDocument: 'after',
-        ...this.projection(document),
+        ...projection,
         maxTimeMS: call.timeout,
         writeConcern: writeConcern(call, w),
         ...(arrayFilters ? { arrayFilters } : {}),

@@ -6,7 +6,7 @@ import { ownerOf, permitsOf, UNEXPLAINED_REFUSAL } from '../locks/document-acqui
 import { Handle } from '../locks/lock-handle';
 import { newLockId } from '../protocol/lock-ids';
 import { waitsFor } from '../protocol/lock-data';
-import { HELD_HERE_SLEEP } from '../waiting/local-waiters';
+import { HELD_HERE_SLEEP } from '../waiting/waiter';
 import { readWaitParams, retryDelay, sleepUnlessWoken } from '../waiting/wait-options';
 import { locateMembers, readGroupRequests, type Located, type Member } from './group-request';
 import { HandleGroup, ofRequest } from './lock-group';

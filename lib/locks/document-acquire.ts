@@ -94,13 +94,15 @@ filter: unknown,
         : owner
           ? acquireOwned(site.engine, place.filter(userFilter), ruleTag, lease, call, { explain, document, fair: place.fairness }, owner)
           : site.engine.acquire(place.filter(userFilter), ruleTag, lease, call, { explain, document, fair: place.fairness, permits });
+    // No hand-over came while the call was being abandoned: nothing more is sent.
+    const sendUnlessAbandoned = (): Promise<Acquired | AssertivePending> => (acquisition.abandoned ? Promise.reject(lockError(site.engine.conflict, call.boom, { detail: 'abandoned' })) : send());
     // A release here may have handed this waiter the lock: its attempt is that hand-over (and, if none was made, its own).
     const grant = continuing ? undefined : place.takeGrant();
     let grantLost = false;
     let outcome: Acquired | AssertivePending;
     try {
       outcome = await acquisition.attempt(
-        () => (grant ? grant.then((handed) => handed ?? send(), (error: unknown) => ((grantLost = true), Promise.reject(error))) : send()),
+        () => (grant ? grant.then((handed) => handed ?? sendUnlessAbandoned(), (error: unknown) => ((grantLost = true), Promise.reject(error))) : send()),
         (won) => (won.lock.id === resumed?.lock.id ? undefined : won),
       );
     } catch (caught) {

@@ -3,10 +3,11 @@ import { isLockError } from '../common/errors';
 import type { ResolvedCallOptions } from '../common/options';
 import { idNamedBy } from '../common/validation';
 import type { Acquired } from '../engine/acquired';
-import { HandOverFailed } from '../engine/hand-over';
+import { handOverConcern, HandOverFailed } from '../engine/hand-over';
 import type { LockEngine } from '../engine/lock-engine';
 import type { LockData } from '../protocol/lock-data';
-import type { LocalWaiters, Waiter } from '../waiting/local-waiters';
+import type { LocalWaiters } from '../waiting/local-waiters';
+import type { Waiter } from '../waiting/waiter';
 
 /**
  * Releases `holder`'s lock on the document `target`: with `release`, then `released()` (which wakes
@@ -17,11 +18,12 @@ import type { LocalWaiters, Waiter } from '../waiting/local-waiters';
  * matched nothing releases with `release`, before the waiter tries again.
  *
  * A hand-over whose write failed (a lost reply, a late request) is settled: `release` is sent (the
- * hand-over requires the holder's entry, so once it is gone the hand-over can no longer land);
- * when it matched, the hand-over did not land; when the entry was already gone, a read at
- * majority tells whether the waiter's entry is there. Only when that cannot be known does the
- * holder get a `DbError`; the waiter then waits on, and the lock that may have been written for
- * it is released once that write can no longer land.
+ * hand-over requires the holder's entry, so once it is gone the hand-over can no longer land).
+ * When it matched, the hand-over did not land. When the entry was already gone, the waiter's
+ * entry is withdrawn: found, the hand-over had landed, so the holder's lock was released, and the
+ * waiter acquires by itself (the token it was given cannot be read back for sure). Only when that
+ * cannot be known does the holder get a `DbError`; the waiter then waits on, and the lock that may
+ * have been written for it is released once that write can no longer land.
  */
 export async function releaseHandingOver(
   engine: LockEngine,
@@ -33,18 +35,19 @@ export async function releaseHandingOver(
   released: () => void,
 ): Promise<void> {
   const grantee = granteeOf(engine, waiters, target, holder);
-  if (!grantee?.terms || !holder) {
+  // Non-fair: a process hands a document to its own waiters a bounded number of times in a row, then yields it (lib/waiting/local-waiters.ts).
+  const yielding = grantee?.terms?.fairness() === undefined && grantee !== undefined && !waiters.mayHandOver(target._id);
+  if (!grantee?.terms || !holder || yielding) {
     try {
       return await release();
     } finally {
-      released();
+      if (yielding && holder) waiters.yielded(target._id, holder.tag, holder.id);
+      else released();
     }
   }
   let settle!: (handed: Promise<Acquired | undefined>) => void;
   grantee.handOver(new Promise((resolve) => (settle = resolve)));
-  let handed: Acquired | undefined | null;
-  let releaseError: unknown;
-  let failed: HandOverFailed | undefined;
+  let handed: Acquired | undefined;
   try {
     handed = await engine.handOver({ _id: target._id }, holder, grantee.terms, call);
   } catch (error) {
@@ -53,26 +56,45 @@ export async function releaseHandingOver(
       released();
       throw error;
     }
-    failed = error;
-  }
-  if (!handed) {
-    // No hand-over (it matched nothing, or failed): a plain release, which also stops a failed one from landing later.
-    try {
-      await release();
-    } catch (error) {
-      releaseError = error;
-    }
-    if (failed && releaseError !== undefined) handed = isLockError(releaseError, 'DbError') ? null : await engine.settleHandOver(failed.written, call).catch(() => null);
+    return settleFailed(engine, error, grantee.terms.w, call, release, released, (outcome) => settle(outcome));
   }
   if (handed) {
     waiters.handedOver(target._id, holder.id);
     return settle(Promise.resolve(handed));
   }
+  try {
+    await release();
+  } finally {
+    released();
+    settle(Promise.resolve(undefined));
+  }
+}
+
+/** Settles a hand-over whose write failed (see {@link releaseHandingOver}); `settle` gives the waiter its outcome. */
+async function settleFailed(
+  engine: LockEngine,
+  failed: HandOverFailed,
+  w: ResolvedCallOptions['w'],
+  call: ResolvedCallOptions,
+  release: () => Promise<void>,
+  released: () => void,
+  settle: (handed: Promise<Acquired | undefined>) => void,
+): Promise<void> {
+  let releaseError: unknown;
+  try {
+    await release();
+  } catch (error) {
+    releaseError = error;
+  }
+  // Known: the holder's entry gone, and whether the waiter's was there (now withdrawn); null: unknown.
+  const landed = releaseError === undefined ? false : isLockError(releaseError, 'DbError') ? null : await engine.withdrawHandOver(failed.written, handOverConcern(w, call.releaseW), call).catch(() => null);
   released();
-  // Unknown: the waiter's lock is released once its write can no longer land (and the holder told so).
-  settle(handed === null ? Promise.reject(failed!.granteeError) : Promise.resolve(undefined));
-  if (handed === null) throw failed!.holderError;
-  if (releaseError !== undefined) throw releaseError;
+  if (landed === null) {
+    settle(Promise.reject(failed.granteeError)); // released by the waiter once it can no longer land
+    throw failed.holderError;
+  }
+  settle(Promise.resolve(undefined));
+  if (releaseError !== undefined && !landed) throw releaseError;
 }
 
 /** The waiter a release of `holder` on `target` may hand the lock to, if any. */

@@ -115,6 +115,8 @@ export class LockPaths {
   readonly upgrade: string;
   /** The projection of a write's reply: every part of the lock but the commit records, which only settling reads. */
   readonly reply: Readonly<Record<string, 1>>;
+  /** The narrowest projection of an acquisition's reply: its fencing token (`fence`, `born`) and the server's clock (`now`). */
+  readonly token: Readonly<Record<string, 1>>;
 
   constructor(readonly field: string) {
     this.fence = `${field}.fence`;
@@ -124,6 +126,7 @@ export class LockPaths {
     this.committed = `${field}.committed`;
     this.until = `${field}.until`;
     this.upgrade = `${field}.upgrade`;
+    this.token = { [this.fence]: 1, [this.born]: 1, [this.now]: 1 };
     this.reply = Object.fromEntries([this.fence, this.now, this.born, this.queue, this.until, `${field}.recent`, `${field}.tags`, `${field}.limits`, this.upgrade].map((path) => [path, 1]));
   }
 

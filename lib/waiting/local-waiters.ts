@@ -1,6 +1,5 @@
-import type { Acquired } from '../engine/acquired';
-import type { GranteeTerms } from '../engine/hand-over';
-import { sleepUnlessWoken } from './wait-options';
+import { BSON } from 'mongodb';
+import { Waiter } from './waiter';
 
 /**
  * The acquisitions of this process that wait for a document, so that a release in this process
@@ -11,6 +10,8 @@ export class LocalWaiters {
   private readonly byDocument = new Map<string, Set<Waiter>>();
   /** Who only wants to hear of releases (a group waiting for a document it will not take at once), by document. */
   private readonly watchers = new Map<string, Set<{ readonly blockedBy: ReadonlySet<string>; readonly wake: () => void }>>();
+  /** Hand-overs in a row, by document (see {@link COHORT_BOUND}). */
+  private readonly handedInRow = new Map<string, number>();
   /** Locks held in this process, by document, then by lock id: their tag and lease end (server ms). */
   private readonly held = new Map<string, Map<string, { readonly tag: string; readonly expiresAt: number }>>();
 
@@ -41,15 +42,16 @@ export class LocalWaiters {
 
   /**
    * The waiter a release here of lock `tag` on document `id` hands the lock to: the first-ranked
-   * waiter for a `tag` lock that accepts a hand-over and is asleep (one in the middle of an
-   * attempt is handed nothing: its own attempt is on its way), if any.
+   * waiter it blocks, if that one waits for a `tag` lock, accepts a hand-over and is asleep (one
+   * in the middle of an attempt is handed nothing: its own attempt is on its way; one of another
+   * tag is woken by a plain release instead).
    */
   grantee(id: unknown, tag: string): Waiter | undefined {
     let first: Waiter | undefined;
     for (const waiter of this.byDocument.get(keyOf(id)) ?? []) {
-      if (waiter.tag === tag && waiter.accepts && (!first || waiter.before(first))) first = waiter;
+      if (waiter.blockedBy.has(tag) && (!first || waiter.before(first))) first = waiter;
     }
-    return first;
+    return first?.tag === tag && first.accepts ? first : undefined;
   }
 
   /** Lock `lockId` on document `id` was handed over to a waiter here: it no longer counts as held (the waiter's lock will), and nobody is woken. */
@@ -57,6 +59,25 @@ export class LocalWaiters {
     const locks = this.held.get(keyOf(id));
     locks?.delete(lockId);
     if (locks?.size === 0) this.held.delete(keyOf(id));
+    this.handedInRow.set(keyOf(id), (this.handedInRow.get(keyOf(id)) ?? 0) + 1);
+  }
+
+  /** True when a release here of document `id` may hand it to a waiter here: the cohort's bound is not reached (see {@link COHORT_BOUND}). */
+  mayHandOver(id: unknown): boolean {
+    return (this.handedInRow.get(keyOf(id)) ?? 0) < COHORT_BOUND;
+  }
+
+  /**
+   * Lock `lockId` of `tag` on document `id` was released here at the cohort's bound, with waiters
+   * here: they are woken only after {@link YIELD_MS}, so that a waiter of another process polling
+   * meanwhile gets its turn.
+   */
+  yielded(id: unknown, tag: string, lockId: string): void {
+    this.handedInRow.delete(keyOf(id));
+    const key = keyOf(id);
+    this.held.get(key)?.delete(lockId);
+    if (this.held.get(key)?.size === 0) this.held.delete(key);
+    setTimeout(() => this.wakeKey(key, tag), YIELD_MS).unref();
   }
 
   /** How many acquisitions of this process wait for document `id` with a lock of one of `tags`. */
@@ -112,6 +133,7 @@ export class LocalWaiters {
    */
   released(id: unknown, tag: string, lockId?: string, permits = 1): void {
     const key = keyOf(id);
+    this.handedInRow.delete(key);
     const locks = this.held.get(key);
     if (locks) {
       if (lockId === undefined) locks.clear();
@@ -137,7 +159,10 @@ export class LocalWaiters {
       blockedBy,
       (passOn) => {
         waiters.delete(waiter);
-        if (waiters.size === 0 && this.byDocument.get(key) === waiters) this.byDocument.delete(key);
+        if (waiters.size === 0 && this.byDocument.get(key) === waiters) {
+          this.byDocument.delete(key);
+          this.handedInRow.delete(key); // nobody waits here: the next contention starts afresh
+        }
         // A wake-up it was given but did not turn into a lock goes to the next waiter.
         if (passOn) this.wakeKey(key, undefined);
       },
@@ -158,101 +183,26 @@ export class LocalWaiters {
 }
 
 /**
- * How long a waiter sleeps, at most, while a lock that blocks it is held in this process: that
- * holder's release wakes it, so polling would only add refused attempts (a holder that never
- * releases is noticed this often, and its lease end stops it counting).
+ * Lock cohorting (Dice, Marathe and Shavit, PPoPP 2012), for a document's hand-overs in one
+ * process (non-fair mode; in fair mode the server's queue decides): at most `COHORT_BOUND`
+ * hand-overs in a row, then a release that wakes this process's waiters only {@link YIELD_MS}
+ * later, a window for the waiters of other processes, which poll. The bound is fixed: a process
+ * cannot tell whether others wait (their refused attempts write nothing), and a bound that grew
+ * while nobody else came would shut them out once they do.
  */
-export const HELD_HERE_SLEEP = 1_000;
+/** Hand-overs in a row a process makes on a document before it yields it. */
+export const COHORT_BOUND = 32;
+/** How long a yield leaves a document to the waiters of other processes before this process's waiters are woken, in ms. */
+export const YIELD_MS = 3;
 
-/** One waiting acquisition. */
-export class Waiter {
-  private wakeUp: (() => void) | undefined;
-  private woken = false;
-  /** Woken by a release since its last attempt: that attempt should say why, if it is refused. */
-  private fresh = false;
-  /** Holds a wake-up it has not turned into a lock yet. */
-  private holdsWakeUp = false;
-  /** A hand-over to it on its way: the lock it resolves (undefined: none was handed, try again). */
-  private grant: Promise<Acquired | undefined> | undefined;
-  /** What it asks for when a lock is handed over to it; undefined: its acquisition cannot be handed one. */
-  terms: GranteeTerms | undefined;
-
-  constructor(
-    private readonly rank: () => readonly [number, string],
-    /** The tag it waits to lock. */
-    readonly tag: string,
-    /** The tags whose locks it waits for. */
-    readonly blockedBy: ReadonlySet<string>,
-    private readonly left: (passOn: boolean) => void,
-    private readonly heldHere: () => boolean,
-  ) {}
-
-  /** Leaves the waiters; `won` or not, a wake-up it still holds goes to the next one if it did not win. */
-  leave(won: boolean): void {
-    this.left(!won && this.holdsWakeUp);
-  }
-
-  /** True once after a release woke it: the attempt that follows should explain a refusal. */
-  takeWakeUp(): boolean {
-    const fresh = this.fresh;
-    this.fresh = false;
-    return fresh;
-  }
-
-  /**
-   * Resolves after `ms` (longer while a lock that blocks it is held in this process, whose release
-   * wakes it, but never past `left`, what is left of the wait), or as soon as a local release
-   * wakes it; rejects when `signal` aborts.
-   */
-  sleep(ms: number, signal?: AbortSignal, left = ms): Promise<void> {
-    if (this.woken) {
-      this.woken = false;
-      return Promise.resolve();
-    }
-    if (this.heldHere()) ms = Math.min(left, Math.max(ms, HELD_HERE_SLEEP));
-    return sleepUnlessWoken(ms, signal, (wake) => {
-      this.wakeUp = wake;
-      return () => (this.wakeUp = undefined);
-    });
-  }
-
-  /** True when a release may hand it the lock now: it accepts hand-overs, sleeps between attempts, and has none on its way. */
-  get accepts(): boolean {
-    return this.terms !== undefined && this.wakeUp !== undefined && this.grant === undefined;
-  }
-
-  /** A release hands it the lock: `grant` resolves the lock (or undefined: it was not handed); wakes it. */
-  handOver(grant: Promise<Acquired | undefined>): void {
-    this.grant = grant;
-    this.wake();
-  }
-
-  /** The hand-over on its way to it, once (its next attempt awaits it instead of sending one). */
-  takeGrant(): Promise<Acquired | undefined> | undefined {
-    const grant = this.grant;
-    this.grant = undefined;
-    return grant;
-  }
-
-  /** Wakes it now; a wake-up that comes while it is not asleep ends its next sleep at once. */
-  wake(): void {
-    this.fresh = true;
-    this.holdsWakeUp = true;
-    if (this.wakeUp) this.wakeUp();
-    else this.woken = true;
-  }
-
-  /** True when this waiter ranks before `other`. */
-  before(other: Waiter): boolean {
-    const [a, aId] = this.rank();
-    const [b, bId] = other.rank();
-    return a < b || (a === b && aId < bId);
-  }
-}
-
-/** An exact map key for a document `_id`: a string, number, Date, ObjectId or compound value. */
+/**
+ * A map key for a document `_id`: two `_id`s MongoDB tells apart never share one (a release here
+ * hands the lock to a waiter found by it). Objects by canonical Extended JSON, which keeps each
+ * BSON type and Binary subtype (JSON does not: an ObjectId and a Binary, or two subtypes of one
+ * Binary, can print alike).
+ */
 function keyOf(id: unknown): string {
   if (id instanceof Date) return `date:${id.getTime()}`;
-  if (typeof id === 'object' && id !== null) return `object:${JSON.stringify(id)}`; // ObjectId: its hex (toJSON)
+  if (typeof id === 'object' && id !== null) return `object:${BSON.EJSON.stringify(id, { relaxed: false })}`;
   return `${typeof id}:${String(id)}`;
 }

@@ -6,7 +6,8 @@ import { refusedDocumentOf, type Acquired } from '../engine/acquired';
 import type { GranteeTerms } from '../engine/hand-over';
 import type { LockEngine } from '../engine/lock-engine';
 import { waitsFor, type Ticket } from '../protocol/lock-data';
-import type { LocalWaiters, Waiter } from './local-waiters';
+import type { LocalWaiters } from './local-waiters';
+import type { Waiter } from './waiter';
 import type { ResolvedCallOptions } from '../common/options';
 import { delay, MAX_RETRY_DELAY } from './wait-options';
 

@@ -4,6 +4,7 @@
  * (`delayedCollection(collection, { request: (method, n, args) => … })`).
  */
 import type { Document } from 'mongodb';
+import { isHandOverCall } from '../../stress/delayed-collection';
 
 /** A promise that never settles: a request or reply lost for good. */
 export const never = new Promise<never>(() => undefined);
@@ -14,8 +15,7 @@ const updateOf = (args: readonly unknown[]): Document => (args[1] ?? {}) as Docu
 export const isAcquisition = (method: string, args: readonly unknown[]): boolean => method === 'findOneAndUpdate' && updateOf(args).$inc?.['lock.fence'] === 1;
 
 /** A hand-over: an acquisition that requires the holder's entry (`{ id }`) to be there. */
-export const isHandOver = (method: string, args: readonly unknown[]): boolean =>
-  isAcquisition(method, args) && ((args[0] as Document | undefined)?.$and as Document[] | undefined)?.some((condition) => typeof condition['lock.tags.write']?.$elemMatch?.id === 'string') === true;
+export const isHandOver = isHandOverCall;
 
 /** An extension: it sets its own entry's expiry. */
 export const isExtension = (method: string, args: readonly unknown[]): boolean =>

@@ -6,9 +6,10 @@
 import * as diagnostics from 'node:diagnostics_channel';
 import { expect } from 'chai';
 import type { Collection, Document } from 'mongodb';
-import { isLockError, writeLock } from '../../lib';
+import { Binary, ObjectId } from 'mongodb';
+import { multiLock, writeLock } from '../../lib';
 import { delayedCollection, type DelayPlan } from '../../stress/delayed-collection';
-import { commandsSentBy, freshCollection, rejectionOf, sleep } from '../support/fixture';
+import { commandsSentBy, freshCollection, sleep } from '../support/fixture';
 import { gate, isHandOver, outcomeOf } from '../support/lock-commands';
 
 describe('hand-over in one write', () => {
@@ -53,6 +54,53 @@ function tally(names: string[]): Record<string, number> {
   for (const name of names) counts[name] = (counts[name] ?? 0) + 1;
   return counts;
 }
+
+describe('hand-over: a process yields a hot document to others (cohorting)', () => {
+  it('a waiter of another process gets the document while 4 workers here keep handing it to each other', async function () {
+    this.timeout(30_000);
+    const collection = await freshCollection([{ _id: 'hot' }]);
+    const here = writeLock({ collection, locktimeout: 10_000 });
+    const elsewhere = writeLock({ collection, locktimeout: 10_000 }); // its own waiters: another process, as far as hand-overs go
+    let running = true;
+    let sections = 0;
+    const workers = Array.from({ length: 4 }, async () => {
+      while (running) {
+        const held = await here.acquire({ _id: 'hot' }, { wait: 20_000 });
+        sections++;
+        await held.release();
+      }
+    });
+    while (sections < 10) await sleep(5); // the hand-overs are going on
+    const { result: outsider, commands } = await commandsSentBy(() => elsewhere.acquire({ _id: 'hot' }, { wait: 15_000 }));
+    const during = sections;
+    await outsider!.release();
+    running = false;
+    await Promise.all(workers);
+    console.log(`      the other process's waiter got the document after ${during} sections here; ${commands.filter((name) => name === 'update').length} plain releases meanwhile`);
+    expect(outsider?.fence).to.be.a('number');
+  });
+
+  it('in one process, at most 32 hand-overs in a row: then a plain release', async function () {
+    this.timeout(30_000);
+    const collection = await freshCollection([{ _id: 'hot' }]);
+    const lock = writeLock({ collection, locktimeout: 10_000 });
+    let done = 0;
+    const { commands } = await commandsSentBy(() =>
+      Promise.all(
+        Array.from({ length: 4 }, async () => {
+          while (done < 200) {
+            const held = await lock.acquire({ _id: 'hot' }, { wait: 20_000 });
+            done++;
+            await held.release();
+          }
+        }),
+      ),
+    );
+    const plainReleases = commands.filter((name) => name === 'update').length;
+    // 200 sections with 4 workers waiting: a yield after every 32 hand-overs (more plain releases when a waiter was mid-attempt).
+    expect(plainReleases).to.be.at.least(Math.floor(done / 33));
+  });
+});
 
 describe('hand-over under faults', () => {
   /** Resolves once `hot` holds no live write entry (fails after `ms`). */
@@ -106,11 +154,12 @@ describe('hand-over under faults', () => {
       const next = await waiter;
       expect(Date.now() - started, 'the waiter did not wait for a lease to end').to.be.below(5_000);
       expect(handOvers).to.equal(1);
-      expect(next.fence).to.equal(2);
+      // Request side: the hand-over never landed, the waiter acquired by itself (2). Reply side: it landed (2), was withdrawn, the waiter acquired (3).
+      expect(next.fence).to.equal(side === 'request' ? 2 : 3);
       await sleep(800); // a late request has arrived by now
       const doc = await collection.findOne({ _id: 'hot' as never });
       expect((doc?.lock?.tags?.write as Array<{ id: string }>).map((entry) => entry.id), 'the waiter is the only holder').to.deep.equal([next.id]);
-      expect(doc?.lock?.fence, side === 'request' ? 'the late hand-over matched nothing' : 'the hand-over landed').to.equal(2);
+      expect(doc?.lock?.fence, side === 'request' ? 'the late hand-over matched nothing' : 'the hand-over landed, then the waiter acquired').to.equal(side === 'request' ? 2 : 3);
       await next.release();
       await untilFree(collection);
     });
@@ -132,3 +181,60 @@ async function untilWaiting(): Promise<void> {
   });
   await new Promise((resolve) => setImmediate(resolve));
 }
+
+describe('hand-over: what a review found', () => {
+  const collidingIds: Array<[string, unknown, unknown]> = [
+    ['a legacy UUID (Binary subtype 3) and a UUID (subtype 4) of the same bytes', new Binary(Buffer.from('00112233445566778899aabbccddeeff', 'hex'), 3), new Binary(Buffer.from('00112233445566778899aabbccddeeff', 'hex'), 4)],
+    ['an ObjectId and a Binary whose base64 is its hex', new ObjectId('0123456789abcdef01234567'), new Binary(Buffer.from('0123456789abcdef01234567', 'base64'), 0)],
+  ];
+  for (const [what, x, y] of collidingIds) {
+    it(`a release of document X never gives a waiter for another document Y a lock (${what}: _ids whose JSON is the same)`, async () => {
+      expect(JSON.stringify(y)).to.equal(JSON.stringify(x));
+      const collection = await freshCollection([{ _id: x }, { _id: y }] as never);
+      expect(await collection.countDocuments(), 'two documents').to.equal(2);
+      const lock = writeLock({ collection, locktimeout: 10_000 });
+      const other = writeLock({ collection, locktimeout: 10_000 }); // another instance (another process, say)
+      const holderOfY = await other.acquire({ _id: y });
+      const holderOfX = await lock.acquire({ _id: x });
+      const waiting = untilWaiting();
+      const waiterForY = outcomeOf(lock.acquire({ _id: y }, { wait: 1_500 }));
+      await waiting;
+      await holderOfX.release();
+      const outcome = await waiterForY;
+      const docX = await collection.findOne({ _id: x } as never);
+      const docY = await collection.findOne({ _id: y } as never);
+      const ids = (doc: unknown): string[] => ((doc as { lock?: { tags?: { write?: Array<{ id: string }> } } })?.lock?.tags?.write ?? []).map((entry) => entry.id);
+      // Y is held by `other` all along: the waiter for Y must not be told it holds a lock.
+      const told = outcome === 'resolved' ? `resolved while Y is held by [${ids(docY)}] (other: ${holderOfY.id}) and X by [${ids(docX)}]` : outcome.message;
+      expect(told).to.match(/still held|already/i);
+      await holderOfY.release();
+    });
+  }
+
+  it('a hand-over whose reply was lost never reports a token another acquisition got (one of a concurrent tag counted since)', async () => {
+    const collection = await freshCollection([{ _id: 'hot' }]);
+    let handOvers = 0;
+    const plan: DelayPlan = (method, _n, args) => (isHandOver(method, args) && ++handOvers === 1 ? 700 : undefined);
+    const lock = multiLock({
+      collection: delayedCollection(collection, { reply: plan }),
+      locktimeouts: { write: 10_000, note: 10_000 },
+      lockRelationships: { write: { cooperative: ['write'] } }, // `note` is concurrent with `write`
+      timeout: 300,
+    });
+    const holder = await lock.acquire({ _id: 'hot' }, { tag: 'write' });
+    const waiting = untilWaiting();
+    const waiter = lock.acquire({ _id: 'hot' }, { tag: 'write', wait: 10_000 });
+    await waiting;
+    const released = holder.release();
+    await sleep(100); // the hand-over has landed (fence 2); its reply is held back past the timeout
+    const note = await lock.acquire({ _id: 'hot' }, { tag: 'note' }); // fence 3
+    await released;
+    const next = await waiter;
+    // The hand-over (token 2) landed, its reply was lost: withdrawn, and the waiter acquired by itself after the note (3).
+    expect([holder.fence, next.fence, note.fence], 'fences of the holder, the waiter, the note: each its own').to.deep.equal([1, 4, 3]);
+    const doc = await collection.findOne({ _id: 'hot' as never });
+    expect((doc?.lock?.tags?.write as Array<{ id: string }>).map((entry) => entry.id), 'the waiter holds write').to.deep.equal([next.id]);
+    await next.release();
+    await note.release();
+  });
+});

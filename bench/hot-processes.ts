@@ -1,0 +1,215 @@
+/**
+ * `npm run bench:hot`: one hot document under 16 workers, spread over processes as services run
+ * them (1 × 16, 4 × 4, 16 × 1), for monglock and every peer that acquires safely (majority), at
+ * L = 0, 2 and 5 ms of modelled majority wait: critical sections per second, Jain's fairness
+ * index over the 16 workers, the longest wait, and lock commands per section (counted in a warm-up
+ * round, which is not timed: command monitoring costs CPU). At L = 0 the driver
+ * talks to the server directly; at L > 0 through the majority proxy, in a process of its own.
+ * monglock runs from the built `dist/`. Rounds are interleaved (each round measures every
+ * contender and layout once, in a rotated order); figures are medians with min–max. Writes
+ * bench/results/hot.md and hot.json (or to `--out`).
+ */
+import { fork, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { MongoClient, type Db } from 'mongodb';
+import { startMongoBackend } from '../support/mongo-backend';
+import { contenders, type Contender } from './contenders';
+import { ChildPool, countsAsCommand, loadAverage, median, serveTasks, spread } from './harness';
+import { MajorityProxy } from './majority-proxy';
+
+interface Task {
+  readonly uri: string;
+  readonly db: string;
+  readonly collection: string;
+  readonly data: string;
+  readonly contender: string;
+  readonly workers: number;
+  readonly durationMs: number;
+  /** Count the commands sent (command monitoring costs CPU: only in the warm-up round). */
+  readonly monitor: boolean;
+}
+interface Outcome {
+  readonly counts: number[];
+  readonly worstWait: number;
+  readonly commands: number;
+  readonly seconds: number;
+}
+
+let LAYOUTS: ReadonlyArray<readonly [processes: number, workers: number]> = [
+  [1, 16],
+  [4, 4],
+  [16, 1],
+];
+
+/** A child: runs `workers` workers of one contender on the hot document for `durationMs`. */
+function serveHot(): void {
+  const clients = new Map<string, MongoClient>();
+  serveTasks<Task, Outcome>(async (task) => {
+    const key = `${task.uri} ${task.monitor}`;
+    let client = clients.get(key);
+    if (!client) clients.set(key, (client = await MongoClient.connect(task.uri, { maxPoolSize: 32, monitorCommands: task.monitor })));
+    const db = client.db(task.db);
+    const contender = (await contenders(db)).find((candidate) => candidate.name === task.contender)!;
+    await contender.prepare(db.collection(task.collection), ['hot'], db.collection(task.data));
+    return async () => {
+      let commands = 0;
+      const count = (event: { commandName: string }): void => void (countsAsCommand(event.commandName) && commands++);
+      client.on('commandStarted', count);
+      const counts = new Array<number>(task.workers).fill(0);
+      let worstWait = 0;
+      let running = true;
+      const start = performance.now();
+      const timer = setTimeout(() => (running = false), task.durationMs);
+      await Promise.all(
+        counts.map(async (_, worker) => {
+          while (running) {
+            const asked = performance.now();
+            const release = await contender.lock('hot');
+            worstWait = Math.max(worstWait, performance.now() - asked);
+            counts[worker]!++;
+            await release();
+          }
+        }),
+      );
+      clearTimeout(timer);
+      client.off('commandStarted', count);
+      return { counts, worstWait, commands, seconds: (performance.now() - start) / 1000 };
+    };
+  });
+}
+
+/** The majority proxy in a process of its own: replies with its port. */
+function serveProxy(): void {
+  const [host, port, delay] = process.argv.slice(3);
+  const proxy = new MajorityProxy(host!, Number(port), Number(delay));
+  void proxy.start().then(() => process.send!({ port: proxy.port }));
+  process.on('disconnect', () => void proxy.stop().then(() => process.exit(0)));
+}
+
+async function startProxy(uri: string, delay: number): Promise<{ uri: string; child: ChildProcess }> {
+  const { hostname, port } = new URL(uri.replace(/^mongodb:/, 'http:'));
+  const child = fork(__filename, ['--proxy', hostname, port, String(delay)], { execArgv: ['--import', 'tsx'] });
+  const proxyPort = await new Promise<number>((resolve, reject) => {
+    child.once('message', (message: { port: number }) => resolve(message.port));
+    child.once('exit', (code) => reject(new Error(`the proxy exited (${code})`)));
+  });
+  return { uri: `mongodb://127.0.0.1:${proxyPort}/?directConnection=true`, child };
+}
+
+interface Figure {
+  contender: string;
+  layout: string;
+  perSecond: number[];
+  fairness: number[];
+  worstWait: number[];
+  commandsPerSection: number[];
+}
+
+async function main(): Promise<void> {
+  const arg = (name: string, fallback: string): string => {
+    const at = process.argv.indexOf(`--${name}`);
+    return at > 0 ? process.argv[at + 1]! : fallback;
+  };
+  const delays = arg('delays', '0,2,5').split(',').map(Number);
+  const rounds = Number(arg('rounds', '5'));
+  const durationMs = Number(arg('duration', '2000'));
+  const out = arg('out', join(__dirname, 'results'));
+  const only = arg('only', '').split(',').filter(Boolean);
+  const layouts = arg('layouts', '').split(',').filter(Boolean);
+  if (layouts.length > 0) LAYOUTS = layouts.map((layout) => layout.split('x').map(Number) as [number, number]);
+  process.env.MONGLOCK_BENCH_DIST = '1';
+  const backend = await startMongoBackend(() => undefined);
+  const pool = ChildPool.start<Task, Outcome>(__filename, 16);
+  const names = (await contenders())
+    .filter((c: Contender) => c.kind !== 'floor' && !c.unsafe && !c.readModifyWriteOnly && !c.name.includes('multiLock') && !c.name.includes('resourceLocks'))
+    .map((c) => c.name)
+    .filter((name) => only.length === 0 || only.some((part) => name.includes(part)));
+  const levels: Array<{ delay: number; load: string; figures: Figure[] }> = [];
+  const admin = await MongoClient.connect(backend.uri);
+  try {
+    for (const delay of delays) {
+      const proxy = delay > 0 ? await startProxy(backend.uri, delay) : undefined;
+      const uri = proxy?.uri ?? backend.uri;
+      const figures = new Map<string, Figure>();
+      const dbName = `monglock_hot_${randomBytes(3).toString('hex')}`;
+      const db: Db = admin.db(dbName);
+      try {
+        // Round 0 warms up the server and the children (its figures are not kept) and counts the commands.
+        for (let round = 0; round <= rounds; round++) {
+          const runs = LAYOUTS.flatMap(([processes, workers]) => names.map((contender) => ({ contender, processes, workers })));
+          const rotated = [...runs.slice(round % runs.length), ...runs.slice(0, round % runs.length)];
+          for (const { contender, processes, workers } of rotated) {
+            const suffix = randomBytes(5).toString('hex');
+            const task: Task = { uri, db: dbName, collection: `l_${suffix}`, data: `d_${suffix}`, contender, workers, durationMs, monitor: round === 0 };
+            const outcomes = await pool.run(Array.from({ length: processes }, () => task));
+            const counts = outcomes.flatMap((outcome) => outcome.counts);
+            const total = counts.reduce((a, b) => a + b, 0);
+            const seconds = Math.max(...outcomes.map((outcome) => outcome.seconds));
+            const layout = `${processes} × ${workers}`;
+            const key = `${contender} ${layout}`;
+            const figure = figures.get(key) ?? { contender, layout, perSecond: [], fairness: [], worstWait: [], commandsPerSection: [] };
+            figures.set(key, figure);
+            await db.dropCollection(task.collection).catch(() => undefined);
+            await db.dropCollection(task.data).catch(() => undefined);
+            if (round === 0) {
+              figure.commandsPerSection.push(outcomes.reduce((a, outcome) => a + outcome.commands, 0) / total);
+              continue;
+            }
+            figure.perSecond.push(total / seconds);
+            figure.fairness.push((total * total) / (counts.length * counts.reduce((a, b) => a + b * b, 0)));
+            figure.worstWait.push(Math.max(...outcomes.map((outcome) => outcome.worstWait)));
+          }
+          console.log(`L = ${delay} ms: ${round === 0 ? 'warm-up' : `round ${round}/${rounds}`} done, load ${loadAverage()}`);
+        }
+        levels.push({ delay, load: loadAverage(), figures: [...figures.values()] });
+        console.log(tableOf(levels.at(-1)!));
+      } finally {
+        await db.dropDatabase().catch(() => undefined);
+        proxy?.child.disconnect();
+      }
+    }
+  } finally {
+    await admin.close();
+    pool.stop();
+    await backend.stop();
+  }
+  mkdirSync(out, { recursive: true });
+  writeFileSync(join(out, 'hot.json'), `${JSON.stringify({ backend: backend.description, date: new Date().toISOString(), rounds, durationMs, levels }, null, 2)}\n`);
+  writeFileSync(join(out, 'hot.md'), reportOf(backend.description, rounds, durationMs, levels));
+}
+
+/** One level's table: per layout, each contender's sections/s (and its ratio to the best safe peer), fairness, worst wait, commands. */
+function tableOf(level: { delay: number; load: string; figures: Figure[] }): string {
+  const lines = [`### L = ${level.delay} ms (load average at the end: ${level.load})`, '', '| layout | contender | sections/s | × best peer | Jain | worst wait, ms | commands/section (warm-up) |', '|---|---|---|---|---|---|---|'];
+  for (const [processes, workers] of LAYOUTS) {
+    const layout = `${processes} × ${workers}`;
+    const rows = level.figures.filter((figure) => figure.layout === layout);
+    const peers = rows.filter((figure) => !figure.contender.startsWith('monglock'));
+    const best = Math.max(...peers.map((figure) => median(figure.perSecond)));
+    for (const figure of rows) {
+      const ratio = figure.perSecond.map((value) => value / best);
+      lines.push(`| ${layout} | ${figure.contender} | ${spread(figure.perSecond)} | ${spread(ratio, 2)} | ${spread(figure.fairness, 2)} | ${spread(figure.worstWait)} | ${figure.commandsPerSection[0]!.toFixed(2)} |`);
+    }
+  }
+  return `${lines.join('\n')}\n`;
+}
+
+function reportOf(backend: string, rounds: number, durationMs: number, levels: Array<{ delay: number; load: string; figures: Figure[] }>): string {
+  return [
+    '# One hot document, 16 workers, across processes',
+    '',
+    `Generated by \`npm run bench:hot\` on ${new Date().toISOString().slice(0, 10)}: ${backend}; ${rounds} interleaved rounds of ${durationMs} ms per figure, median (min–max). monglock from the built \`dist/\`; at L = 0 no proxy, at L > 0 the majority proxy in a process of its own. "× best peer": against the peer with the highest median in the same layout and level (the ratios are per round, against that peer's median).`,
+    '',
+    ...levels.map(tableOf),
+  ].join('\n');
+}
+
+if (process.argv[2] === '--child') serveHot();
+else if (process.argv[2] === '--proxy') serveProxy();
+else
+  main().catch((error: unknown) => {
+    console.error(error);
+    process.exit(1);
+  });

@@ -1,0 +1,96 @@
+import type { Acquired } from '../engine/acquired';
+import type { GranteeTerms } from '../engine/hand-over';
+import { sleepUnlessWoken } from './wait-options';
+
+/**
+ * How long a waiter sleeps, at most, while a lock that blocks it is held in this process: that
+ * holder's release wakes it, so polling would only add refused attempts (a holder that never
+ * releases is noticed this often, and its lease end stops it counting).
+ */
+export const HELD_HERE_SLEEP = 1_000;
+
+/** One waiting acquisition. */
+export class Waiter {
+  private wakeUp: (() => void) | undefined;
+  private woken = false;
+  /** Woken by a release since its last attempt: that attempt should say why, if it is refused. */
+  private fresh = false;
+  /** Holds a wake-up it has not turned into a lock yet. */
+  private holdsWakeUp = false;
+  /** A hand-over to it on its way: the lock it resolves (undefined: none was handed, try again). */
+  private grant: Promise<Acquired | undefined> | undefined;
+  /** What it asks for when a lock is handed over to it; undefined: its acquisition cannot be handed one. */
+  terms: GranteeTerms | undefined;
+
+  constructor(
+    private readonly rank: () => readonly [number, string],
+    /** The tag it waits to lock. */
+    readonly tag: string,
+    /** The tags whose locks it waits for. */
+    readonly blockedBy: ReadonlySet<string>,
+    private readonly left: (passOn: boolean) => void,
+    private readonly heldHere: () => boolean,
+  ) {}
+
+  /** Leaves the waiters; `won` or not, a wake-up it still holds goes to the next one if it did not win. */
+  leave(won: boolean): void {
+    this.left(!won && this.holdsWakeUp);
+  }
+
+  /** True once after a release woke it: the attempt that follows should explain a refusal. */
+  takeWakeUp(): boolean {
+    const fresh = this.fresh;
+    this.fresh = false;
+    return fresh;
+  }
+
+  /**
+   * Resolves after `ms` (longer while a lock that blocks it is held in this process, whose release
+   * wakes it, but never past `left`, what is left of the wait), or as soon as a local release
+   * wakes it; rejects when `signal` aborts.
+   */
+  sleep(ms: number, signal?: AbortSignal, left = ms): Promise<void> {
+    if (this.woken) {
+      this.woken = false;
+      return Promise.resolve();
+    }
+    if (this.heldHere()) ms = Math.min(left, Math.max(ms, HELD_HERE_SLEEP));
+    return sleepUnlessWoken(ms, signal, (wake) => {
+      this.wakeUp = wake;
+      return () => (this.wakeUp = undefined);
+    });
+  }
+
+  /** True when a release may hand it the lock now: it accepts hand-overs, sleeps between attempts, and has none on its way. */
+  get accepts(): boolean {
+    return this.terms !== undefined && this.wakeUp !== undefined && this.grant === undefined;
+  }
+
+  /** A release hands it the lock: `grant` resolves the lock (or undefined: it was not handed); wakes it. */
+  handOver(grant: Promise<Acquired | undefined>): void {
+    this.grant = grant;
+    this.wake();
+  }
+
+  /** The hand-over on its way to it, once (its next attempt awaits it instead of sending one). */
+  takeGrant(): Promise<Acquired | undefined> | undefined {
+    const grant = this.grant;
+    this.grant = undefined;
+    return grant;
+  }
+
+  /** Wakes it now; a wake-up that comes while it is not asleep ends its next sleep at once. */
+  wake(): void {
+    this.fresh = true;
+    this.holdsWakeUp = true;
+    if (this.wakeUp) this.wakeUp();
+    else this.woken = true;
+  }
+
+  /** True when this waiter ranks before `other`. */
+  before(other: Waiter): boolean {
+    const [a, aId] = this.rank();
+    const [b, bId] = other.rank();
+    return a < b || (a === b && aId < bId);
+  }
+}
