@@ -18,6 +18,7 @@ import { startMongoBackend } from '../support/mongo-backend';
 import { contenders, type Contender } from './contenders';
 import { ChildPool, countsAsCommand, loadAverage, median, serveTasks, spread } from './harness';
 import { MajorityProxy } from './majority-proxy';
+import { takeTurns } from './workloads';
 
 interface Task {
   readonly uri: string;
@@ -57,25 +58,9 @@ function serveHot(): void {
       let commands = 0;
       const count = (event: { commandName: string }): void => void (countsAsCommand(event.commandName) && commands++);
       client.on('commandStarted', count);
-      const counts = new Array<number>(task.workers).fill(0);
-      let worstWait = 0;
-      let running = true;
-      const start = performance.now();
-      const timer = setTimeout(() => (running = false), task.durationMs);
-      await Promise.all(
-        counts.map(async (_, worker) => {
-          while (running) {
-            const asked = performance.now();
-            const release = await contender.lock('hot');
-            worstWait = Math.max(worstWait, performance.now() - asked);
-            counts[worker]!++;
-            await release();
-          }
-        }),
-      );
-      clearTimeout(timer);
+      const turns = await takeTurns(contender, task.workers, task.durationMs);
       client.off('commandStarted', count);
-      return { counts, worstWait, commands, seconds: (performance.now() - start) / 1000 };
+      return { ...turns, commands };
     };
   });
 }

@@ -56,6 +56,14 @@ export async function latency(contender: Contender, fresh: NewCollection, iterat
 /** (2) `workers` workers taking turns on one hot resource for `durationMs`. */
 export async function hot(contender: Contender, fresh: NewCollection, workers: number, durationMs: number): Promise<Hot & { worstWait: number }> {
   await prepared(contender, fresh, ['hot']);
+  const { counts, worstWait, seconds } = await takeTurns(contender, workers, durationMs);
+  const total = counts.reduce((a, b) => a + b, 0);
+  const squares = counts.reduce((a, b) => a + b * b, 0);
+  return { perSecond: total / seconds, fairness: squares === 0 ? 0 : (total * total) / (workers * squares), worstWait };
+}
+
+/** `workers` workers of `contender` taking turns on the prepared resource `hot` for `durationMs`: sections per worker, the longest wait (ms), the time taken (s). */
+export async function takeTurns(contender: Pick<Contender, 'lock'>, workers: number, durationMs: number): Promise<{ counts: number[]; worstWait: number; seconds: number }> {
   const counts = new Array<number>(workers).fill(0);
   let running = true;
   let worstWait = 0;
@@ -73,10 +81,7 @@ export async function hot(contender: Contender, fresh: NewCollection, workers: n
     }),
   );
   clearTimeout(timer);
-  const elapsed = (performance.now() - start) / 1000;
-  const total = counts.reduce((a, b) => a + b, 0);
-  const squares = counts.reduce((a, b) => a + b * b, 0);
-  return { perSecond: total / elapsed, fairness: squares === 0 ? 0 : (total * total) / (workers * squares), worstWait };
+  return { counts, worstWait, seconds: (performance.now() - start) / 1000 };
 }
 
 /** (3) Acquire + release of `resources` different resources by `workers` workers; per second. */
