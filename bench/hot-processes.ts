@@ -36,6 +36,8 @@ interface Outcome {
   readonly worstWait: number;
   readonly commands: number;
   readonly seconds: number;
+  /** The library's error, when it failed. */
+  readonly failed?: string;
 }
 
 let LAYOUTS: ReadonlyArray<readonly [processes: number, workers: number]> = [
@@ -58,7 +60,12 @@ function serveHot(): void {
       let commands = 0;
       const count = (event: { commandName: string }): void => void (countsAsCommand(event.commandName) && commands++);
       client.on('commandStarted', count);
-      const turns = await takeTurns(contender, task.workers, task.durationMs);
+      let turns;
+      try {
+        turns = await takeTurns(contender, task.workers, task.durationMs);
+      } catch (error) {
+        turns = { counts: [], worstWait: 0, seconds: 0, failed: error instanceof Error ? error.message : String(error) };
+      }
       client.off('commandStarted', count);
       return { ...turns, commands };
     };
@@ -90,6 +97,8 @@ interface Figure {
   fairness: number[];
   worstWait: number[];
   commandsPerSection: number[];
+  /** The library's errors, in the rounds where it failed (those rounds are not counted). */
+  failures: string[];
 }
 
 async function main(): Promise<void> {
@@ -134,10 +143,15 @@ async function main(): Promise<void> {
             const seconds = Math.max(...outcomes.map((outcome) => outcome.seconds));
             const layout = `${processes} × ${workers}`;
             const key = `${contender} ${layout}`;
-            const figure = figures.get(key) ?? { contender, layout, perSecond: [], fairness: [], worstWait: [], commandsPerSection: [] };
+            const figure = figures.get(key) ?? { contender, layout, perSecond: [], fairness: [], worstWait: [], commandsPerSection: [], failures: [] };
             figures.set(key, figure);
             await db.dropCollection(task.collection).catch(() => undefined);
             await db.dropCollection(task.data).catch(() => undefined);
+            const failed = outcomes.find((outcome) => outcome.failed !== undefined)?.failed;
+            if (failed !== undefined) {
+              figure.failures.push(failed.slice(0, 160));
+              continue;
+            }
             if (round === 0) {
               figure.commandsPerSection.push(outcomes.reduce((a, outcome) => a + outcome.commands, 0) / total);
               continue;
@@ -172,10 +186,14 @@ function tableOf(level: { delay: number; load: string; figures: Figure[] }): str
     const layout = `${processes} × ${workers}`;
     const rows = level.figures.filter((figure) => figure.layout === layout);
     const peers = rows.filter((figure) => !figure.contender.startsWith('monglock'));
-    const best = Math.max(...peers.map((figure) => median(figure.perSecond)));
+    const best = Math.max(...peers.filter((figure) => figure.perSecond.length > 0).map((figure) => median(figure.perSecond)));
     for (const figure of rows) {
+      if (figure.perSecond.length === 0) {
+        lines.push(`| ${layout} | ${figure.contender} | failed in every round: ${figure.failures[0] ?? 'no result'} | | | | |`);
+        continue;
+      }
       const ratio = figure.perSecond.map((value) => value / best);
-      lines.push(`| ${layout} | ${figure.contender} | ${spread(figure.perSecond)} | ${spread(ratio, 2)} | ${spread(figure.fairness, 2)} | ${spread(figure.worstWait)} | ${figure.commandsPerSection[0]!.toFixed(2)} |`);
+      lines.push(`| ${layout} | ${figure.contender} | ${spread(figure.perSecond)} | ${spread(ratio, 2)} | ${spread(figure.fairness, 2)} | ${spread(figure.worstWait)} | ${figure.commandsPerSection[0]?.toFixed(2) ?? '–'} |${figure.failures.length > 0 ? ` (failed in ${figure.failures.length} round(s): ${figure.failures[0]})` : ''}`);
     }
   }
   return `${lines.join('\n')}\n`;

@@ -67,20 +67,28 @@ export async function takeTurns(contender: Pick<Contender, 'lock'>, workers: num
   const counts = new Array<number>(workers).fill(0);
   let running = true;
   let worstWait = 0;
+  let failure: unknown;
   const start = performance.now();
   const timer = setTimeout(() => (running = false), durationMs);
   await Promise.all(
     counts.map(async (_, worker) => {
       while (running) {
         const asked = performance.now();
-        const release = await contender.lock('hot');
-        worstWait = Math.max(worstWait, performance.now() - asked);
-        counts[worker]!++;
-        await release();
+        try {
+          const release = await contender.lock('hot');
+          worstWait = Math.max(worstWait, performance.now() - asked);
+          counts[worker]!++;
+          await release();
+        } catch (error) {
+          // A library that fails stops every worker (once all have stopped, the failure is thrown).
+          failure ??= error;
+          running = false;
+        }
       }
     }),
   );
   clearTimeout(timer);
+  if (failure !== undefined) throw failure;
   return { counts, worstWait, seconds: (performance.now() - start) / 1000 };
 }
 

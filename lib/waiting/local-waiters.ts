@@ -47,6 +47,7 @@ export class LocalWaiters {
    * tag is woken by a plain release instead).
    */
   grantee(id: unknown, tag: string): Waiter | undefined {
+    if (!keyedExactly(id)) return undefined;
     let first: Waiter | undefined;
     for (const waiter of this.byDocument.get(keyOf(id)) ?? []) {
       if (waiter.blockedBy.has(tag) && (!first || waiter.before(first))) first = waiter;
@@ -59,7 +60,8 @@ export class LocalWaiters {
     const locks = this.held.get(keyOf(id));
     locks?.delete(lockId);
     if (locks?.size === 0) this.held.delete(keyOf(id));
-    this.handedInRow.set(keyOf(id), (this.handedInRow.get(keyOf(id)) ?? 0) + 1);
+    // Counted while someone waits here (a grantee that gave up meanwhile may have been the last).
+    if (this.byDocument.has(keyOf(id))) this.handedInRow.set(keyOf(id), (this.handedInRow.get(keyOf(id)) ?? 0) + 1);
   }
 
   /** True when a release here of document `id` may hand it to a waiter here: the cohort's bound is not reached (see {@link COHORT_BOUND}). */
@@ -196,13 +198,27 @@ export const COHORT_BOUND = 32;
 export const YIELD_MS = 3;
 
 /**
- * A map key for a document `_id`: two `_id`s MongoDB tells apart never share one (a release here
- * hands the lock to a waiter found by it). Objects by canonical Extended JSON, which keeps each
- * BSON type and Binary subtype (JSON does not: an ObjectId and a Binary, or two subtypes of one
- * Binary, can print alike).
+ * A map key for a document `_id`: the same for the same `_id`; for objects, the bytes the driver
+ * sends (BSON, through a class's own `toBSON()`). Two `_id`s can share a key only when the
+ * client's serialization differs from this one (`ignoreUndefined`): a wake-up is then a hint
+ * that costs one attempt, and a hand-over is made only for an `_id` of {@link keyedExactly}.
  */
 function keyOf(id: unknown): string {
   if (id instanceof Date) return `date:${id.getTime()}`;
-  if (typeof id === 'object' && id !== null) return `object:${BSON.EJSON.stringify(id, { relaxed: false })}`;
+  if (typeof id === 'object' && id !== null) return `object:${Buffer.from(BSON.serialize({ id })).toString('base64')}`;
   return `${typeof id}:${String(id)}`;
+}
+
+/**
+ * True for an `_id` whose key no other `_id` shares: a string, number, boolean, Date, a value of
+ * the driver's BSON types (`_bsontype`), or a plain object or array of such values (a class of
+ * the caller's, or an `undefined` inside, may serialize otherwise on its client).
+ */
+function keyedExactly(id: unknown, depth = 0): boolean {
+  if (typeof id === 'string' || typeof id === 'number' || typeof id === 'boolean' || id instanceof Date) return true;
+  if (typeof id !== 'object' || id === null || depth > 8) return false;
+  if (typeof (id as { _bsontype?: unknown })._bsontype === 'string') return true;
+  const prototype: unknown = Object.getPrototypeOf(id);
+  if (prototype !== Object.prototype && prototype !== Array.prototype && prototype !== null) return false;
+  return Object.values(id).every((value) => keyedExactly(value, depth + 1));
 }

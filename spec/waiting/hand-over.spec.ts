@@ -5,10 +5,10 @@
  */
 import * as diagnostics from 'node:diagnostics_channel';
 import { expect } from 'chai';
-import type { Collection, Document } from 'mongodb';
-import { Binary, ObjectId } from 'mongodb';
+import { Binary, ObjectId, type Collection, type Document } from 'mongodb';
 import { multiLock, writeLock } from '../../lib';
-import { delayedCollection, type DelayPlan } from '../../stress/delayed-collection';
+import { describeLock } from '../../lib/locks/lock-kind';
+import { delayedCollection, isHandOverCall, type DelayPlan } from '../../stress/delayed-collection';
 import { commandsSentBy, freshCollection, sleep } from '../support/fixture';
 import { gate, isHandOver, outcomeOf } from '../support/lock-commands';
 
@@ -236,5 +236,77 @@ describe('hand-over: what a review found', () => {
     expect((doc?.lock?.tags?.write as Array<{ id: string }>).map((entry) => entry.id), 'the waiter holds write').to.deep.equal([next.id]);
     await next.release();
     await note.release();
+  });
+});
+
+/** The private maps of a lock object's LocalWaiters. */
+function localState(lock: object): { byDocument: Map<string, unknown>; handedInRow: Map<string, number>; held: Map<string, unknown> } {
+  return describeLock(lock)!.core.waiters as unknown as { byDocument: Map<string, unknown>; handedInRow: Map<string, number>; held: Map<string, unknown> };
+}
+
+describe('hand-over: what a second review found', () => {
+  it('LocalWaiters keeps no per-document state after grantees were abandoned while their hand-overs were on their way (10 documents)', async function () {
+    this.timeout(30_000);
+    const ids = Array.from({ length: 10 }, (_, i) => `doc-${i}`);
+    const collection = await freshCollection(ids.map((_id) => ({ _id })));
+    let held = gate();
+    const plan: DelayPlan = (method, _n, args) => (isHandOverCall(method, args) ? held.promise : undefined);
+    const lock = writeLock({ collection: delayedCollection(collection, { reply: plan }), locktimeout: 10_000 });
+    for (const id of ids) {
+      held = gate();
+      const holder = await lock.acquire({ _id: id });
+      const controller = new AbortController();
+      const waiting = untilWaiting();
+      const waiter = outcomeOf(lock.acquire({ _id: id }, { wait: 10_000, signal: controller.signal }));
+      await waiting;
+      const released = outcomeOf(holder.release());
+      await sleep(50); // the hand-over has landed; its reply is held back
+      controller.abort(new Error('caller gave up'));
+      const outcome = await waiter;
+      expect(outcome === 'resolved' ? outcome : outcome.message).to.equal('caller gave up');
+      held.open();
+      expect(await released).to.equal('resolved');
+    }
+    await sleep(200); // the locks handed to the abandoned waiters are released by now
+    const docs = await collection.find().toArray();
+    expect(docs.flatMap((doc) => (doc.lock?.tags?.write ?? []) as unknown[]), 'nothing left held').to.deep.equal([]);
+    const state = localState(lock);
+    expect(state.byDocument.size, 'no waiter is left').to.equal(0);
+    // Nobody waits anywhere: a count of hand-overs in a row kept for a document is memory that grows with every document.
+    expect([...state.handedInRow.keys()], 'handedInRow after every wait ended').to.deep.equal([]);
+  });
+
+  it('a release of document X never hands a waiter for document Y a lock (_ids of a class that serializes itself with toBSON)', async () => {
+    /** An application's key type: private fields, serialized by the driver through `toBSON()` (js-bson's hook). */
+    class OrderKey {
+      readonly #tenant: string;
+      readonly #order: number;
+      constructor(tenant: string, order: number) {
+        this.#tenant = tenant;
+        this.#order = order;
+      }
+      toBSON(): Document {
+        return { tenant: this.#tenant, order: this.#order };
+      }
+    }
+    const x = (): OrderKey => new OrderKey('a', 1);
+    const y = (): OrderKey => new OrderKey('b', 2);
+    const collection = await freshCollection([{ _id: { tenant: 'a', order: 1 } }, { _id: { tenant: 'b', order: 2 } }] as never);
+    const lock = writeLock({ collection, locktimeout: 10_000 });
+    const other = writeLock({ collection, locktimeout: 10_000 }); // another process, say
+    const holderOfY = await other.acquire({ _id: y() });
+    const holderOfX = await lock.acquire({ _id: x() });
+    const waiting = untilWaiting();
+    const handles: Array<{ id: string; fence: number }> = [];
+    const waiterForY = outcomeOf(lock.acquire({ _id: y() }, { wait: 1_500 }).then((handle) => handles.push(handle)));
+    await waiting;
+    await lock.release({ _id: x() }, { lock: holderOfX }); // as writeLock's documentation shows it
+    const outcome = await waiterForY;
+    const docY = await collection.findOne({ _id: { tenant: 'b', order: 2 } } as never);
+    const docX = await collection.findOne({ _id: { tenant: 'a', order: 1 } } as never);
+    const told = outcome === 'resolved' ? `resolved with lock ${handles[0]?.id} (fence ${handles[0]?.fence}); X holds [${(docX?.lock?.tags?.write as Array<{ id: string }>).map((e) => e.id)}] (fence ${docX?.lock?.fence}), Y is held by [${(docY?.lock?.tags?.write as Array<{ id: string }>).map((e) => e.id)}] (other: ${holderOfY.id})` : outcome.message;
+    if (outcome === 'resolved') expect.fail(`the waiter for Y was ${told}`);
+    expect(told, 'the waiter for Y').to.match(/still held|already/i);
+    await holderOfY.release();
   });
 });
