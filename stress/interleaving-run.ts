@@ -52,7 +52,7 @@ export async function runScenario(scenario: Scenario, context: RunContext): Prom
   const suffix = `${scenario.seed}_${Math.floor(realNow() % 1e9)}`;
   const docs = context.db.collection(`docs_${suffix}`);
   const lockCollection = context.db.collection(`locks_${suffix}`);
-  await docs.insertMany(['w0', 'w1', 'g0', 'm0', 'h0', 's0', 'o0'].map((id) => ({ _id: id as never })));
+  await docs.insertMany(['w0', 'w1', 'g0', 'm0', 'h0', 'b0', 's0', 'o0'].map((id) => ({ _id: id as never })));
   const events: HistoryEvent[] = [];
   const outcomes: Record<string, number> = {};
   const clients = scenario.clients.map((plan, i) => clientLocks(plan, scenario.seed + i, context.clients[i % context.clients.length]!, docs, lockCollection));
@@ -114,6 +114,17 @@ async function runOperation(operation: Operation, op: number, clients: readonly 
           await body(handle, signal);
           return commit({ $inc: { n: 1 } });
         });
+      }
+      case 'burst': {
+        // Each wait of the burst holds for a share of holdMs; the signal (if it aborts) aborts them all.
+        const settled = await Promise.allSettled(
+          Array.from({ length: operation.size }, (_, i) =>
+            locks.write.using({ _id: 'b0' }, { ...params, locktimeout: 600, fair: operation.fair }, hold(events, 'b0', 'exclusive', Math.floor(operation.holdMs / (i + 1)))),
+          ),
+        );
+        const failed = settled.find((outcome): outcome is PromiseRejectedResult => outcome.status === 'rejected');
+        if (failed) throw failed.reason;
+        return undefined;
       }
       case 'multiLock':
         return await locks.multi.using({ _id: 'm0' }, { ...params, tag: operation.tag }, hold(events, 'm0', operation.tag === 'read' ? 'shared' : 'exclusive', operation.holdMs));

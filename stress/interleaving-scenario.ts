@@ -39,6 +39,7 @@ export type GroupMember = 'w0' | 'w1' | 'g0' | 'm0:read' | 'm0:write' | 's0';
 /** One operation of a history. */
 export type Operation =
   | (Timed & { readonly kind: 'writeLock'; readonly doc: 'w0' | 'w1'; readonly lease: number; readonly mode: 'plain' | 'fair' | 'folded' })
+  | (Timed & { readonly kind: 'burst'; readonly size: number; readonly fair: boolean })
   | (Timed & { readonly kind: 'multiLock'; readonly tag: 'read' | 'write' })
   | (Timed & { readonly kind: 'semaphore'; readonly permits: 1 | 2 })
   | (Timed & { readonly kind: 'reentrant'; readonly owner: 'a' | 'b' })
@@ -101,6 +102,8 @@ export function operation(clients: number): fc.Arbitrary<Operation> {
         .tuple(timed(clients), fc.constantFrom('w0', 'w1' as const), fc.constantFrom(300, 600, 1_500), fc.constantFrom('plain', 'plain', 'fair', 'folded' as const))
         .map(([t, doc, lease, mode]) => ({ ...t, kind: 'writeLock' as const, doc, lease, mode })),
     },
+    // Several waits of one client on one hot document at once: releases hand the lock over (in one write) to the next of them.
+    { weight: 3, arbitrary: fc.tuple(timed(clients), fc.integer({ min: 2, max: 5 }), fc.boolean()).map(([t, size, fair]) => ({ ...t, kind: 'burst' as const, size, fair })) },
     { weight: 3, arbitrary: fc.tuple(timed(clients), fc.constantFrom('read', 'read', 'write' as const)).map(([t, tag]) => ({ ...t, kind: 'multiLock' as const, tag })) },
     { weight: 2, arbitrary: fc.tuple(timed(clients), fc.constantFrom(1, 2 as const)).map(([t, permits]) => ({ ...t, kind: 'semaphore' as const, permits })) },
     { weight: 2, arbitrary: fc.tuple(timed(clients), fc.constantFrom('a', 'b' as const)).map(([t, owner]) => ({ ...t, kind: 'reentrant' as const, owner })) },
