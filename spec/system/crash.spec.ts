@@ -47,6 +47,33 @@ describe('crashes (holders in their own processes)', function () {
     expect(next.fence).to.equal(killed.fence + 1);
   });
 
+  it('a process killed (SIGKILL) just after its release handed the lock to its waiter: the handed lock ends with its lease, then another process acquires', async () => {
+    const collection = await freshCollection([{ _id: 'crash' }]);
+    const lease = 1_000;
+    const child = spawn(process.execPath, ['--import', 'tsx', join('stress', 'hand-over-holder.ts'), mongoBackend().uri, collection.dbName, collection.collectionName, String(lease)], { cwd: ROOT });
+    child.stderr.on('data', (chunk: Buffer) => process.stderr.write(chunk));
+    const nextLine = lineQueue(child);
+    const holding = JSON.parse(await nextLine()) as { event: string; lock: LockData };
+    expect(holding.event).to.equal('holding');
+    expect((JSON.parse(await nextLine()) as { event: string }).event).to.equal('handing');
+    // The hand-over lands (its reply is held back in the child): the waiter's entry replaces the holder's.
+    let entries: Array<{ id: string; exp: Date }> = [];
+    for (let tries = 0; tries < 200; tries++) {
+      entries = ((await collection.findOne({ _id: 'crash' as never }))?.lock.tags.write ?? []) as Array<{ id: string; exp: Date }>;
+      if (entries.length === 1 && entries[0]!.id !== holding.lock.id) break;
+      await sleep(10);
+    }
+    expect(entries.map((e) => e.id), 'the waiter holds it').not.to.deep.equal([holding.lock.id]);
+    child.kill('SIGKILL');
+    await new Promise((resolve) => child.once('exit', resolve));
+    const lock = writeLock({ collection, locktimeout: 5_000 });
+    expect((await rejectionOf(lock.acquire({ _id: 'crash' }))).subtype, 'the handed lock is live: never lost silently').to.equal('LockAlreadyTaken');
+    const next = await lock.acquire({ _id: 'crash' }, { wait: 10_000 });
+    expect(next.timestamp, 'acquired once the handed lease ended (server time)').to.be.at.least(entries[0]!.exp.getTime());
+    expect(next.fence, 'after the holder (1) and the waiter it handed to (2)').to.equal(3);
+    await next.release();
+  });
+
   it('a paused holder (SIGSTOP past its lease, then SIGCONT) finds its guarded write rejected and its release failing', async () => {
     const collection = await freshCollection([{ _id: 'crash' }]);
     const { child, nextLine } = await startHolder(collection.dbName, collection.collectionName, 500);
