@@ -1,7 +1,7 @@
 import type { Document } from 'mongodb';
 import { isLockError } from '../common/errors';
 import type { ResolvedCallOptions } from '../common/options';
-import { idNamedBy } from '../common/validation';
+import { namesOneDocument } from '../common/validation';
 import type { Acquired } from '../engine/acquired';
 import { handOverConcern, HandOverFailed } from '../engine/hand-over';
 import type { LockEngine } from '../engine/lock-engine';
@@ -11,11 +11,11 @@ import type { Waiter } from '../waiting/waiter';
 
 /**
  * Releases `holder`'s lock on the document `target`: with `release`, then `released()` (which wakes
- * this process's next waiter); or, when `target` is `{ _id }`, the lock an exclusive tag's and the
- * first waiter of this process that it blocks sleeps between attempts, by handing it over to that
- * waiter in one update (see lib/engine/hand-over.ts): one write instead of a release and the
- * waiter's acquisition, and the waiter learns at once that it holds the lock. A hand-over that
- * matched nothing releases with `release`, before the waiter tries again.
+ * this process's next waiter). Or, when `target` is `{ _id }` alone, the lock is an exclusive
+ * tag's, and the first waiter of this process that it blocks sleeps between attempts, by handing
+ * it over to that waiter in one update (see lib/engine/hand-over.ts): one write instead of a
+ * release and the waiter's acquisition, and the waiter learns at once that it holds the lock. A
+ * hand-over that matched nothing releases with `release`, before the waiter tries again.
  *
  * A hand-over whose write failed (a lost reply, a late request) is settled: `release` is sent (the
  * hand-over requires the holder's entry, so once it is gone the hand-over can no longer land).
@@ -100,6 +100,5 @@ async function settleFailed(
 /** The waiter a release of `holder` on `target` may hand the lock to, if any. */
 function granteeOf(engine: LockEngine, waiters: LocalWaiters, target: Document, holder: LockData | undefined): Waiter | undefined {
   if (!holder || holder.owner !== undefined || holder.permits !== undefined || holder.maybeTag !== undefined || !engine.rule(holder.tag).exclusive) return undefined;
-  const id = idNamedBy(target);
-  return id === undefined || Object.keys(target).length !== 1 ? undefined : waiters.grantee(id, holder.tag);
+  return namesOneDocument(target) ? waiters.grantee(target._id, holder.tag) : undefined;
 }

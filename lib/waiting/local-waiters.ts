@@ -211,8 +211,8 @@ function keyOf(id: unknown): string {
 
 /**
  * True for an `_id` whose key no other `_id` shares: a string, number, boolean, Date, a value of
- * the driver's BSON types (`_bsontype`), or a plain object or array of such values (a class of
- * the caller's, or an `undefined` inside, may serialize otherwise on its client).
+ * the driver's BSON types (`_bsontype`), or a plain object or array of such values (not a class of
+ * the caller's, which may serialize itself otherwise, nor anything holding `undefined`).
  */
 function keyedExactly(id: unknown, depth = 0): boolean {
   if (typeof id === 'string' || typeof id === 'number' || typeof id === 'boolean' || id instanceof Date) return true;

@@ -1,4 +1,4 @@
-import { idNamedBy } from '../common/validation';
+import { idNamedBy, namesOneDocument } from '../common/validation';
 import { publish } from '../common/diagnostics';
 import type { Document } from 'mongodb';
 import { isLockError, lockError } from '../common/errors';
@@ -112,7 +112,7 @@ export class WaitingPlace {
    */
   acceptHandOver(userFilter: Document, terms: GranteeTerms): void {
     const rule = this.engine.rule(this.tag);
-    if (!rule.exclusive || rule.assertive.length > 0 || Object.keys(userFilter).length !== 1 || idNamedBy(userFilter) === undefined) return;
+    if (!rule.exclusive || rule.assertive.length > 0 || !namesOneDocument(userFilter)) return;
     this.terms = terms;
     if (this.waiter) this.waiter.terms = terms;
   }
