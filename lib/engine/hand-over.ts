@@ -72,17 +72,17 @@ export async function handOver(
 /**
  * Settles a hand-over whose write failed, once the holder's entry is known to be gone (so that it
  * can no longer land): withdraws the waiter's entry, if it is there ({@link withdrawOperation}, at
- * `w`). Resolves true when it was (the hand-over landed: the holder's lock was released by it),
+ * the hand-over's write concern). Resolves true when it was (the hand-over landed: the holder's lock was released by it),
  * false when it was not. The waiter then acquires by itself: the fencing token the hand-over
  * gave it cannot be read back for sure (an acquisition of a concurrent tag may have counted since).
  */
-export async function withdrawHandOver(settings: WriteSettings, written: Acquired, w: ResolvedCallOptions['w'], call: ResolvedCallOptions): Promise<boolean> {
+export async function withdrawHandOver(settings: WriteSettings, written: Acquired, terms: GranteeTerms, call: ResolvedCallOptions): Promise<boolean> {
   const operation = withdrawOperation(settings.paths, written.target, written.lock.tag, written.lock.id);
-  return withDbErrors(call.boom, () => settings.store.applyOne(operation, call, w));
+  return withDbErrors(call.boom, () => settings.store.applyOne(operation, call, handOverConcern(terms.w, call.releaseW)));
 }
 
 /** The write concern of a hand-over: the stronger of the waiter's acquisition's and the holder's release's. */
-export function handOverConcern(acquisition: ResolvedCallOptions['w'], release: ResolvedCallOptions['w']): ResolvedCallOptions['w'] {
+function handOverConcern(acquisition: ResolvedCallOptions['w'], release: ResolvedCallOptions['w']): ResolvedCallOptions['w'] {
   if (acquisition === 'majority' || release === 'majority') return 'majority';
   return Math.max(acquisition, release);
 }

@@ -193,8 +193,8 @@ export class LockEngine {
     return handOver(this.settings, this.tags, this.rule(holder.tag), target, holder, terms, call);
   }
 
-  withdrawHandOver(written: Acquired, w: ResolvedCallOptions['w'], call: ResolvedCallOptions): Promise<boolean> {
-    return withdrawHandOver(this.settings, written, w, call);
+  withdrawHandOver(written: Acquired, terms: GranteeTerms, call: ResolvedCallOptions): Promise<boolean> {
+    return withdrawHandOver(this.settings, written, terms, call);
   }
 
   /** Extend ({@link extendOperation}): resolves the lock with its new expiry, in its document (`{ _id }`). */

@@ -3,7 +3,7 @@ import { isLockError } from '../common/errors';
 import type { ResolvedCallOptions } from '../common/options';
 import { namesOneDocument } from '../common/validation';
 import type { Acquired } from '../engine/acquired';
-import { handOverConcern, HandOverFailed } from '../engine/hand-over';
+import { HandOverFailed, type GranteeTerms } from '../engine/hand-over';
 import type { LockEngine } from '../engine/lock-engine';
 import type { LockData } from '../protocol/lock-data';
 import type { LocalWaiters } from '../waiting/local-waiters';
@@ -56,7 +56,7 @@ export async function releaseHandingOver(
       released();
       throw error;
     }
-    return settleFailed(engine, error, grantee.terms.w, call, release, released, (outcome) => settle(outcome));
+    return settleFailed(engine, error, grantee.terms, call, release, released, (outcome) => settle(outcome));
   }
   if (handed) {
     waiters.handedOver(target._id, holder.id);
@@ -74,7 +74,7 @@ export async function releaseHandingOver(
 async function settleFailed(
   engine: LockEngine,
   failed: HandOverFailed,
-  w: ResolvedCallOptions['w'],
+  terms: GranteeTerms,
   call: ResolvedCallOptions,
   release: () => Promise<void>,
   released: () => void,
@@ -87,7 +87,7 @@ async function settleFailed(
     releaseError = error;
   }
   // Known: the holder's entry gone, and whether the waiter's was there (now withdrawn); null: unknown.
-  const landed = releaseError === undefined ? false : isLockError(releaseError, 'DbError') ? null : await engine.withdrawHandOver(failed.written, handOverConcern(w, call.releaseW), call).catch(() => null);
+  const landed = releaseError === undefined ? false : isLockError(releaseError, 'DbError') ? null : await engine.withdrawHandOver(failed.written, terms, call).catch(() => null);
   released();
   if (landed === null) {
     settle(Promise.reject(failed.granteeError)); // released by the waiter once it can no longer land

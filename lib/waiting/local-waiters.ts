@@ -185,14 +185,13 @@ export class LocalWaiters {
 }
 
 /**
- * Lock cohorting (Dice, Marathe and Shavit, PPoPP 2012), for a document's hand-overs in one
- * process (non-fair mode; in fair mode the server's queue decides): at most `COHORT_BOUND`
- * hand-overs in a row, then a release that wakes this process's waiters only {@link YIELD_MS}
- * later, a window for the waiters of other processes, which poll. The bound is fixed: a process
- * cannot tell whether others wait (their refused attempts write nothing), and a bound that grew
- * while nobody else came would shut them out once they do.
+ * Hand-overs in a row a process makes on a document before it yields it: lock cohorting (Dice,
+ * Marathe and Shavit, PPoPP 2012), non-fair mode only (in fair mode the server's queue decides).
+ * The yield is a release that wakes this process's waiters only {@link YIELD_MS} later, a window
+ * for the waiters of other processes, which poll. The bound is fixed: a process cannot tell
+ * whether others wait (their refused attempts write nothing), and a bound that grew while nobody
+ * else came would shut them out once they do.
  */
-/** Hand-overs in a row a process makes on a document before it yields it. */
 export const COHORT_BOUND = 32;
 /** How long a yield leaves a document to the waiters of other processes before this process's waiters are woken, in ms. */
 export const YIELD_MS = 3;
