@@ -1,11 +1,18 @@
 import type { Document } from 'mongodb';
 import type { ResolvedCallOptions } from '../common/options';
 import type { Ticket } from '../protocol/lock-data';
+import type { StoredLock } from '../protocol/stored-format';
 import { newLockId } from '../protocol/lock-ids';
 import { dropTicketOperation, renewTicketOperation, takeTicketOperation } from '../protocol/tickets';
 import { noDocument } from './refusals';
 import { stampLag } from './stamp-refusals';
 import { observeWrite, runStamped, type WriteSettings } from './stamped-write';
+
+/** A document's lock as a ticket write returned it, and the server's time of that write (ms). */
+export interface QueueView {
+  readonly lock: StoredLock;
+  readonly now: number;
+}
 
 /**
  * Fair mode's tickets: a waiter's place in a document's queue. A ticket only ever delays
@@ -15,8 +22,8 @@ import { observeWrite, runStamped, type WriteSettings } from './stamped-write';
 export class FairTickets {
   constructor(private readonly settings: WriteSettings) {}
 
-  /** Take a ticket ({@link takeTicketOperation}), at `releaseW`: resolves it and the document's `{ _id }`. */
-  async take(filter: Document, tag: string, leaseMs: number, call: ResolvedCallOptions): Promise<{ ticket: Ticket; target: Document }> {
+  /** Take a ticket ({@link takeTicketOperation}), at `releaseW`: resolves it, the document's `{ _id }` and its queue. */
+  async take(filter: Document, tag: string, leaseMs: number, call: ResolvedCallOptions): Promise<{ ticket: Ticket; target: Document; seen: QueueView }> {
     const id = newLockId();
     return runStamped(this.settings.clock, this.settings.store, call, {
       target: filter,
@@ -25,21 +32,20 @@ export class FairTickets {
         const ticket: Ticket = { id, tag, at: new Date(stamp), exp: new Date(stamp + leaseMs) };
         const reply = await this.settings.store.apply(takeTicketOperation(this.settings.paths, filter, ticket, tolerance), call, call.releaseW);
         if (!reply.value) return undefined;
-        observeWrite(this.settings, reply.value, reply);
-        return { ticket, target: { _id: reply.value._id } };
+        const now = observeWrite(this.settings, reply.value, reply);
+        return { ticket, target: { _id: reply.value._id }, seen: { lock: this.settings.paths.read(reply.value), now } };
       },
       explain: (seen, stamp, tolerance) => (seen.value ? { retry: true, why: stampLag(seen, stamp, tolerance, leaseMs * 2) } : noDocument(call.boom)),
     });
   }
 
-  /** Renew a ticket ({@link renewTicketOperation}) to `leaseMs` past a server-checked stamp; resolves false when it is gone. */
-  async renew(target: Document, ticket: Ticket, leaseMs: number, call: ResolvedCallOptions): Promise<boolean> {
+  /** Renew a ticket ({@link renewTicketOperation}) to `leaseMs` past a server-checked stamp; resolves the queue, or null when the ticket is gone. */
+  async renew(target: Document, ticket: Ticket, leaseMs: number, call: ResolvedCallOptions): Promise<QueueView | null> {
     const { clock, paths, store } = this.settings;
     const at = new Date(clock.lower());
     const operation = renewTicketOperation(paths, target, ticket.id, at, new Date(at.getTime() + leaseMs), clock.tolerance(leaseMs * 2, true));
     const reply = await store.apply(operation, call, call.releaseW);
-    if (reply.value) observeWrite(this.settings, reply.value, reply);
-    return reply.value !== null;
+    return reply.value ? { lock: paths.read(reply.value), now: observeWrite(this.settings, reply.value, reply) } : null;
   }
 
   /** Drop a ticket ({@link dropTicketOperation}): a waiter that gave up. */

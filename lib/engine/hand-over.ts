@@ -17,6 +17,8 @@ export interface GranteeTerms {
   readonly w: ResolvedCallOptions['w'];
   /** Fair mode: its ticket, if it has one by now (undefined when not fair). */
   readonly fairness: () => { readonly ticket?: Ticket } | undefined;
+  /** False while its turn has not come, as it last saw its queue (fair mode): a hand-over could only fail. */
+  readonly ready?: () => boolean;
 }
 
 /** A hand-over whose write failed: it may have landed, or may still land while the holder's entry is there. */

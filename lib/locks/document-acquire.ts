@@ -88,6 +88,8 @@ filter: unknown,
     const attempt = attempts++;
     const explain = !quiet && (lastAttempt || (attempt % EXPLAIN_EVERY === 0 && !(attempt === 0 && waiting.wait > 0 && place.refusalIsConflict)) || place.takeWakeUp());
     if (!continuing) await place.awaitTurn(signal);
+    // Fair, with tickets that came first: a look (a renewal that reads the queue) instead of an attempt that could only be refused.
+    if (!continuing && !lastAttempt && place.onlyLooks) await place.look();
     const send = (): Promise<Acquired | AssertivePending> =>
       continuing
         ? site.engine.resume(continuing.target, continuing.lock, call, document)

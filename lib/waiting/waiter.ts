@@ -61,9 +61,9 @@ export class Waiter {
     });
   }
 
-  /** True when a release may hand it the lock now: it accepts hand-overs, sleeps between attempts, and has none on its way. */
+  /** True when a release may hand it the lock now: it accepts hand-overs, its turn has come, it sleeps between attempts, and has none on its way. */
   get accepts(): boolean {
-    return this.terms !== undefined && this.wakeUp !== undefined && this.grant === undefined;
+    return this.terms !== undefined && (this.terms.ready?.() ?? true) && this.wakeUp !== undefined && this.grant === undefined;
   }
 
   /** A release hands it the lock: `grant` resolves the lock (or undefined: it was not handed); wakes it. */

@@ -1,11 +1,15 @@
 import { idNamedBy, namesOneDocument } from '../common/validation';
 import { publish } from '../common/diagnostics';
 import type { Document } from 'mongodb';
-import { isLockError, lockError } from '../common/errors';
+import { isLockError, lockError, withDbErrors } from '../common/errors';
 import { refusedDocumentOf, type Acquired } from '../engine/acquired';
+import type { QueueView } from '../engine/fair-tickets';
 import type { GranteeTerms } from '../engine/hand-over';
 import type { LockEngine } from '../engine/lock-engine';
-import { waitsFor, type Ticket } from '../protocol/lock-data';
+import { unexplainedRefusal } from '../engine/refusals';
+import { queuedBehind, waitsFor, type Ticket } from '../protocol/lock-data';
+import { earlierTickets } from '../protocol/stored-format';
+import { QueuePosition } from './queue-position';
 import type { LocalWaiters } from './local-waiters';
 import type { Waiter } from './waiter';
 import type { ResolvedCallOptions } from '../common/options';
@@ -27,6 +31,10 @@ export class WaitingPlace {
   private documentId: unknown;
   private ticket: Ticket | undefined;
   private renewal: NodeJS.Timeout | undefined;
+  /** When its ticket was last written (local ms). */
+  private renewedAt = 0;
+  /** Where its ticket stands in the queue, as last seen. */
+  private readonly position = new QueuePosition();
   private readonly since: number;
   /** The wait is over (an attempt in flight may still come back here). */
   private left = false;
@@ -100,8 +108,41 @@ export class WaitingPlace {
   async awaitTurn(signal: AbortSignal | undefined): Promise<void> {
     if (!this.behindOthers) return;
     this.behindOthers = false;
-    if (this.waiter && !this.refusalIsConflict && this.waiters.firstInLine(this.documentId, this.waiter)) return;
+    if (this.waiter && !this.refusalIsConflict && (this.position.first || this.waiters.firstInLine(this.documentId, this.waiter))) return;
     await this.sleep(MAX_RETRY_DELAY, signal);
+  }
+
+  /** True when, in fair mode, tickets that came first were still live when its queue was last seen: an attempt could only be refused, so it {@link look}s. */
+  get onlyLooks(): boolean {
+    return this.ticket !== undefined && this.position.behind;
+  }
+
+  /**
+   * Instead of an attempt that could only be refused: renews its ticket, which reads the queue in
+   * the same command. Rejects with a conflict while tickets that came first are still live;
+   * resolves once it is first in line (or its ticket is gone), to try at once.
+   */
+  async look(): Promise<void> {
+    const ticket = this.ticket;
+    if (!ticket) return;
+    this.see(await withDbErrors(this.call.boom, () => this.engine.tickets.renew({ _id: this.documentId }, ticket, TICKET_LEASE, this.call)));
+    if (!this.onlyLooks) return;
+    const detail = `${this.position.waitersAhead} waiter(s) came first (fair mode)`;
+    throw unexplainedRefusal(lockError(this.engine.conflict, this.call.boom, { detail }));
+  }
+
+  /**
+   * What a ticket write returned: the queue (where this ticket stands), or null: the ticket is not
+   * there as written (gone, or its stamp refused): its place is unknown, so the waiter attempts
+   * (with the ticket, an attempt keeps its place while it is live) until a renewal sees it again.
+   */
+  private see(view: QueueView | null): void {
+    if (!view || !this.ticket) {
+      this.position.forget();
+      return;
+    }
+    this.renewedAt = performance.now();
+    this.position.saw(earlierTickets(view.lock, queuedBehind(this.engine.rule(this.tag)), view.now, this.ticket).length, this.renewedAt);
   }
 
   /**
@@ -113,7 +154,7 @@ export class WaitingPlace {
   acceptHandOver(userFilter: Document, terms: GranteeTerms): void {
     const rule = this.engine.rule(this.tag);
     if (!rule.exclusive || rule.assertive.length > 0 || !namesOneDocument(userFilter)) return;
-    this.terms = terms;
+    this.terms = { ...terms, ready: () => !this.position.behind };
     if (this.waiter) this.waiter.terms = terms;
   }
 
@@ -152,13 +193,20 @@ export class WaitingPlace {
     }
     this.ticket = taken.ticket;
     this.join(taken.target._id);
-    // After a refusal, a release may have gone to another waiter while this ticket, older in the
+    this.see(taken.seen);
+    // After a refusal, a release may have gone to another waiter while this ticket, first in the
     // server's queue, was on its way: unless a holder here will wake it, try again at once. (A
     // call that queued behind local waiters from the start waits for its turn instead.)
-    if (error !== undefined && !this.waiters.heldHere(this.documentId, this.blockedBy)) this.waiter?.wake();
+    if (error !== undefined && this.position.first && !this.waiters.heldHere(this.documentId, this.blockedBy)) this.waiter?.wake();
+    clearInterval(this.renewal);
     this.renewal = setInterval(() => {
       const ticket = this.ticket;
-      if (ticket) void this.engine.tickets.renew({ _id: this.documentId }, ticket, TICKET_LEASE, this.call).catch(() => undefined);
+      // Looks renew it too: only a ticket not written for a while is renewed here.
+      if (!ticket || performance.now() - this.renewedAt < TICKET_RENEWAL) return;
+      this.engine.tickets.renew({ _id: this.documentId }, ticket, TICKET_LEASE, this.call).then(
+        (view) => ticket === this.ticket && this.see(view),
+        () => undefined,
+      );
     }, TICKET_RENEWAL);
   }
 
@@ -186,8 +234,14 @@ export class WaitingPlace {
     return this.waiter?.takeWakeUp() ?? false;
   }
 
-  /** Sleeps between attempts: `ms`, or until a local release wakes this waiter. */
-  readonly sleep = (ms: number, signal: AbortSignal | undefined, left = ms): Promise<void> => (this.waiter ? this.waiter.sleep(ms, signal, left) : delay(ms, signal));
+  /**
+   * Sleeps between attempts: `ms` (a fair waiter with a ticket: as its place in the queue
+   * paces it), or until a local release wakes this waiter.
+   */
+  readonly sleep = (ms: number, signal: AbortSignal | undefined, left = ms): Promise<void> => {
+    const paced = this.ticket ? Math.min(left, this.position.pace(ms)) : ms;
+    return this.waiter ? this.waiter.sleep(paced, signal, left) : delay(paced, signal);
+  };
 
   /**
    * The wait is over: leaves the local waiters and, unless `won` (the winning update took it

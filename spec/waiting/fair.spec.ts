@@ -5,6 +5,7 @@ import type { Collection, Document } from 'mongodb';
 import { writeLock } from '../../lib';
 import { TICKET_LEASE } from '../../lib/waiting/waiting-place';
 import { realNow } from '../support/clock';
+import { isAcquisition } from '../support/lock-commands';
 import { freshCollection, mongoBackend, rejectionOf, sleep } from '../support/fixture';
 
 async function queueOf(collection: Collection<Document>, id: unknown): Promise<Array<{ id: string; exp: Date }>> {
@@ -151,6 +152,60 @@ describe('fair mode (fair: true): first come, first served', () => {
     const served = [...acquisitions].sort((a, b) => a.fence - b.fence).map((a) => a.index);
     expect(served).to.deep.equal(came);
     expect(came, 'every waiter acquired').to.have.length(32);
+  });
+});
+
+/** `collection`, recording when each of its findOneAndUpdate calls is sent and whether it is an acquisition or a ticket taken. */
+function recordingLockWrites(collection: Collection<Document>, sent: Array<{ at: number; kind: 'acquisition' | 'ticket' | 'other' }>): Collection<Document> {
+  return new Proxy(collection, {
+    get(target, property, receiver) {
+      const value: unknown = Reflect.get(target, property, receiver);
+      if (typeof value !== 'function') return value;
+      if (property !== 'findOneAndUpdate') return (value as (...a: unknown[]) => unknown).bind(target);
+      return (...args: unknown[]) => {
+        const update = args[1] as Document;
+        const ticket = update.$push !== undefined && 'lock.queue' in (update.$push as Document);
+        sent.push({ at: performance.now(), kind: isAcquisition('findOneAndUpdate', args) ? 'acquisition' : ticket ? 'ticket' : 'other' });
+        return (value as (...a: unknown[]) => unknown).apply(target, args);
+      };
+    },
+  });
+}
+
+describe('fair waiters of several processes pace themselves by their place in the queue', () => {
+  it('a waiter with tickets ahead of it only looks (renews its ticket, reading the queue) instead of attempting; the line moves in order', async function () {
+    this.timeout(60_000);
+    const collection = await freshCollection([{ _id: 'line' }]);
+    const holder = await writeLock({ collection, locktimeout: 30_000 }).acquire({ _id: 'line' });
+    // Each waiter its own lock instance: no local waiters shared, as in processes of their own.
+    const sent = Array.from({ length: 5 }, () => [] as Array<{ at: number; kind: 'acquisition' | 'ticket' | 'other' }>);
+    const waiters: Array<Promise<number>> = [];
+    for (const [i, log] of sent.entries()) {
+      const lock = writeLock({ collection: recordingLockWrites(collection, log), locktimeout: 30_000, fair: true });
+      waiters.push(
+        lock.acquire({ _id: 'line' }, { wait: 30_000 }).then(async (handle) => {
+          await sleep(10);
+          await handle.release();
+          return handle.fence;
+        }),
+      );
+      // The next waiter's ticket comes after this one's.
+      for (let tries = 0; tries < 200 && liveTickets(await queueOf(collection, 'line')) <= i; tries++) await sleep(10);
+    }
+    expect(liveTickets(await queueOf(collection, 'line')), 'every waiter queued').to.equal(5);
+    await sleep(700); // the holder keeps holding: a poll every 150 ms at most would show
+    const releasedAt = performance.now();
+    await holder.release();
+    const fences = await Promise.all(waiters);
+    expect([...fences].sort((a, b) => a - b), 'served in the order they came').to.deep.equal(fences);
+    for (const [i, log] of sent.entries()) {
+      const ticketAt = log.find((command) => command.kind === 'ticket')!.at;
+      const attemptsWhileHeld = log.filter((command) => command.kind === 'acquisition' && command.at > ticketAt && command.at < releasedAt).length;
+      const looks = log.filter((command) => command.kind === 'other' && command.at < releasedAt).length;
+      if (i === 0) continue; // the first in line polls (it cannot know when a holder elsewhere releases)
+      expect(attemptsWhileHeld, `waiter ${i}: acquisition attempts after its ticket, while tickets ahead of it were live`).to.equal(0);
+      expect(looks, `waiter ${i}: looks while it waited`).to.be.greaterThan(0);
+    }
   });
 });
 
