@@ -4,8 +4,9 @@
  * 1. Against a stub collection that answers at once (no driver, no server): only monglock's code.
  * 2. Against the real backend: process CPU time per acquire + release, next to the same commands
  *    sent through the bare driver: the exact arguments of monglock's findOneAndUpdate and updateOne
- *    (filter, update, options), recorded from one acquire + release and sent again as they are,
- *    so that the difference is what the library adds on top of the driver.
+ *    (filter, update, options), recorded from one acquire + release and sent again with their time
+ *    stamps moved to now (bench/floors.ts), so that each acquisition matches and writes as
+ *    monglock's does: the difference is what the library adds on top of the driver.
  *
  * `--cpu-prof` (node's) on this script writes a profile to look at where the time goes.
  */
@@ -14,6 +15,7 @@ import type { Collection, Document } from 'mongodb';
 import { MongoClient } from 'mongodb';
 import { writeLock } from '../lib';
 import { startMongoBackend } from '../support/mongo-backend';
+import { recordExact, shifted } from './floors';
 
 /** CPU µs per iteration of `body`, after a warm-up. */
 async function cpuPerIteration(iterations: number, body: () => Promise<void>): Promise<number> {
@@ -43,25 +45,6 @@ export function stubCollection(): Collection<Document> {
   return stub as unknown as Collection<Document>;
 }
 
-/** The arguments monglock passes to the driver for one acquire (findOneAndUpdate) and one release (updateOne) of document 1. */
-async function recordedCommands(collection: Collection<Document>): Promise<Record<'findOneAndUpdate' | 'updateOne', unknown[]>> {
-  const sent: Partial<Record<string, unknown[]>> = {};
-  const recording = new Proxy(collection, {
-    get(target, property, receiver) {
-      const value: unknown = Reflect.get(target, property, receiver);
-      if (typeof value !== 'function') return value;
-      return (...args: unknown[]) => {
-        if (property === 'findOneAndUpdate' || property === 'updateOne') sent[property] = args;
-        return (value as (...a: unknown[]) => unknown).apply(target, args);
-      };
-    },
-  });
-  const lock = writeLock({ collection: recording });
-  await (await lock.acquire({ _id: 1 })).release();
-  if (!sent.findOneAndUpdate || !sent.updateOne) throw new Error('monglock sent no findOneAndUpdate or updateOne');
-  return { findOneAndUpdate: sent.findOneAndUpdate, updateOne: sent.updateOne };
-}
-
 async function main(): Promise<void> {
   const iterations = Number(process.argv[process.argv.indexOf('--iterations') + 1]) || 20_000;
   const stubLock = writeLock({ collection: stubCollection() });
@@ -83,10 +66,10 @@ async function main(): Promise<void> {
       const handle = await lock.acquire({ _id: 1 });
       await handle.release();
     });
-    const sent = await recordedCommands(collection);
+    const sent = await recordExact(collection, 1, writeLock, 30_000);
     const driver = await cpuPerIteration(real, async () => {
-      await collection.findOneAndUpdate(...(sent.findOneAndUpdate as Parameters<Collection<Document>['findOneAndUpdate']>));
-      await collection.updateOne(...(sent.updateOne as Parameters<Collection<Document>['updateOne']>));
+      await collection.findOneAndUpdate(...shifted(sent.acquire, Date.now() - sent.at));
+      await collection.updateOne(...sent.release);
     });
     console.log(`on ${backend.description}: monglock ${library.toFixed(1)} µs CPU per acquire + release; its exact two commands through the bare driver ${driver.toFixed(1)} µs; the library adds ${(library - driver).toFixed(1)} µs`);
     await db.dropDatabase();

@@ -4,6 +4,7 @@ import type { Collection, Db, Document } from 'mongodb';
 import type * as Monglock from '../lib';
 import { retryDelay } from '../lib/waiting/wait-options';
 import { callbackCollection } from './callback-adapter';
+import { floors } from './floors';
 
 const requireHere = createRequire(__filename);
 
@@ -84,42 +85,7 @@ export async function insertDocs(collection: Collection<Document>, resources: re
 export async function contenders(db?: Db): Promise<Contender[]> {
   const list: Contender[] = [];
 
-  for (const shaped of [false, true]) {
-    let floor: Collection<Document> | undefined;
-    let data: Collection<Document> | undefined;
-    // A filter shaped as monglock's acquisition (an `$and` beside `_id`, `$elemMatch`, `$expr`), for
-    // servers whose cost depends on the filter's shape (mongo-java-server scans for it).
-    const filterOf = (resource: string): Document =>
-      shaped
-        ? { _id: resource, $and: [{ 'lock.tags.write': { $not: { $elemMatch: { exp: { $gt: new Date() } } } } }, { $expr: { $lte: [new Date(0), '$$NOW'] } }] }
-        : { _id: resource };
-    const roundTrip = async (resource: string): Promise<void> => {
-      await floor!.findOneAndUpdate(filterOf(resource), { $inc: { n: 1 } }, { writeConcern: { w: 'majority' } });
-    };
-    const tryLock = async (resource: string): Promise<Release> => {
-      await roundTrip(resource);
-      return () => roundTrip(resource);
-    };
-    list.push({
-      name: shaped ? 'floor, monglock-shaped filter' : 'floor: findOneAndUpdate',
-      kind: 'floor',
-      writeConcern: 'majority',
-      note: shaped
-        ? 'the same, with a filter shaped as monglock\'s (`_id` plus `$and`, `$elemMatch`, `$expr`): what the backend charges for the shape alone'
-        : 'a bare findOneAndUpdate (w: majority) per "acquire" and per "release", no exclusion: the least any lock can cost',
-      async prepare(collection, resources, dataCollection) {
-        await insertDocs(collection, resources);
-        floor = collection;
-        data = dataCollection;
-      },
-      tryLock,
-      lock: tryLock,
-      async readModifyWrite(resource) {
-        const doc = await data!.findOne({ _id: resource as never });
-        await data!.updateOne({ _id: resource as never }, { $set: { n: ((doc?.n as number | undefined) ?? 0) + 1 } }, { writeConcern: { w: 'majority' } });
-      },
-    });
-  }
+  list.push(...floors(insertDocs, writeLock, LEASE));
 
   for (const fair of [false, true]) {
     let lock: ReturnType<typeof writeLock> | undefined;

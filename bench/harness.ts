@@ -24,6 +24,12 @@ export function spread(values: readonly number[], digits = 0): string {
   return `${median(values).toFixed(digits)} (${Math.min(...values).toFixed(digits)}–${Math.max(...values).toFixed(digits)})`;
 }
 
+/** The command-line value of `--name`, or `fallback`. */
+export function argument(name: string, fallback: string): string {
+  const at = process.argv.indexOf(`--${name}`);
+  return at > 0 ? process.argv[at + 1]! : fallback;
+}
+
 /** The 1, 5 and 15 minute load averages, as `uptime` prints them. */
 export function loadAverage(): string {
   return loadavg()

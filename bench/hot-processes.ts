@@ -9,15 +9,14 @@
  * contender and layout once, in a rotated order); figures are medians with min–max. Writes
  * bench/results/hot.md and hot.json (or to `--out`).
  */
-import { fork, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { MongoClient, type Db } from 'mongodb';
 import { startMongoBackend } from '../support/mongo-backend';
 import { contenders, type Contender } from './contenders';
-import { ChildPool, countsAsCommand, loadAverage, median, serveTasks, spread } from './harness';
-import { MajorityProxy } from './majority-proxy';
+import { argument, ChildPool, countsAsCommand, loadAverage, median, serveTasks, spread } from './harness';
+import { startProxy } from './proxy-process';
 import { takeTurns } from './workloads';
 
 interface Task {
@@ -72,24 +71,6 @@ function serveHot(): void {
   });
 }
 
-/** The majority proxy in a process of its own: replies with its port. */
-function serveProxy(): void {
-  const [host, port, delay] = process.argv.slice(3);
-  const proxy = new MajorityProxy(host!, Number(port), Number(delay));
-  void proxy.start().then(() => process.send!({ port: proxy.port }));
-  process.on('disconnect', () => void proxy.stop().then(() => process.exit(0)));
-}
-
-async function startProxy(uri: string, delay: number): Promise<{ uri: string; child: ChildProcess }> {
-  const { hostname, port } = new URL(uri.replace(/^mongodb:/, 'http:'));
-  const child = fork(__filename, ['--proxy', hostname, port, String(delay)], { execArgv: ['--import', 'tsx'] });
-  const proxyPort = await new Promise<number>((resolve, reject) => {
-    child.once('message', (message: { port: number }) => resolve(message.port));
-    child.once('exit', (code) => reject(new Error(`the proxy exited (${code})`)));
-  });
-  return { uri: `mongodb://127.0.0.1:${proxyPort}/?directConnection=true`, child };
-}
-
 interface Figure {
   contender: string;
   layout: string;
@@ -102,16 +83,12 @@ interface Figure {
 }
 
 async function main(): Promise<void> {
-  const arg = (name: string, fallback: string): string => {
-    const at = process.argv.indexOf(`--${name}`);
-    return at > 0 ? process.argv[at + 1]! : fallback;
-  };
-  const delays = arg('delays', '0,2,5').split(',').map(Number);
-  const rounds = Number(arg('rounds', '5'));
-  const durationMs = Number(arg('duration', '2000'));
-  const out = arg('out', join(__dirname, 'results'));
-  const only = arg('only', '').split(',').filter(Boolean);
-  const layouts = arg('layouts', '').split(',').filter(Boolean);
+  const delays = argument('delays', '0,2,5').split(',').map(Number);
+  const rounds = Number(argument('rounds', '5'));
+  const durationMs = Number(argument('duration', '2000'));
+  const out = argument('out', join(__dirname, 'results'));
+  const only = argument('only', '').split(',').filter(Boolean);
+  const layouts = argument('layouts', '').split(',').filter(Boolean);
   if (layouts.length > 0) LAYOUTS = layouts.map((layout) => layout.split('x').map(Number) as [number, number]);
   process.env.MONGLOCK_BENCH_DIST = '1';
   const backend = await startMongoBackend(() => undefined);
@@ -210,7 +187,6 @@ function reportOf(backend: string, rounds: number, durationMs: number, levels: A
 }
 
 if (process.argv[2] === '--child') serveHot();
-else if (process.argv[2] === '--proxy') serveProxy();
 else
   main().catch((error: unknown) => {
     console.error(error);

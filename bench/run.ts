@@ -95,7 +95,7 @@ async function runLevel(host: string, port: number, delayMs: number): Promise<Le
             s.rmw.push([result.p50, result.p99]);
           });
         }
-        if (round === 1 && !contender.name.includes('fair')) {
+        if (round === 1 && !contender.name.includes('fair') && !contender.name.includes('exact')) {
           await measure(contender, 'many resources', async () => {
             s.many.push(await manyResources(contender, fresh, manyCount, settings.manyWorkers));
           });

@@ -13,11 +13,12 @@ export interface LockOperation {
   readonly arrayFilters?: Document[];
 }
 
-/** Merges update documents operator by operator (later ones win on the same path). */
+/** Merges update documents operator by operator (later ones win on the same path); one alone is returned as it is. */
 export function mergeUpdates(...updates: ReadonlyArray<Document | undefined>): Document {
+  const given = updates.filter((update): update is Document => update !== undefined);
+  if (given.length === 1) return given[0]!;
   const merged: Document = {};
-  for (const update of updates) {
-    if (!update) continue;
+  for (const update of given) {
     for (const [operator, fields] of Object.entries(update)) merged[operator] = { ...(merged[operator] as Document | undefined), ...(fields as Document) };
   }
   return merged;
