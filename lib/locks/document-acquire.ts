@@ -73,6 +73,9 @@ filter: unknown,
 
   const acquisition = new Acquisition((written) => site.releaseWritten(written, call), site.clock, () => site.engine.readClock({}, call));
   const place = new WaitingPlace(site.engine, site.waiters, call, ruleTag, p.fair === undefined ? site.fair : p.fair === true);
+  place.allowLooks(userFilter, owner !== undefined || resumed !== undefined);
+  // A look is bounded by the wait (an attempt is bounded by `timeout`, and the last one explains).
+  const lookDeadline = performance.now() + waiting.wait;
   if (waiting.wait > 0 && !resumed && owner === undefined && permits === undefined && document === undefined) {
     place.acceptHandOver(userFilter, { lease, w: call.w, fairness: () => place.fairness });
   }
@@ -89,7 +92,7 @@ filter: unknown,
     const explain = !quiet && (lastAttempt || (attempt % EXPLAIN_EVERY === 0 && !(attempt === 0 && waiting.wait > 0 && place.refusalIsConflict)) || place.takeWakeUp());
     if (!continuing) await place.awaitTurn(signal);
     // Fair, with tickets that came first: a look (a renewal that reads the queue) instead of an attempt that could only be refused.
-    if (!continuing && !lastAttempt && place.onlyLooks) await place.look();
+    if (!continuing && !lastAttempt && place.onlyLooks) await place.look(lookDeadline);
     const send = (): Promise<Acquired | AssertivePending> =>
       continuing
         ? site.engine.resume(continuing.target, continuing.lock, call, document)

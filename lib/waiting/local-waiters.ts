@@ -159,8 +159,10 @@ export class LocalWaiters {
       rank,
       tag,
       blockedBy,
-      (passOn) => {
+      (passOn, won) => {
         waiters.delete(waiter);
+        // Its ticket left the queue with its win: the waiters it blocked and ranked before are told.
+        if (won) for (const other of waiters) if (other.blockedBy.has(tag) && waiter.before(other)) other.aheadLeft?.();
         if (waiters.size === 0 && this.byDocument.get(key) === waiters) {
           this.byDocument.delete(key);
           this.handedInRow.delete(key); // nobody waits here: the next contention starts afresh

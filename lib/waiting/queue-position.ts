@@ -30,6 +30,13 @@ export class QueuePosition {
     this.ahead = ahead;
   }
 
+  /** One ticket counted ahead left the queue (a waiter of this process won): seen without a look. */
+  passed(): void {
+    if (this.ahead === undefined || this.ahead === 0) return;
+    this.ahead--;
+    if (this.ahead === 0) this.firstTries = 0;
+  }
+
   /** The ticket is gone (expired, or the document): nothing is known until a new one is taken. */
   forget(): void {
     this.ahead = undefined;

@@ -1,7 +1,7 @@
 import { idNamedBy, namesOneDocument } from '../common/validation';
 import { publish } from '../common/diagnostics';
 import type { Document } from 'mongodb';
-import { isLockError, lockError, withDbErrors } from '../common/errors';
+import { isLockError, lockError } from '../common/errors';
 import { refusedDocumentOf, type Acquired } from '../engine/acquired';
 import type { QueueView } from '../engine/fair-tickets';
 import type { GranteeTerms } from '../engine/hand-over';
@@ -31,7 +31,7 @@ export class WaitingPlace {
   private documentId: unknown;
   private ticket: Ticket | undefined;
   private renewal: NodeJS.Timeout | undefined;
-  /** When its ticket was last written (local ms). */
+  /** When its ticket was last written (sent; local ms). */
   private renewedAt = 0;
   /** Where its ticket stands in the queue, as last seen. */
   private readonly position = new QueuePosition();
@@ -41,6 +41,8 @@ export class WaitingPlace {
   private announced = false;
   /** Queued behind local waiters before its first attempt. */
   private behindOthers = false;
+  /** Its filter is just `{ _id }`, and it has no owner: a look may stand for an attempt. */
+  private plainFilter = false;
   /** What it asks for when a lock is handed over to it, if it accepts hand-overs. */
   private terms: GranteeTerms | undefined;
 
@@ -112,9 +114,14 @@ export class WaitingPlace {
     await this.sleep(MAX_RETRY_DELAY, signal);
   }
 
-  /** True when, in fair mode, tickets that came first were still live when its queue was last seen: an attempt could only be refused, so it {@link look}s. */
+  /**
+   * True when, in fair mode, tickets that came first were still live when its queue was last
+   * seen, and its filter is just `{ _id }` (a look checks nothing else: a filter that says more
+   * is attempted, so that a document that stops matching is noticed): an attempt could only be
+   * refused, so it {@link look}s. (An owner's call never looks: its nested hold skips the queue.)
+   */
   get onlyLooks(): boolean {
-    return this.ticket !== undefined && this.position.behind;
+    return this.ticket !== undefined && this.plainFilter && this.position.behind;
   }
 
   /**
@@ -122,10 +129,24 @@ export class WaitingPlace {
    * the same command. Rejects with a conflict while tickets that came first are still live;
    * resolves once it is first in line (or its ticket is gone), to try at once.
    */
-  async look(): Promise<void> {
+  async look(deadline: number): Promise<void> {
     const ticket = this.ticket;
     if (!ticket) return;
-    this.see(await withDbErrors(this.call.boom, () => this.engine.tickets.renew({ _id: this.documentId }, ticket, TICKET_LEASE, this.call)));
+    this.renewedAt = performance.now();
+    const renewal = this.engine.tickets.renew({ _id: this.documentId }, ticket, TICKET_LEASE, this.call);
+    // Bounded by what is left of the wait: a look that comes back late says nothing (it changes nothing on the server).
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<'late'>((resolve) => (timer = setTimeout(() => resolve('late'), Math.max(0, deadline - performance.now()))));
+    try {
+      const seen = await Promise.race([renewal, late]);
+      if (seen !== 'late') this.see(seen);
+    } catch {
+      // A look that failed says nothing: the attempt that follows tries (and reports a DbError if MongoDB is unreachable).
+      this.position.forget();
+      return;
+    } finally {
+      clearTimeout(timer);
+    }
     if (!this.onlyLooks) return;
     const detail = `${this.position.waitersAhead} waiter(s) came first (fair mode)`;
     throw unexplainedRefusal(lockError(this.engine.conflict, this.call.boom, { detail }));
@@ -141,8 +162,12 @@ export class WaitingPlace {
       this.position.forget();
       return;
     }
-    this.renewedAt = performance.now();
-    this.position.saw(earlierTickets(view.lock, queuedBehind(this.engine.rule(this.tag)), view.now, this.ticket).length, this.renewedAt);
+    this.position.saw(earlierTickets(view.lock, queuedBehind(this.engine.rule(this.tag)), view.now, this.ticket).length, performance.now());
+  }
+
+  /** Lets looks stand for attempts while others are ahead: only for a filter that is just `{ _id }` and a call without an owner. */
+  allowLooks(userFilter: Document, owned: boolean): void {
+    this.plainFilter = !owned && namesOneDocument(userFilter);
   }
 
   /**
@@ -155,7 +180,7 @@ export class WaitingPlace {
     const rule = this.engine.rule(this.tag);
     if (!rule.exclusive || rule.assertive.length > 0 || !namesOneDocument(userFilter)) return;
     this.terms = { ...terms, ready: () => !this.position.behind };
-    if (this.waiter) this.waiter.terms = terms;
+    if (this.waiter) this.waiter.terms = this.terms;
   }
 
   /** The hand-over on its way to this waiter, once: its next attempt awaits it. */
@@ -185,6 +210,7 @@ export class WaitingPlace {
     // A queue belongs to one document: a filter that does not name its `_id` could match another
     // one next time, so it waits without a ticket (as without fair mode).
     if (!this.fair || this.ticket || idNamedBy(userFilter) === undefined || (error !== undefined && !isLockError(error, this.engine.conflict))) return;
+    this.renewedAt = performance.now();
     const taken = await this.engine.tickets.take(userFilter, this.tag, TICKET_LEASE, this.call);
     if (this.left) {
       // The call gave up while the ticket was being taken: take it out again.
@@ -201,8 +227,9 @@ export class WaitingPlace {
     clearInterval(this.renewal);
     this.renewal = setInterval(() => {
       const ticket = this.ticket;
-      // Looks renew it too: only a ticket not written for a while is renewed here.
-      if (!ticket || performance.now() - this.renewedAt < TICKET_RENEWAL) return;
+      // Looks renew it too: a ticket written (sent) less than half an interval ago is not renewed here.
+      if (!ticket || performance.now() - this.renewedAt < TICKET_RENEWAL / 2) return;
+      this.renewedAt = performance.now();
       this.engine.tickets.renew({ _id: this.documentId }, ticket, TICKET_LEASE, this.call).then(
         (view) => ticket === this.ticket && this.see(view),
         () => undefined,
@@ -227,6 +254,8 @@ export class WaitingPlace {
     // Fair: the oldest ticket first, waiters still without one last; else the longest waiting first.
     this.waiter = this.waiters.join(id, this.tag, this.blockedBy, () => (this.ticket ? [this.ticket.at.getTime(), this.ticket.id] : [this.fair ? Infinity : this.since, '']));
     this.waiter.terms = this.terms;
+    // A waiter of this process whose ticket came first won: one fewer ahead (no look needed to know it).
+    this.waiter.aheadLeft = () => this.position.passed();
   }
 
   /** True once after a local release woke this waiter: its next refusal is explained (the situation changed). */
