@@ -17,7 +17,7 @@ export interface GranteeTerms {
   readonly w: ResolvedCallOptions['w'];
   /** Fair mode: its ticket, if it has one by now (undefined when not fair). */
   readonly fairness: () => { readonly ticket?: Ticket } | undefined;
-  /** False while its turn has not come, as it last saw its queue (fair mode): a hand-over could only fail. */
+  /** False while a ticket of another process came before its own, as it last saw its queue (fair mode): a hand-over could only fail. */
   readonly ready?: () => boolean;
 }
 

@@ -34,6 +34,13 @@ export class LocalWaiters {
     return false;
   }
 
+  /** The tickets of this process's fair waiters of document `id` (their ids). */
+  localTickets(id: unknown): Set<string> {
+    const ids = new Set<string>();
+    for (const waiter of this.byDocument.get(keyOf(id)) ?? []) ids.add(waiter.rankId);
+    return ids;
+  }
+
   /** True when no waiter of document `id` in this process ranks before `waiter`. */
   firstInLine(id: unknown, waiter: Waiter): boolean {
     for (const other of this.byDocument.get(keyOf(id)) ?? []) if (other !== waiter && other.before(waiter)) return false;
@@ -159,10 +166,8 @@ export class LocalWaiters {
       rank,
       tag,
       blockedBy,
-      (passOn, won) => {
+      (passOn) => {
         waiters.delete(waiter);
-        // Its ticket left the queue with its win: the waiters it blocked and ranked before are told.
-        if (won) for (const other of waiters) if (other.blockedBy.has(tag) && waiter.before(other)) other.aheadLeft?.();
         if (waiters.size === 0 && this.byDocument.get(key) === waiters) {
           this.byDocument.delete(key);
           this.handedInRow.delete(key); // nobody waits here: the next contention starts afresh

@@ -8,6 +8,8 @@ import { MAX_RETRY_DELAY, MIN_RETRY_DELAY, retryDelay } from './wait-options';
  * halfway to its expected turn; the first in line tries to acquire, from the shortest delay up.
  */
 export class QueuePosition {
+  /** Of those, the tickets of other processes (those of this process are served here first, in order). */
+  private elsewhere = 0;
   /** Live tickets that block this waiter and came first, as last seen; undefined: not seen yet. */
   private ahead: number | undefined;
   /** When the queue was last seen to move (local ms). */
@@ -18,7 +20,8 @@ export class QueuePosition {
   private firstTries = 0;
 
   /** The queue as a ticket write saw it at local time `at`: `ahead` live tickets that block this waiter came first. */
-  saw(ahead: number, at: number): void {
+  saw(ahead: number, at: number, elsewhere = ahead): void {
+    this.elsewhere = elsewhere;
     if (this.ahead === undefined || ahead < this.ahead) {
       if (this.ahead !== undefined) this.smooth((at - this.movedAt) / (this.ahead - ahead));
       this.movedAt = at;
@@ -30,22 +33,21 @@ export class QueuePosition {
     this.ahead = ahead;
   }
 
-  /** One ticket counted ahead left the queue (a waiter of this process won): seen without a look. */
-  passed(): void {
-    if (this.ahead === undefined || this.ahead === 0) return;
-    this.ahead--;
-    if (this.ahead === 0) this.firstTries = 0;
-  }
-
   /** The ticket is gone (expired, or the document): nothing is known until a new one is taken. */
   forget(): void {
     this.ahead = undefined;
+    this.elsewhere = 0;
     this.turnMs = undefined;
   }
 
   /** True when others are ahead, as last seen: an acquisition could only be refused, so the waiter looks instead. */
   get behind(): boolean {
     return this.ahead !== undefined && this.ahead > 0;
+  }
+
+  /** True when, as last seen, no ticket of another process that blocks this waiter came first: a release here may hand it the lock. */
+  get nextHere(): boolean {
+    return this.ahead === undefined || this.elsewhere === 0;
   }
 
   /** True when, as last seen, no ticket that blocks this waiter came first. */

@@ -19,8 +19,6 @@ export class Waiter {
   private holdsWakeUp = false;
   /** A hand-over to it on its way: the lock it resolves (undefined: none was handed, try again). */
   private grant: Promise<Acquired | undefined> | undefined;
-  /** Called when a waiter of this process whose ticket came before its own won (fair mode). */
-  aheadLeft: (() => void) | undefined;
   /** What it asks for when a lock is handed over to it; undefined: its acquisition cannot be handed one. */
   terms: GranteeTerms | undefined;
 
@@ -30,13 +28,13 @@ export class Waiter {
     readonly tag: string,
     /** The tags whose locks it waits for. */
     readonly blockedBy: ReadonlySet<string>,
-    private readonly left: (passOn: boolean, won: boolean) => void,
+    private readonly left: (passOn: boolean) => void,
     private readonly heldHere: () => boolean,
   ) {}
 
   /** Leaves the waiters; `won` or not, a wake-up it still holds goes to the next one if it did not win. */
   leave(won: boolean): void {
-    this.left(!won && this.holdsWakeUp, won);
+    this.left(!won && this.holdsWakeUp);
   }
 
   /** True once after a release woke it: the attempt that follows should explain a refusal. */
@@ -87,6 +85,11 @@ export class Waiter {
     this.holdsWakeUp = true;
     if (this.wakeUp) this.wakeUp();
     else this.woken = true;
+  }
+
+  /** The id part of its rank: its fair ticket's id (empty without one). */
+  get rankId(): string {
+    return this.rank()[1];
   }
 
   /** True when this waiter ranks before `other`. */

@@ -162,7 +162,9 @@ export class WaitingPlace {
       this.position.forget();
       return;
     }
-    this.position.saw(earlierTickets(view.lock, queuedBehind(this.engine.rule(this.tag)), view.now, this.ticket).length, performance.now());
+    const ahead = earlierTickets(view.lock, queuedBehind(this.engine.rule(this.tag)), view.now, this.ticket);
+    const here = this.waiters.localTickets(this.documentId);
+    this.position.saw(ahead.length, performance.now(), ahead.filter((ticket) => !here.has(ticket.id)).length);
   }
 
   /** Lets looks stand for attempts while others are ahead: only for a filter that is just `{ _id }` and a call without an owner. */
@@ -179,7 +181,7 @@ export class WaitingPlace {
   acceptHandOver(userFilter: Document, terms: GranteeTerms): void {
     const rule = this.engine.rule(this.tag);
     if (!rule.exclusive || rule.assertive.length > 0 || !namesOneDocument(userFilter)) return;
-    this.terms = { ...terms, ready: () => !this.position.behind };
+    this.terms = { ...terms, ready: () => this.position.nextHere };
     if (this.waiter) this.waiter.terms = this.terms;
   }
 
@@ -254,8 +256,6 @@ export class WaitingPlace {
     // Fair: the oldest ticket first, waiters still without one last; else the longest waiting first.
     this.waiter = this.waiters.join(id, this.tag, this.blockedBy, () => (this.ticket ? [this.ticket.at.getTime(), this.ticket.id] : [this.fair ? Infinity : this.since, '']));
     this.waiter.terms = this.terms;
-    // A waiter of this process whose ticket came first won: one fewer ahead (no look needed to know it).
-    this.waiter.aheadLeft = () => this.position.passed();
   }
 
   /** True once after a local release woke this waiter: its next refusal is explained (the situation changed). */
