@@ -97,8 +97,8 @@ filter: unknown,
       continuing
         ? site.engine.resume(continuing.target, continuing.lock, call, document)
         : owner
-          ? acquireOwned(site.engine, place.filter(userFilter), ruleTag, lease, call, { explain, document, fair: place.fairness }, owner)
-          : site.engine.acquire(place.filter(userFilter), ruleTag, lease, call, { explain, document, fair: place.fairness, permits });
+          ? acquireOwned(site.engine, userFilter, ruleTag, lease, call, { explain, document, fair: place.fairness }, owner)
+          : site.engine.acquire(userFilter, ruleTag, lease, call, { explain, document, fair: place.fairness, permits });
     // No hand-over came while the call was being abandoned: nothing more is sent.
     const sendUnlessAbandoned = (): Promise<Acquired | AssertivePending> => (acquisition.abandoned ? Promise.reject(lockError(site.engine.conflict, call.boom, { detail: 'abandoned' })) : send());
     // A release here may have handed this waiter the lock: its attempt is that hand-over (and, if none was made, its own).

@@ -3,22 +3,16 @@ import { publish } from '../common/diagnostics';
 import type { Document } from 'mongodb';
 import { isLockError, lockError } from '../common/errors';
 import { refusedDocumentOf, type Acquired } from '../engine/acquired';
-import type { QueueView } from '../engine/fair-tickets';
 import type { GranteeTerms } from '../engine/hand-over';
 import type { LockEngine } from '../engine/lock-engine';
-import { unexplainedRefusal } from '../engine/refusals';
-import { queuedBehind, waitsFor, type Ticket } from '../protocol/lock-data';
-import { earlierTickets } from '../protocol/stored-format';
-import { QueuePosition } from './queue-position';
+import { waitsFor, type Ticket } from '../protocol/lock-data';
+import { QueueTicket } from './queue-ticket';
 import type { LocalWaiters } from './local-waiters';
 import type { Waiter } from './waiter';
 import type { ResolvedCallOptions } from '../common/options';
 import { delay, MAX_RETRY_DELAY } from './wait-options';
 
-/** How long a fair waiter's ticket lives unless renewed, in ms: a crashed waiter leaves the queue by then. */
-export const TICKET_LEASE = 2_000;
-/** How often a fair waiter renews its ticket, in ms. */
-const TICKET_RENEWAL = 600;
+export { TICKET_LEASE } from './queue-ticket';
 
 /**
  * Where a waiting acquisition waits: among this process's waiters for the refusing document (a
@@ -29,12 +23,8 @@ const TICKET_RENEWAL = 600;
 export class WaitingPlace {
   private waiter: Waiter | undefined;
   private documentId: unknown;
-  private ticket: Ticket | undefined;
-  private renewal: NodeJS.Timeout | undefined;
-  /** When its ticket was last written (sent; local ms). */
-  private renewedAt = 0;
-  /** Where its ticket stands in the queue, as last seen. */
-  private readonly position = new QueuePosition();
+  /** Its fair ticket, once taken. */
+  private readonly queue: QueueTicket;
   private readonly since: number;
   /** The wait is over (an attempt in flight may still come back here). */
   private left = false;
@@ -59,6 +49,7 @@ export class WaitingPlace {
     private readonly fair: boolean,
   ) {
     this.since = performance.now();
+    this.queue = new QueueTicket(engine, call, tag, () => this.waiters.localTickets(this.documentId));
     this.blockedBy = waitsFor(engine.rule(tag));
     this.limited = engine.rule(tag).limit !== undefined;
   }
@@ -110,7 +101,7 @@ export class WaitingPlace {
   async awaitTurn(signal: AbortSignal | undefined): Promise<void> {
     if (!this.behindOthers) return;
     this.behindOthers = false;
-    if (this.waiter && !this.refusalIsConflict && (this.position.first || this.waiters.firstInLine(this.documentId, this.waiter))) return;
+    if (this.waiter && !this.refusalIsConflict && (this.queue.position.first || this.waiters.firstInLine(this.documentId, this.waiter))) return;
     await this.sleep(MAX_RETRY_DELAY, signal);
   }
 
@@ -121,50 +112,12 @@ export class WaitingPlace {
    * refused, so it {@link look}s. (An owner's call never looks: its nested hold skips the queue.)
    */
   get onlyLooks(): boolean {
-    return this.ticket !== undefined && this.plainFilter && this.position.behind;
+    return this.queue.ticket !== undefined && this.plainFilter && this.queue.position.behind;
   }
 
-  /**
-   * Instead of an attempt that could only be refused: renews its ticket, which reads the queue in
-   * the same command. Rejects with a conflict while tickets that came first are still live;
-   * resolves once it is first in line (or its ticket is gone), to try at once.
-   */
-  async look(deadline: number): Promise<void> {
-    const ticket = this.ticket;
-    if (!ticket) return;
-    this.renewedAt = performance.now();
-    const renewal = this.engine.tickets.renew({ _id: this.documentId }, ticket, TICKET_LEASE, this.call);
-    // Bounded by what is left of the wait: a look that comes back late says nothing (it changes nothing on the server).
-    let timer: NodeJS.Timeout | undefined;
-    const late = new Promise<'late'>((resolve) => (timer = setTimeout(() => resolve('late'), Math.max(0, deadline - performance.now()))));
-    try {
-      const seen = await Promise.race([renewal, late]);
-      if (seen !== 'late') this.see(seen);
-    } catch {
-      // A look that failed says nothing: the attempt that follows tries (and reports a DbError if MongoDB is unreachable).
-      this.position.forget();
-      return;
-    } finally {
-      clearTimeout(timer);
-    }
-    if (!this.onlyLooks) return;
-    const detail = `${this.position.waitersAhead} waiter(s) came first (fair mode)`;
-    throw unexplainedRefusal(lockError(this.engine.conflict, this.call.boom, { detail }));
-  }
-
-  /**
-   * What a ticket write returned: the queue (where this ticket stands), or null: the ticket is not
-   * there as written (gone, or its stamp refused): its place is unknown, so the waiter attempts
-   * (with the ticket, an attempt keeps its place while it is live) until a renewal sees it again.
-   */
-  private see(view: QueueView | null): void {
-    if (!view || !this.ticket) {
-      this.position.forget();
-      return;
-    }
-    const ahead = earlierTickets(view.lock, queuedBehind(this.engine.rule(this.tag)), view.now, this.ticket);
-    const here = this.waiters.localTickets(this.documentId);
-    this.position.saw(ahead.length, performance.now(), ahead.filter((ticket) => !here.has(ticket.id)).length);
+  /** Instead of an attempt that could only be refused: a look at the queue ({@link QueueTicket.look}), bounded by `deadline`. */
+  look(deadline: number): Promise<void> {
+    return this.queue.look(this.documentId, deadline, () => this.onlyLooks);
   }
 
   /** Lets looks stand for attempts while others are ahead: only for a filter that is just `{ _id }` and a call without an owner. */
@@ -181,7 +134,7 @@ export class WaitingPlace {
   acceptHandOver(userFilter: Document, terms: GranteeTerms): void {
     const rule = this.engine.rule(this.tag);
     if (!rule.exclusive || rule.assertive.length > 0 || !namesOneDocument(userFilter)) return;
-    this.terms = { ...terms, ready: () => this.position.nextHere };
+    this.terms = { ...terms, ready: () => this.queue.position.nextHere };
     if (this.waiter) this.waiter.terms = this.terms;
   }
 
@@ -192,12 +145,7 @@ export class WaitingPlace {
 
   /** The fair-mode condition of the next attempt (undefined when not fair). */
   get fairness(): { readonly ticket?: Ticket } | undefined {
-    return this.fair ? { ticket: this.ticket } : undefined;
-  }
-
-  /** The filter of the next attempt: always the caller's (a ticket is only taken when it names the document's `_id`). */
-  filter(userFilter: Document): Document {
-    return userFilter;
+    return this.fair ? { ticket: this.queue.ticket } : undefined;
   }
 
   /**
@@ -211,32 +159,19 @@ export class WaitingPlace {
     this.announce(userFilter);
     // A queue belongs to one document: a filter that does not name its `_id` could match another
     // one next time, so it waits without a ticket (as without fair mode).
-    if (!this.fair || this.ticket || idNamedBy(userFilter) === undefined || (error !== undefined && !isLockError(error, this.engine.conflict))) return;
-    this.renewedAt = performance.now();
-    const taken = await this.engine.tickets.take(userFilter, this.tag, TICKET_LEASE, this.call);
+    if (!this.fair || this.queue.ticket || idNamedBy(userFilter) === undefined || (error !== undefined && !isLockError(error, this.engine.conflict))) return;
+    const taken = await this.queue.take(userFilter);
     if (this.left) {
       // The call gave up while the ticket was being taken: take it out again.
       await this.engine.tickets.drop(taken.target, taken.ticket, this.call).catch(() => undefined);
       return;
     }
-    this.ticket = taken.ticket;
     this.join(taken.target._id);
-    this.see(taken.seen);
+    this.queue.keep(this.documentId, taken.ticket, taken.seen);
     // After a refusal, a release may have gone to another waiter while this ticket, first in the
     // server's queue, was on its way: unless a holder here will wake it, try again at once. (A
     // call that queued behind local waiters from the start waits for its turn instead.)
-    if (error !== undefined && this.position.first && !this.waiters.heldHere(this.documentId, this.blockedBy)) this.waiter?.wake();
-    clearInterval(this.renewal);
-    this.renewal = setInterval(() => {
-      const ticket = this.ticket;
-      // Looks renew it too: a ticket written (sent) less than half an interval ago is not renewed here.
-      if (!ticket || performance.now() - this.renewedAt < TICKET_RENEWAL / 2) return;
-      this.renewedAt = performance.now();
-      this.engine.tickets.renew({ _id: this.documentId }, ticket, TICKET_LEASE, this.call).then(
-        (view) => ticket === this.ticket && this.see(view),
-        () => undefined,
-      );
-    }, TICKET_RENEWAL);
+    if (error !== undefined && this.queue.position.first && !this.waiters.heldHere(this.documentId, this.blockedBy)) this.waiter?.wake();
   }
 
   /** Publishes on `monglock:wait`, once, how this call will be woken. */
@@ -254,7 +189,7 @@ export class WaitingPlace {
     if (this.documentId !== undefined) return;
     this.documentId = id;
     // Fair: the oldest ticket first, waiters still without one last; else the longest waiting first.
-    this.waiter = this.waiters.join(id, this.tag, this.blockedBy, () => (this.ticket ? [this.ticket.at.getTime(), this.ticket.id] : [this.fair ? Infinity : this.since, '']));
+    this.waiter = this.waiters.join(id, this.tag, this.blockedBy, () => (this.queue.ticket ? [this.queue.ticket.at.getTime(), this.queue.ticket.id] : [this.fair ? Infinity : this.since, '']));
     this.waiter.terms = this.terms;
   }
 
@@ -268,7 +203,7 @@ export class WaitingPlace {
    * paces it), or until a local release wakes this waiter.
    */
   readonly sleep = (ms: number, signal: AbortSignal | undefined, left = ms): Promise<void> => {
-    const paced = this.ticket ? Math.min(left, this.position.pace(ms)) : ms;
+    const paced = this.queue.ticket ? Math.min(left, this.queue.position.pace(ms)) : ms;
     return this.waiter ? this.waiter.sleep(paced, signal, left) : delay(paced, signal);
   };
 
@@ -278,10 +213,8 @@ export class WaitingPlace {
    */
   leave(won: boolean): void {
     this.left = true;
-    clearInterval(this.renewal);
     this.waiter?.leave(won);
-    const ticket = this.ticket;
-    this.ticket = undefined;
+    const ticket = this.queue.stop();
     if (ticket && !won) void this.engine.tickets.drop({ _id: this.documentId }, ticket, this.call).catch(() => undefined);
   }
 }
