@@ -1,3 +1,4 @@
+import type { Document } from 'mongodb';
 import { lockError } from '../common/errors';
 import type { ResolvedCallOptions } from '../common/options';
 import type { QueueView } from '../engine/fair-tickets';
@@ -33,11 +34,15 @@ export class QueueTicket {
     private readonly here: () => ReadonlySet<string>,
   ) {}
 
-  /** Takes a ticket in the queue of the first document `filter` matches: resolves that document's `{ _id }` (the caller keeps or drops the ticket). */
-  async take(filter: object): Promise<{ target: { _id: unknown }; ticket: Ticket; seen: QueueView }> {
+  /** Takes a ticket in the queue of the first document `filter` matches: resolves it, that document's `{ _id }` and its queue (then {@link keep} it, or {@link drop} it). */
+  take(filter: Document): Promise<{ ticket: Ticket; target: Document; seen: QueueView }> {
     this.renewedAt = performance.now();
-    const taken = await this.engine.tickets.take(filter, this.tag, TICKET_LEASE, this.call);
-    return { target: taken.target as { _id: unknown }, ticket: taken.ticket, seen: taken.seen };
+    return this.engine.tickets.take(filter, this.tag, TICKET_LEASE, this.call);
+  }
+
+  /** Takes `ticket` out of document `id`'s queue, in the background (a caller that gave up does not wait for it). */
+  drop(id: unknown, ticket: Ticket): void {
+    void this.engine.tickets.drop({ _id: id }, ticket, this.call).catch(() => undefined);
   }
 
   /** Keeps `ticket` of document `id`, seen as `seen`, and renews it while the wait lasts. */
@@ -85,12 +90,12 @@ export class QueueTicket {
     throw unexplainedRefusal(lockError(this.engine.conflict, this.call.boom, { detail }));
   }
 
-  /** The wait is over: stops renewing; resolves the ticket it held, if any (the caller drops it unless the winning update took it out). */
-  stop(): Ticket | undefined {
+  /** The wait is over: stops renewing, and unless `won` (the winning update took it out) drops the ticket of document `id`. */
+  leave(id: unknown, won: boolean): void {
     clearInterval(this.renewal);
     const ticket = this.ticket;
     this.ticket = undefined;
-    return ticket;
+    if (ticket && !won) this.drop(id, ticket);
   }
 
   /**

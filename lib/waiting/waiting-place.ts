@@ -163,7 +163,7 @@ export class WaitingPlace {
     const taken = await this.queue.take(userFilter);
     if (this.left) {
       // The call gave up while the ticket was being taken: take it out again.
-      await this.engine.tickets.drop(taken.target, taken.ticket, this.call).catch(() => undefined);
+      this.queue.drop(taken.target._id, taken.ticket);
       return;
     }
     this.join(taken.target._id);
@@ -214,7 +214,6 @@ export class WaitingPlace {
   leave(won: boolean): void {
     this.left = true;
     this.waiter?.leave(won);
-    const ticket = this.queue.stop();
-    if (ticket && !won) void this.engine.tickets.drop({ _id: this.documentId }, ticket, this.call).catch(() => undefined);
+    this.queue.leave(this.documentId, won);
   }
 }

@@ -162,6 +162,45 @@ describe('review d95f1ec: a look and the wait', () => {
   });
 });
 
+describe('a look and an abort', () => {
+  it('a fair waiter aborted while its look (a renewal that reads the queue) is held back rejects at once, takes its ticket out and holds nothing', async function () {
+    this.timeout(60_000);
+    const collection = await freshCollection([{ _id: 1 }]);
+    const holder = await writeLock({ collection, locktimeout: 30_000 }).acquire({ _id: 1 });
+    const ahead = writeLock({ collection, locktimeout: 30_000, fair: true }).acquire({ _id: 1 }, { wait: 30_000 });
+    await ticketsReach(collection, 1, 1);
+    // Its renewals reach the server, and their replies come back 3 s late.
+    let lookSent!: () => void;
+    const looking = new Promise<void>((resolve) => (lookSent = resolve));
+    const slow = delayedCollection(collection, {
+      request: (method, _n, args) => void (isTicketRenewal(method, args) && lookSent()),
+      reply: (method, _n, args) => (isTicketRenewal(method, args) ? 3_000 : undefined),
+    });
+    const controller = new AbortController();
+    const waiting = writeLock({ collection: slow, locktimeout: 30_000, fair: true }).acquire({ _id: 1 }, { wait: 30_000, signal: controller.signal });
+    const outcome = waiting.then(
+      () => 'acquired',
+      (error: unknown) => error,
+    );
+    await looking;
+    const abortedAt = performance.now();
+    controller.abort(new Error('gave up'));
+    const rejected = await outcome;
+    const ms = performance.now() - abortedAt;
+    expect((rejected as Error).message, 'rejects with the abort reason').to.equal('gave up');
+    expect(ms, 'ms from the abort to the rejection').to.be.below(1_000);
+    // Its ticket is taken out at once (the look just renewed it for 2 s more: it would not expire in this second).
+    for (let tries = 0; tries < 50 && (await liveTickets(collection, 1)) > 1; tries++) await sleep(20);
+    expect(await liveTickets(collection, 1), 'only the waiter ahead is still queued, within a second of the abort').to.equal(1);
+    await sleep(3_500); // the held-back reply has come, and changes nothing
+    expect(await liveTickets(collection, 1), 'only the waiter ahead is still queued, after the late reply').to.equal(1);
+    await holder.release();
+    const next = await ahead;
+    expect(next.fence, 'the waiter ahead gets the lock next: the aborted waiter holds nothing').to.equal(holder.fence + 1);
+    await next.release();
+  });
+});
+
 describe('review d95f1ec: the first in line keeps its ticket renewed', () => {
   it('a fair waiter first in line renews its ticket about every 600 ms (2 s lease; docs/guarantees.md, Fair mode)', async function () {
     this.timeout(60_000);
