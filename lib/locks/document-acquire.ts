@@ -91,8 +91,11 @@ filter: unknown,
     const attempt = attempts++;
     const explain = !quiet && (lastAttempt || (attempt % EXPLAIN_EVERY === 0 && !(attempt === 0 && waiting.wait > 0 && place.refusalIsConflict)) || place.takeWakeUp());
     if (!continuing) await place.awaitTurn(signal);
-    // Fair, with tickets that came first: a look (a renewal that reads the queue) instead of an attempt that could only be refused.
-    if (!continuing && !lastAttempt && place.onlyLooks) await place.look(lookDeadline);
+    // A release here may have handed this waiter the lock: its attempt is that hand-over (and, if none was made, its own).
+    const grant = continuing ? undefined : place.takeGrant();
+    // Fair, with tickets that came first (as last seen) and no hand-over on its way: a look (a
+    // renewal that reads the queue) instead of an attempt that could only be refused.
+    if (!continuing && !grant && !lastAttempt && place.onlyLooks) await place.look(lookDeadline);
     const send = (): Promise<Acquired | AssertivePending> =>
       continuing
         ? site.engine.resume(continuing.target, continuing.lock, call, document)
@@ -101,8 +104,6 @@ filter: unknown,
           : site.engine.acquire(userFilter, ruleTag, lease, call, { explain, document, fair: place.fairness, permits });
     // No hand-over came while the call was being abandoned: nothing more is sent.
     const sendUnlessAbandoned = (): Promise<Acquired | AssertivePending> => (acquisition.abandoned ? Promise.reject(lockError(site.engine.conflict, call.boom, { detail: 'abandoned' })) : send());
-    // A release here may have handed this waiter the lock: its attempt is that hand-over (and, if none was made, its own).
-    const grant = continuing ? undefined : place.takeGrant();
     let grantLost = false;
     let outcome: Acquired | AssertivePending;
     try {
