@@ -18,6 +18,7 @@ import { contenders, type Contender } from './contenders';
 import { argument, ChildPool, countsAsCommand, loadAverage, median, serveTasks, spread } from './harness';
 import { renderHotChart } from './hot-chart';
 import { startProxy } from './proxy-process';
+import { writeTargets } from './targets';
 import { takeTurns } from './workloads';
 
 interface Task {
@@ -156,6 +157,7 @@ async function main(): Promise<void> {
   writeFileSync(join(out, 'hot.json'), `${JSON.stringify({ backend: backend.description, date: new Date().toISOString(), rounds, durationMs, levels }, null, 2)}\n`);
   writeFileSync(join(out, 'hot.md'), reportOf(backend.description, rounds, durationMs, levels));
   writeFileSync(join(out, 'hot.svg'), renderHotChart(backend.description, levels));
+  writeTargets(out);
 }
 
 /** One level's table: per layout, each contender's sections/s (and its ratio to the best safe peer), fairness, worst wait, commands. */

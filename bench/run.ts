@@ -15,7 +15,7 @@ import { contenders, type Contender } from './contenders';
 import { runGoPeers, type GoOutcome } from './go-peers';
 import { median } from './harness';
 import { MajorityProxy } from './majority-proxy';
-import { renderTargets } from './targets';
+import { writeTargets } from './targets';
 import { renderChart, renderTable, type ContenderResult, type LevelResults, type Results } from './report';
 import { commands, hot, latency, manyResources, readModifyWrite } from './workloads';
 
@@ -167,7 +167,7 @@ async function main(): Promise<void> {
     const table = renderTable(output);
     writeFileSync(join(outDir, 'results.md'), table);
     writeFileSync(join(outDir, 'throughput.svg'), renderChart(output));
-    writeFileSync(join(outDir, 'targets.md'), renderTargets(output));
+    writeTargets(outDir);
     console.log(table);
   } finally {
     await backend.stop();

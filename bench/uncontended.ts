@@ -16,6 +16,7 @@ import { startMongoBackend } from '../support/mongo-backend';
 import { contenders } from './contenders';
 import { argument, loadAverage, median, spread } from './harness';
 import { startProxy } from './proxy-process';
+import { writeTargets } from './targets';
 import { latency } from './workloads';
 
 /** The floors each figure is set against, by name. */
@@ -83,6 +84,7 @@ async function main(): Promise<void> {
       ...levels.map(tableOf),
     ].join('\n'),
   );
+  writeTargets(out);
 }
 
 /** One level's table: each contender's p50 and its ratio to each floor. */

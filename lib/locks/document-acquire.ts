@@ -49,8 +49,8 @@ export interface AcquireSite extends HandleOwner {
  * assertive registration too), also one written by an attempt in flight at that moment.
  */
 export async function acquireOnDocument(
-site: AcquireSite,
-filter: unknown,
+  site: AcquireSite,
+  filter: unknown,
   tag: string | undefined,
   params: unknown,
   lock: unknown,
@@ -94,7 +94,8 @@ filter: unknown,
     // A release here may have handed this waiter the lock: its attempt is that hand-over (and, if none was made, its own).
     const grant = continuing ? undefined : place.takeGrant();
     // Fair, with tickets that came first (as last seen) and no hand-over on its way: a look (a
-    // renewal that reads the queue) instead of an attempt that could only be refused.
+    // renewal that reads the queue) instead of an attempt that could only be refused. (A waiter
+    // is handed the lock only while it sleeps, so none comes during the look.)
     if (!continuing && !grant && !lastAttempt && place.onlyLooks) await place.look(lookDeadline);
     const send = (): Promise<Acquired | AssertivePending> =>
       continuing

@@ -127,8 +127,11 @@ describe('review d95f1ec: fair mode in one process, the hand-over', () => {
     console.log(`      order ${JSON.stringify(order)}, ${handOvers} hand-over(s) for 3 waiters`);
     expect(order).to.deep.equal([0, 1, 2]);
     // Each waiter's ticket is the first in the queue when the release before it comes (the one
-    // ahead took its own out when it won): each release should hand over in the same write.
-    expect(handOvers, 'hand-overs (holder -> 0 -> 1 -> 2)').to.equal(3);
+    // ahead took its own out when it won): each release hands over in the same write, unless the
+    // waiter is not asleep at that moment (a look of its own in flight, about 1 ms in 150): that
+    // release is plain and wakes it (docs/guarantees.md, Hand-over). The defect this test found
+    // stopped the hand-overs after the first.
+    expect(handOvers, 'hand-overs (holder -> 0 -> 1 -> 2)').to.be.at.least(2);
   });
 });
 
