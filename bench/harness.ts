@@ -68,6 +68,21 @@ export class ChildPool<T, R> {
     }
   }
 
+  /** Runs `task` on child `index` alone. */
+  async runOn(index: number, task: T): Promise<R> {
+    const child = this.children[index];
+    if (!child) throw new Error(`no child ${index} (of ${this.children.length})`);
+    const replies = new ReplyQueue<R>(child);
+    try {
+      child.send({ task });
+      await replies.next();
+      child.send({ go: true });
+      return ((await replies.next()) as { result: R }).result;
+    } finally {
+      replies.close();
+    }
+  }
+
   /** Lets every child exit (each exits once its channel closes). */
   stop(): void {
     for (const child of this.children) if (child.connected) child.disconnect();

@@ -3,8 +3,10 @@
  * beside its floors (bench/floors.ts: two majority writes, monglock's write concerns, monglock's
  * exact commands through the bare driver) and the peers that acquire safely, at L = 0, 2 and 5 ms
  * of modelled majority wait (at L = 0 no proxy; at L > 0 the majority proxy in a process of its
- * own). Each round measures every contender once, in a rotated order, on a fresh collection: p50
- * of `--iterations` calls after a warm-up. Figures are the median of the rounds' p50 with min–max,
+ * own). Each contender runs in a process of its own, as a service loads one lock library: run in
+ * one shared process, after the other libraries had run, monglock measured 1.25× its exact
+ * commands at L = 0, and 1.15× in processes of their own. Each round measures every contender once, in a rotated
+ * order, on a fresh collection: p50 of `--iterations` calls after a warm-up. Figures are the median of the rounds' p50 with min–max,
  * and the ratio of each round's p50 to the median of each floor. Writes
  * bench/results/uncontended.md and .json (or to `--out`).
  */
@@ -14,13 +16,34 @@ import { join } from 'node:path';
 import { MongoClient } from 'mongodb';
 import { startMongoBackend } from '../support/mongo-backend';
 import { contenders } from './contenders';
-import { argument, loadAverage, median, spread } from './harness';
+import { argument, ChildPool, loadAverage, median, serveTasks, spread } from './harness';
 import { startProxy } from './proxy-process';
 import { writeTargets } from './targets';
 import { latency } from './workloads';
 
 /** The floors each figure is set against, by name. */
 const FLOORS = ['floor: findOneAndUpdate', "floor: monglock's write concerns", "floor: monglock's exact commands"];
+
+/** One figure: the p50 of `iterations` acquire + release of `contender`, in a child process. */
+interface Task {
+  readonly uri: string;
+  readonly db: string;
+  readonly contender: string;
+  readonly iterations: number;
+}
+
+/** A child: measures one contender (always the same one: each child serves one library). */
+function serveLatency(): void {
+  const clients = new Map<string, MongoClient>();
+  serveTasks<Task, number>(async (task) => {
+    let client = clients.get(task.uri);
+    if (!client) clients.set(task.uri, (client = await MongoClient.connect(task.uri)));
+    const db = client.db(task.db);
+    const contender = (await contenders(db)).find((candidate) => candidate.name === task.contender)!;
+    const fresh = async () => db.collection(`c_${randomBytes(5).toString('hex')}`);
+    return async () => (await latency(contender, fresh, task.iterations)).p50;
+  });
+}
 
 interface Level {
   readonly delay: number;
@@ -36,27 +59,31 @@ async function main(): Promise<void> {
   const out = argument('out', join(__dirname, 'results'));
   process.env.MONGLOCK_BENCH_DIST = '1';
   const backend = await startMongoBackend(() => undefined);
+  const names = (await contenders())
+    .filter((c) => FLOORS.includes(c.name) || c.name === 'monglock writeLock' || (c.kind === 'peer' && !c.unsafe && !c.readModifyWriteOnly))
+    .map((c) => c.name);
+  const pool = ChildPool.start<Task, number>(__filename, names.length);
   const levels: Level[] = [];
   try {
     for (const delay of delays) {
       const proxy = delay > 0 ? await startProxy(backend.uri, delay) : undefined;
       const client = await MongoClient.connect(proxy?.uri ?? backend.uri);
       const db = client.db(`monglock_uncontended_${randomBytes(3).toString('hex')}`);
-      const fresh = async () => db.collection(`c_${randomBytes(5).toString('hex')}`);
       try {
-        const list = (await contenders(db)).filter(
-          (c) => FLOORS.includes(c.name) || c.name === 'monglock writeLock' || (c.kind === 'peer' && !c.unsafe && !c.readModifyWriteOnly),
-        );
+        const list = names;
         const p50: Record<string, number[]> = {};
-        for (const contender of list) await latency(contender, fresh, 100).catch(() => undefined); // warm-up
+        const measure = (index: number, count: number): Promise<number> => pool.runOn(index, { uri: proxy?.uri ?? backend.uri, db: db.databaseName, contender: list[index]!, iterations: count });
+        // Warm-up: every child loads and runs its library at once (their loading would otherwise overlap the first figures).
+        await Promise.all(list.map((_, i) => measure(i, 100).catch(() => undefined)));
+        for (let i = 0; i < list.length; i++) await measure(i, 100).catch(() => undefined);
         for (let round = 0; round < rounds; round++) {
-          const rotated = [...list.slice(round % list.length), ...list.slice(0, round % list.length)];
-          for (const contender of rotated) {
-            const values = (p50[contender.name] ??= []);
+          const order = list.map((_, i) => (i + round) % list.length);
+          for (const index of order) {
+            const values = (p50[list[index]!] ??= []);
             try {
-              values.push((await latency(contender, fresh, iterations)).p50);
+              values.push(await measure(index, iterations));
             } catch (error) {
-              console.error(`  ${contender.name} failed: ${error instanceof Error ? error.message : String(error)}`);
+              console.error(`  ${list[index]} failed: ${error instanceof Error ? error.message : String(error)}`);
             }
           }
           console.log(`L = ${delay} ms: round ${round + 1}/${rounds} done, load ${loadAverage()}`);
@@ -70,6 +97,7 @@ async function main(): Promise<void> {
       }
     }
   } finally {
+    pool.stop();
     await backend.stop();
   }
   mkdirSync(out, { recursive: true });
@@ -104,7 +132,9 @@ function tableOf(level: Level): string {
   return `${lines.join('\n')}\n`;
 }
 
-main().catch((error: unknown) => {
-  console.error(error);
-  process.exit(1);
-});
+if (process.argv[2] === '--child') serveLatency();
+else
+  main().catch((error: unknown) => {
+    console.error(error);
+    process.exit(1);
+  });
