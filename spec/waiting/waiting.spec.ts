@@ -7,6 +7,7 @@ import { expect } from 'chai';
 import type { Collection, Document } from 'mongodb';
 import { LockError, multiLock, writeLock } from '../../lib';
 import { MAX_RETRY_DELAY, MIN_RETRY_DELAY, retryDelay } from '../../lib/waiting/wait-options';
+import { delayedCollection } from '../../stress/delayed-collection';
 import { commandsSentBy, freshCollection, rejectionOf, sleep } from '../support/fixture';
 
 describe('waiting acquire', () => {
@@ -83,6 +84,25 @@ describe('waiting acquire', () => {
     const nothing = await commandsSentBy(() => lock.acquire({ _id: 1 }, { signal: controller.signal }));
     expect((nothing.error as Error).name).to.equal('AbortError');
     expect(nothing.commands).to.deep.equal([]);
+  });
+
+  it('`wait` bounds the retrying, not an attempt already sent: its lock is returned when it won (docs/api.md, Waiting)', async function () {
+    this.timeout(20_000);
+    const collection = await freshCollection([{ _id: 1 }]);
+    const holder = await writeLock({ collection }).acquire({ _id: 1 });
+    // The waiter's second attempt is sent once the holder has released, and its reply comes back
+    // 1.5 s later (a slow way back): its 300 ms wait runs out while the attempt that won is in flight.
+    const slow = delayedCollection(collection, {
+      request: (method, call) => (method === 'findOneAndUpdate' && call === 2 ? holder.release() : undefined),
+      reply: (method, call) => (method === 'findOneAndUpdate' && call === 2 ? 1_500 : undefined),
+    });
+    const started = performance.now();
+    const handle = await writeLock({ collection: slow }).acquire({ _id: 1 }, { wait: 300 });
+    expect(performance.now() - started, 'ms until it resolved').to.be.above(1_500);
+    expect(handle.fence).to.be.above(holder.fence);
+    await handle.release();
+    const doc = await collection.findOne({ _id: 1 as never });
+    expect(doc?.lock?.tags?.write ?? []).to.deep.equal([]);
   });
 
   it('an assertive tag waits through its continuations; when it gives up, its registration is released', async () => {
