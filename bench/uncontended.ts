@@ -5,10 +5,11 @@
  * of modelled majority wait (at L = 0 no proxy; at L > 0 the majority proxy in a process of its
  * own). Each contender runs in a process of its own, as a service loads one lock library: run in
  * one shared process, after the other libraries had run, monglock measured 1.25× its exact
- * commands at L = 0, and 1.15× in processes of their own. Each round measures every contender once, in a rotated
- * order, on a fresh collection: p50 of `--iterations` calls after a warm-up. Figures are the median of the rounds' p50 with min–max,
- * and the ratio of each round's p50 to the median of each floor. Writes
- * bench/results/uncontended.md and .json (or to `--out`).
+ * commands at L = 0, and 1.11–1.15× in processes of their own. Each round measures every
+ * contender once, in a rotated order, on a fresh collection: p50 of `--iterations` calls after a
+ * warm-up. Figures are the median of the rounds' p50 with min–max, and the ratio of each round's
+ * p50 to the median of each floor. Writes bench/results/uncontended.md and .json (or to `--out`),
+ * then bench/targets.ts rewrites targets.md there.
  */
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -70,20 +71,19 @@ async function main(): Promise<void> {
       const client = await MongoClient.connect(proxy?.uri ?? backend.uri);
       const db = client.db(`monglock_uncontended_${randomBytes(3).toString('hex')}`);
       try {
-        const list = names;
         const p50: Record<string, number[]> = {};
-        const measure = (index: number, count: number): Promise<number> => pool.runOn(index, { uri: proxy?.uri ?? backend.uri, db: db.databaseName, contender: list[index]!, iterations: count });
+        const measure = (index: number, count: number): Promise<number> => pool.runOn(index, { uri: proxy?.uri ?? backend.uri, db: db.databaseName, contender: names[index]!, iterations: count });
         // Warm-up: every child loads and runs its library at once (their loading would otherwise overlap the first figures).
-        await Promise.all(list.map((_, i) => measure(i, 100).catch(() => undefined)));
-        for (let i = 0; i < list.length; i++) await measure(i, 100).catch(() => undefined);
+        await Promise.all(names.map((_, i) => measure(i, 100).catch(() => undefined)));
+        for (let i = 0; i < names.length; i++) await measure(i, 100).catch(() => undefined);
         for (let round = 0; round < rounds; round++) {
-          const order = list.map((_, i) => (i + round) % list.length);
+          const order = names.map((_, i) => (i + round) % names.length);
           for (const index of order) {
-            const values = (p50[list[index]!] ??= []);
+            const values = (p50[names[index]!] ??= []);
             try {
               values.push(await measure(index, iterations));
             } catch (error) {
-              console.error(`  ${list[index]} failed: ${error instanceof Error ? error.message : String(error)}`);
+              console.error(`  ${names[index]} failed: ${error instanceof Error ? error.message : String(error)}`);
             }
           }
           console.log(`L = ${delay} ms: round ${round + 1}/${rounds} done, load ${loadAverage()}`);
