@@ -1,5 +1,4 @@
 import { BSON } from 'mongodb';
-import { QueueSightings } from './queue-sightings';
 import { Waiter } from './waiter';
 
 /**
@@ -13,8 +12,6 @@ export class LocalWaiters {
   private readonly watchers = new Map<string, Set<{ readonly blockedBy: ReadonlySet<string>; readonly wake: () => void }>>();
   /** Hand-overs in a row, by document (see {@link COHORT_BOUND}). */
   private readonly handedInRow = new Map<string, number>();
-  /** Where tickets of other processes were last seen in a fair queue. */
-  private readonly sightings = new QueueSightings();
   /** Locks held in this process, by document, then by lock id: their tag and lease end (server ms). */
   private readonly held = new Map<string, Map<string, { readonly tag: string; readonly expiresAt: number }>>();
 
@@ -42,16 +39,6 @@ export class LocalWaiters {
     const ids = new Set<string>();
     for (const waiter of this.byDocument.get(keyOf(id)) ?? []) ids.add(waiter.rankId);
     return ids;
-  }
-
-  /** A fair waiter's ticket write on document `id` showed live tickets of other processes (`others`), or none. */
-  sawQueue(id: unknown, others: boolean): void {
-    this.sightings.saw(keyOf(id), others);
-  }
-
-  /** True when, a moment ago, live tickets of other processes were in document `id`'s fair queue. */
-  queuedElsewhere(id: unknown): boolean {
-    return this.sightings.recent(keyOf(id));
   }
 
   /** True when no waiter of document `id` in this process ranks before `waiter`. */

@@ -12,8 +12,6 @@ import { QueuePosition } from './queue-position';
 export const TICKET_LEASE = 2_000;
 /** How often a fair waiter renews its ticket, in ms. */
 const TICKET_RENEWAL = 600;
-/** A view of the queue younger than this, in ms, is as good as a new look. */
-const FRESH_VIEW_MS = 1;
 
 /**
  * A fair waiter's ticket in its document's queue: renewed while it waits (in the background, and
@@ -27,8 +25,6 @@ export class QueueTicket {
   private renewal: NodeJS.Timeout | undefined;
   /** When it was last written (sent; local ms). */
   private renewedAt = 0;
-  /** When a write last showed where it stands (local ms). */
-  private seenAt = 0;
 
   constructor(
     private readonly engine: LockEngine,
@@ -36,8 +32,6 @@ export class QueueTicket {
     private readonly tag: string,
     /** The ids of this process's tickets for the document (served here first, in order). */
     private readonly here: () => ReadonlySet<string>,
-    /** Told, at each view of the queue, whether tickets of other processes are in it. */
-    private readonly sawOthers: (others: boolean) => void,
   ) {}
 
   /** Takes a ticket in the queue of the first document `filter` matches: resolves it, that document's `{ _id }` and its queue (then {@link keep} it, or {@link drop} it). */
@@ -77,8 +71,6 @@ export class QueueTicket {
   async look(id: unknown, deadline: number, stillBehind: () => boolean): Promise<void> {
     const ticket = this.ticket;
     if (!ticket) return;
-    // The ticket was just written (taken): its reply is the look.
-    if (performance.now() - this.seenAt < FRESH_VIEW_MS) return this.refuseIfBehind(stillBehind);
     this.renewedAt = performance.now();
     const renewal = this.engine.tickets.renew({ _id: id }, ticket, TICKET_LEASE, this.call);
     let timer: NodeJS.Timeout | undefined;
@@ -93,11 +85,6 @@ export class QueueTicket {
     } finally {
       clearTimeout(timer);
     }
-    this.refuseIfBehind(stillBehind);
-  }
-
-  /** Rejects with a conflict while tickets that came first are still live, as far as it saw. */
-  private refuseIfBehind(stillBehind: () => boolean): void {
     if (!stillBehind()) return;
     const detail = `${this.position.waitersAhead} waiter(s) came first (fair mode)`;
     throw unexplainedRefusal(lockError(this.engine.conflict, this.call.boom, { detail }));
@@ -121,12 +108,8 @@ export class QueueTicket {
       this.position.forget();
       return;
     }
-    const tags = queuedBehind(this.engine.rule(this.tag));
-    const ahead = earlierTickets(view.lock, tags, view.now, this.ticket);
+    const ahead = earlierTickets(view.lock, queuedBehind(this.engine.rule(this.tag)), view.now, this.ticket);
     const here = this.here();
-    this.seenAt = performance.now();
-    this.position.saw(ahead.length, this.seenAt, ahead.filter((ticket) => !here.has(ticket.id)).length);
-    const mine = this.ticket.id;
-    this.sawOthers(earlierTickets(view.lock, tags, view.now).some((ticket) => ticket.id !== mine && !here.has(ticket.id)));
+    this.position.saw(ahead.length, performance.now(), ahead.filter((ticket) => !here.has(ticket.id)).length);
   }
 }

@@ -49,7 +49,7 @@ export class WaitingPlace {
     private readonly fair: boolean,
   ) {
     this.since = performance.now();
-    this.queue = new QueueTicket(engine, call, tag, () => this.waiters.localTickets(this.documentId), (others) => this.waiters.sawQueue(this.documentId, others));
+    this.queue = new QueueTicket(engine, call, tag, () => this.waiters.localTickets(this.documentId));
     this.blockedBy = waitsFor(engine.rule(tag));
     this.limited = engine.rule(tag).limit !== undefined;
   }
@@ -66,14 +66,11 @@ export class WaitingPlace {
     // Only waiters whose lock would block this one: a tag concurrent with theirs does not queue,
     // nor does a tag with a limit (its waiters may all fit: each tries, a release wakes as many as it freed).
     const behind = !this.limited && this.waiters.queued(id, this.blockedBy) > 0;
-    // Fair, and tickets of other processes were in its queue a moment ago: a first attempt could only be refused.
-    const ticketFirst = this.fair && !behind && this.waiters.queuedElsewhere(id);
     this.join(id);
-    if (!behind && !ticketFirst) return;
+    if (!behind) return;
     // Waiters of this process came first: wait behind them (a release here wakes the first of
-    // them); in fair mode, with a ticket in the document's queue (taken at once, too, by a call
-    // that tickets of other processes would refuse).
-    this.behindOthers = behind;
+    // them); in fair mode, with a ticket in the document's queue.
+    this.behindOthers = true;
     if (!this.fair) return;
     // The ticket write is bounded by the wait: past it, the call gives up (and drops the ticket).
     let timer: NodeJS.Timeout | undefined;
