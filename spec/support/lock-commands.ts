@@ -5,6 +5,7 @@
  */
 import type { Document } from 'mongodb';
 import { isHandOverCall } from '../../stress/delayed-collection';
+import { realNow } from './clock';
 
 /** A promise that never settles: a request or reply lost for good. */
 export const never = new Promise<never>(() => undefined);
@@ -54,4 +55,31 @@ export async function whatAnAcquisitionGets(lock: { acquire(filter: Document): P
   } catch (error) {
     return String((error as { subtype?: string }).subtype ?? error);
   }
+}
+
+/** Releases what an acquisition resolved, if it is a handle. */
+async function releaseIfHeld(value: unknown): Promise<void> {
+  const release = (value as { release?: () => PromiseLike<void> } | undefined)?.release;
+  if (typeof release === 'function') await release.call(value);
+}
+
+/** How an acquisition settled: 'acquired' (its handle is then released) or `rejected: <subtype>` (its message for other errors). */
+export function acquiredOrRejected(promise: PromiseLike<unknown>): Promise<string> {
+  return Promise.resolve(promise).then(
+    async (handle) => (await releaseIfHeld(handle), 'acquired'),
+    (error: Error & { subtype?: string }) => `rejected: ${error.subtype ?? error.message}`,
+  );
+}
+
+/** How and when an acquisition settled, `since` a realNow(): `resolved after N ms` (its handle is then released) or `<subtype> after N ms`. */
+export function settleTime(promise: PromiseLike<unknown>, since: number): Promise<string> {
+  const after = (): string => `after ${Math.round(realNow() - since)} ms`;
+  return Promise.resolve(promise).then(
+    async (handle) => {
+      const outcome = `resolved ${after()}`;
+      await releaseIfHeld(handle);
+      return outcome;
+    },
+    (error: Error & { subtype?: string }) => `${error.subtype ?? error.name} ${after()}`,
+  );
 }

@@ -13,6 +13,7 @@ import type { Collection, Document } from 'mongodb';
 import { writeLock } from '../../lib';
 import { delayedCollection, isHandOverCall } from '../../stress/delayed-collection';
 import { freshCollection, sleep } from '../support/fixture';
+import { acquiredOrRejected } from '../support/lock-commands';
 
 async function liveTickets(collection: Collection<Document>, id: unknown): Promise<number> {
   const queue = ((await collection.findOne({ _id: id as never }))?.lock?.queue ?? []) as Array<{ exp: Date }>;
@@ -79,13 +80,7 @@ describe('review d95f1ec: a paced fair waiter still tries when an attempt could 
 
     await collection.updateOne({ _id: 'job' as never }, { $set: { status: 'done' } }); // the job is closed while the lock is held
     const closedAt = performance.now();
-    const outcome = await waiter.then(
-      async (handle) => {
-        await handle.release();
-        return 'acquired';
-      },
-      (error: Error & { subtype?: string }) => `rejected: ${error.subtype ?? error.message}`,
-    );
+    const outcome = await acquiredOrRejected(waiter);
     const ms = Math.round(performance.now() - closedAt);
     console.log(`      ${outcome} ${ms} ms after the job was closed (wait: 12000 ms)`);
     await holder.release();
@@ -152,10 +147,7 @@ describe('review d95f1ec: a look and the wait', () => {
     const slow = delayedCollection(collection, { reply: (method, _n, args) => (isTicketRenewal(method, args) ? 3_000 : undefined) });
     const lock = writeLock({ collection: slow, locktimeout: 30_000, fair: true });
     const start = performance.now();
-    const outcome = await lock.acquire({ _id: 1 }, { wait: 1_000 }).then(
-      async (handle) => (await handle.release(), 'acquired'),
-      (error: Error & { subtype?: string }) => `rejected: ${error.subtype ?? error.message}`,
-    );
+    const outcome = await acquiredOrRejected(lock.acquire({ _id: 1 }, { wait: 1_000 }));
     const ms = Math.round(performance.now() - start);
     console.log(`      ${outcome} after ${ms} ms (wait: 1000 ms)`);
     await holder.release();

@@ -3,7 +3,8 @@ import type { Collection, Document } from 'mongodb';
 import { multiLock, writeLock } from '../../lib';
 import { realNow } from '../support/clock';
 import { freshCollection, sleep } from '../support/fixture';
-import { isAcquisition } from '../support/lock-commands';
+import { delayedCollection } from '../../stress/delayed-collection';
+import { isAcquisition, settleTime } from '../support/lock-commands';
 
 /*
  * Guards from the review of c8550f2 ("a new waiting call takes its ticket before its first attempt
@@ -27,26 +28,22 @@ async function untilTickets(collection: Collection<Document>, id: unknown, count
   }
 }
 
-/** A switchable proxy: findOneAndUpdate calls are delayed as `delays` says at the time, and recorded. */
+/** `collection` through {@link delayedCollection}: findOneAndUpdate calls delayed as `delays` says at the time, and lock writes recorded. */
 function controlled(collection: Collection<Document>) {
   const delays = { all: 0, takeReply: 0 };
   const sent: string[] = [];
-  const proxy = new Proxy(collection, {
-    get(target, property, receiver) {
-      const value: unknown = Reflect.get(target, property, receiver);
-      if (typeof value !== 'function') return value;
-      if (property !== 'findOneAndUpdate' && property !== 'updateOne') return (value as (...a: unknown[]) => unknown).bind(target);
-      return async (...args: unknown[]) => {
-        const update = args[1] as Document;
-        const take = property === 'findOneAndUpdate' && update.$push !== undefined && 'lock.queue' in (update.$push as Document);
-        sent.push(`${String(property)}${take ? ' (ticket taken)' : isAcquisition(String(property), args) ? ' (acquisition)' : ` ${JSON.stringify(update).slice(0, 120)}`}`);
-        if (delays.all > 0 && property === 'findOneAndUpdate') await sleep(delays.all);
-        const result = await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args);
-        if (take && delays.takeReply > 0) await sleep(delays.takeReply);
-        return result;
-      };
+  const isTake = (method: string, args: readonly unknown[]): boolean => {
+    const push = (args[1] as Document | undefined)?.$push as Document | undefined;
+    return method === 'findOneAndUpdate' && push !== undefined && 'lock.queue' in push;
+  };
+  const proxy = delayedCollection(collection, {
+    request: (method, _n, args) => {
+      if (method !== 'findOneAndUpdate' && method !== 'updateOne') return undefined;
+      sent.push(`${method}${isTake(method, args) ? ' (ticket taken)' : isAcquisition(method, args) ? ' (acquisition)' : ` ${JSON.stringify(args[1]).slice(0, 120)}`}`);
+      return method === 'findOneAndUpdate' && delays.all > 0 ? delays.all : undefined;
     },
-  }) as Collection<Document>;
+    reply: (method, _n, args) => (isTake(method, args) && delays.takeReply > 0 ? delays.takeReply : undefined),
+  });
   return { proxy, delays, sent };
 }
 
@@ -99,13 +96,7 @@ describe('review c8550f2 (reverted): a fair call right after another instance\'s
     a.delays.all = 50;
     a.sent.length = 0;
     const start = realNow();
-    const outcome = await lockA.acquire({ _id: 1 }, { wait: 20 }).then(
-      async (handle) => {
-        await handle.release();
-        return `resolved after ${Math.round(realNow() - start)} ms`;
-      },
-      (error: Error & { subtype?: string }) => `${error.subtype ?? error.name} after ${Math.round(realNow() - start)} ms: ${error.message}`,
-    );
+    const outcome = await settleTime(lockA.acquire({ _id: 1 }, { wait: 20 }), start);
     await sleep(200);
     console.log(`      ${outcome}; commands: ${a.sent.join(', ')}; live tickets 200 ms later: ${await liveTickets(collection, 1)}`);
     expect(outcome, 'a free document, a wait of 20 ms (wait bounds the retrying, not an attempt already sent)').to.match(/^resolved/);
@@ -116,10 +107,7 @@ describe('review c8550f2 (reverted): a fair call right after another instance\'s
     const { holder, a, lockA, stopB, b } = await writeLockSighting();
     a.delays.takeReply = 450; // a slow reply to the ticket's write (as in fair.spec.ts slowTickets)
     const start = realNow();
-    const outcome = await lockA.acquire({ _id: 1 }, { wait: 500 }).then(
-      () => `resolved after ${Math.round(realNow() - start)} ms`,
-      (error: Error & { subtype?: string }) => `${error.subtype ?? error.name} after ${Math.round(realNow() - start)} ms`,
-    );
+    const outcome = await settleTime(lockA.acquire({ _id: 1 }, { wait: 500 }), start);
     console.log(`      ${outcome}`);
     stopB.abort();
     await b;

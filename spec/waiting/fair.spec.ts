@@ -5,7 +5,7 @@ import type { Collection, Document } from 'mongodb';
 import { writeLock } from '../../lib';
 import { TICKET_LEASE } from '../../lib/waiting/waiting-place';
 import { realNow } from '../support/clock';
-import { isAcquisition } from '../support/lock-commands';
+import { isAcquisition, settleTime } from '../support/lock-commands';
 import { freshCollection, mongoBackend, rejectionOf, sleep } from '../support/fixture';
 
 async function queueOf(collection: Collection<Document>, id: unknown): Promise<Array<{ id: string; exp: Date }>> {
@@ -241,13 +241,6 @@ function slowTickets(collection: Collection<Document>, ms: { take?: number; drop
       };
     },
   });
-}
-
-function settleTime(promise: Promise<unknown>, since: number): Promise<string> {
-  return promise.then(
-    () => `resolved after ${Math.round(realNow() - since)} ms`,
-    (error: Error & { subtype?: string }) => `${error.subtype ?? error.name} after ${Math.round(realNow() - since)} ms`,
-  );
 }
 
 describe('a fair waiter\'s ticket writes and its abort or wait', () => {
