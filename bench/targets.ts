@@ -32,10 +32,12 @@ interface HotFile {
   }>;
 }
 
-/** uncontended.json, as bench/uncontended.ts writes it: each contender's p50 per round, ms. */
+/** uncontended.json, as bench/uncontended.ts writes it: each contender's p50 per round, ms (acquire + release; read-modify-write). */
 interface UncontendedFile {
   readonly date: string;
-  readonly levels: ReadonlyArray<{ readonly delay: number; readonly p50: Record<string, number[]> }>;
+  /** The safe peers of the read-modify-write figure. */
+  readonly peers?: readonly string[];
+  readonly levels: ReadonlyArray<{ readonly delay: number; readonly p50: Record<string, number[]>; readonly rmw?: Record<string, number[]> }>;
 }
 
 const MONGLOCK = 'monglock writeLock';
@@ -129,13 +131,28 @@ export function judgeUncontended(uncontended: UncontendedFile): TargetVerdict[] 
   });
 }
 
-/** The read-modify-write at L = 5 against the best safe peer (results.json). */
-export function judgeReadModifyWrite(results: Results): TargetVerdict[] {
-  const source = `results.json, ${results.date.slice(0, 10)}`;
-  const level = results.levels.find((l) => l.delayMs === 5);
-  if (!level) return [];
-  const rmw = (name: string) => level.contenders.find((c) => c.name === name && !c.failed)?.rmw?.p50;
-  const best = Math.min(...peersOf(level).map((p) => p.rmw?.p50 ?? Infinity));
+/**
+ * The read-modify-write at L = 5 against the best safe peer: from uncontended.json (interleaved
+ * rounds, each contender in a process of its own) when it has the figure, else from results.json.
+ */
+export function judgeReadModifyWrite(uncontended: UncontendedFile | undefined, results: Results | undefined): TargetVerdict[] {
+  const fromUncontended = uncontended?.levels.find((l) => l.delay === 5 && l.rmw !== undefined);
+  const level = results?.levels.find((l) => l.delayMs === 5);
+  let source: string;
+  let rmw: (name: string) => number | undefined;
+  let best: number;
+  if (uncontended && fromUncontended?.rmw) {
+    const figures = fromUncontended.rmw;
+    source = `uncontended.json, ${uncontended.date.slice(0, 10)}`;
+    rmw = (name) => (figures[name]?.length ? median(figures[name]) : undefined);
+    best = Math.min(...(uncontended.peers ?? []).map((name) => rmw(name) ?? Infinity));
+  } else if (results && level) {
+    source = `results.json, ${results.date.slice(0, 10)}`;
+    rmw = (name) => level.contenders.find((c) => c.name === name && !c.failed)?.rmw?.p50;
+    best = Math.min(...peersOf(level).map((p) => p.rmw?.p50 ?? Infinity));
+  } else {
+    return [];
+  }
   const ratio = (name: string) => {
     const mine = rmw(name);
     return mine !== undefined && Number.isFinite(best) ? mine / best : undefined;
@@ -160,7 +177,7 @@ export function judgeTargets(dir: string): TargetVerdict[] {
     ...(hot ? judgeHot(hot) : []),
     ...(hot && uncontended ? judgeFairWaits(hot, uncontended) : []),
     ...(uncontended ? judgeUncontended(uncontended) : []),
-    ...(results ? judgeReadModifyWrite(results) : []),
+    ...judgeReadModifyWrite(uncontended, results),
   ];
   return verdicts.sort((a, b) => a.delayMs - b.delayMs); // by level (a stable sort)
 }
