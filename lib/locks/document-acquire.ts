@@ -90,7 +90,8 @@ export async function acquireOnDocument(
     // this process (a conflict).
     const attempt = attempts++;
     const explain = !quiet && (lastAttempt || (attempt % EXPLAIN_EVERY === 0 && !(attempt === 0 && waiting.wait > 0 && place.refusalIsConflict)) || place.takeWakeUp());
-    if (!continuing) await place.awaitTurn(signal);
+    const turn = continuing ? undefined : place.awaitTurn(signal);
+    if (turn) await turn;
     // A release here may have handed this waiter the lock: its attempt is that hand-over (and, if none was made, its own).
     const grant = continuing ? undefined : place.takeGrant();
     // Fair, with tickets that came first (as last seen) and no hand-over on its way: a look (a
@@ -143,7 +144,9 @@ export async function acquireOnDocument(
   let won: Acquired | undefined;
   try {
     // An owner does not queue behind this process's waiters first: they may be waiting for its own lock, which it re-enters.
-    if (waiting.wait > 0 && !resumed && !owner) await acquisition.race(place.start(userFilter, waiting.wait), signal, () => undefined);
+    // (Awaited only when there is something to wait for: a call with nobody ahead sends its first attempt before later callers run.)
+    const queued = waiting.wait > 0 && !resumed && !owner ? place.start(userFilter, waiting.wait) : undefined;
+    if (queued) await acquisition.race(queued, signal, () => undefined);
     const attempt = (): Promise<Acquired> => acquisition.race(step(), signal, (outcome) => (outcome.lock.id === resumed?.lock.id ? undefined : outcome));
     won = await retryWithin({ wait: waiting.wait, signal }, attempt, retryable, () => site.clock.local(), place.sleep).catch((error: unknown) => {
       // The wait ran out on a refusal nobody explained (while waiting, most are not): one last attempt says why (LimitMismatch, say), or wins.

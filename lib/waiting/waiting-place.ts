@@ -60,7 +60,7 @@ export class WaitingPlace {
    * than racing them (in fair mode with a ticket taken at once); callers in other processes are
    * not affected (only fair mode orders them).
    */
-  async start(userFilter: Document, wait: number): Promise<void> {
+  start(userFilter: Document, wait: number): Promise<void> | undefined {
     const id = idNamedBy(userFilter);
     if (id === undefined) return;
     // Only waiters whose lock would block this one: a tag concurrent with theirs does not queue,
@@ -77,11 +77,7 @@ export class WaitingPlace {
     const deadline = new Promise<never>((_, reject) => {
       timer = setTimeout(() => reject(lockError(this.engine.conflict, this.call.boom, { detail: `still held after waiting ${wait} ms (queued behind earlier waiters)` })), wait);
     });
-    try {
-      await Promise.race([this.refused(undefined, userFilter), deadline]);
-    } finally {
-      clearTimeout(timer);
-    }
+    return Promise.race([this.refused(undefined, userFilter), deadline]).finally(() => clearTimeout(timer));
   }
 
   /**
@@ -98,11 +94,11 @@ export class WaitingPlace {
    * blocks it is held in this process and it is first in line (its ticket came first while the
    * earlier waiter was still trying without one): no release here would wake it, so it tries now.
    */
-  async awaitTurn(signal: AbortSignal | undefined): Promise<void> {
+  awaitTurn(signal: AbortSignal | undefined): Promise<void> | undefined {
     if (!this.behindOthers) return;
     this.behindOthers = false;
     if (this.waiter && !this.refusalIsConflict && (this.queue.position.first || this.waiters.firstInLine(this.documentId, this.waiter))) return;
-    await this.sleep(MAX_RETRY_DELAY, signal);
+    return this.sleep(MAX_RETRY_DELAY, signal);
   }
 
   /**

@@ -89,6 +89,30 @@ describe('fair mode (fair: true): first come, first served', () => {
     expect(await queueOf(collection, 1), 'every ticket was taken out').to.deep.equal([]);
   });
 
+  it("callers that come together on a free document: the first one's attempt goes out before the later ones' tickets", async function () {
+    this.timeout(20_000);
+    // Before: the first caller's attempt went out after several awaits that each let the later
+    // callers run, so their tickets came first, its attempt was refused, and it was served last
+    // (16 callers, 10 rounds: last in 10 of 10).
+    const collection = await freshCollection([{ _id: 'together' }]);
+    const sent: Array<{ at: number; kind: 'acquisition' | 'ticket' | 'other' }> = [];
+    const lock = writeLock({ collection: recordingLockWrites(collection, sent), locktimeout: 10_000, fair: true });
+    await (await lock.acquire({ _id: 'together' })).release(); // the server's clock is known, as in a running service
+    sent.length = 0;
+    const served: number[] = [];
+    await Promise.all(
+      Array.from({ length: 8 }, async (_, i) => {
+        const handle = await lock.acquire({ _id: 'together' }, { wait: 10_000 });
+        served.push(i);
+        await handle.release();
+      }),
+    );
+    expect(sent[0]?.kind, 'the first write sent').to.equal('acquisition');
+    expect(sent.filter((write) => write.kind === 'ticket').length, 'the later callers queued with tickets').to.be.at.least(1);
+    expect([...served].sort(), 'every caller was served').to.deep.equal([0, 1, 2, 3, 4, 5, 6, 7]);
+    expect(await queueOf(collection, 'together'), 'every ticket was taken out').to.deep.equal([]);
+  });
+
   it('abort and wait expiry take the ticket out of the queue', async function () {
     this.timeout(20_000);
     const collection = await freshCollection([{ _id: 1 }]);
