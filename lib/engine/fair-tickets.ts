@@ -2,7 +2,7 @@ import type { Document } from 'mongodb';
 import type { ResolvedCallOptions } from '../common/options';
 import type { Ticket } from '../protocol/lock-data';
 import type { StoredLock } from '../protocol/stored-format';
-import { newLockId } from '../protocol/lock-ids';
+import { newTicketId } from '../protocol/lock-ids';
 import { dropTicketOperation, renewTicketOperation, takeTicketOperation } from '../protocol/tickets';
 import { noDocument } from './refusals';
 import { stampLag } from './stamp-refusals';
@@ -24,7 +24,7 @@ export class FairTickets {
 
   /** Take a ticket ({@link takeTicketOperation}), at `releaseW`: resolves it, the document's `{ _id }` and its queue. */
   async take(filter: Document, tag: string, leaseMs: number, call: ResolvedCallOptions): Promise<{ ticket: Ticket; target: Document; seen: QueueView }> {
-    const id = newLockId();
+    const id = newTicketId();
     return runStamped(this.settings.clock, this.settings.store, call, {
       target: filter,
       lease: leaseMs * 2,

@@ -23,3 +23,18 @@ export function newLockId(): string {
   offset += ID_BYTES;
   return id;
 }
+
+/** Tickets taken in this process so far (see {@link newTicketId}). */
+let ticketCount = 0;
+
+/**
+ * A new fair ticket id: 32 hex digits, a count of this process's tickets (12 digits) then 80
+ * random bits. Tickets are ordered by their stamp, then by id (see `noEarlierTicket`): within
+ * one millisecond, this process's tickets then keep the order in which its callers came (with
+ * random ids, callers that came together were served in a random order). Between processes, a tie
+ * in the same millisecond goes to the lower count.
+ */
+export function newTicketId(): string {
+  const count = (ticketCount++ % 2 ** 48).toString(16).padStart(12, '0');
+  return `${count}${newLockId().slice(12)}`;
+}

@@ -89,7 +89,7 @@ describe('fair mode (fair: true): first come, first served', () => {
     expect(await queueOf(collection, 1), 'every ticket was taken out').to.deep.equal([]);
   });
 
-  it("callers that come together on a free document: the first one's attempt goes out before the later ones' tickets", async function () {
+  it("callers that come together on a free document: the first one's attempt goes out before the later ones' tickets, which keep their order", async function () {
     this.timeout(20_000);
     // Before: the first caller's attempt went out after several awaits that each let the later
     // callers run, so their tickets came first, its attempt was refused, and it was served last
@@ -110,6 +110,9 @@ describe('fair mode (fair: true): first come, first served', () => {
     expect(sent[0]?.kind, 'the first write sent').to.equal('acquisition');
     expect(sent.filter((write) => write.kind === 'ticket').length, 'the later callers queued with tickets').to.be.at.least(1);
     expect([...served].sort(), 'every caller was served').to.deep.equal([0, 1, 2, 3, 4, 5, 6, 7]);
+    // Their tickets, stamped in the same millisecond, keep the order they came in (random ids did
+    // not); the first caller is served first unless the server took a ticket before its attempt.
+    expect(served.filter((caller) => caller !== 0), 'the later callers, in the order they came').to.deep.equal([1, 2, 3, 4, 5, 6, 7]);
     expect(await queueOf(collection, 'together'), 'every ticket was taken out').to.deep.equal([]);
   });
 
