@@ -143,12 +143,19 @@ export async function acquireOnDocument(
     (isLockError(error, 'LockNotFound') && resumed === undefined);
   let won: Acquired | undefined;
   try {
+    // One turn before anything is sent, the same for every call: a signal aborted in the turn of
+    // the call sends nothing, and callers that come together send in the order they came (the
+    // first one's attempt before the later ones' tickets: nothing else is awaited on the way).
+    const began = site.clock.local();
+    await Promise.resolve();
+    if (signal?.aborted) throw signal.reason;
     // An owner does not queue behind this process's waiters first: they may be waiting for its own lock, which it re-enters.
-    // (Awaited only when there is something to wait for: a call with nobody ahead sends its first attempt before later callers run.)
     const queued = waiting.wait > 0 && !resumed && !owner ? place.start(userFilter, waiting.wait) : undefined;
     if (queued) await acquisition.race(queued, signal, () => undefined);
     const attempt = (): Promise<Acquired> => acquisition.race(step(), signal, (outcome) => (outcome.lock.id === resumed?.lock.id ? undefined : outcome));
-    won = await retryWithin({ wait: waiting.wait, signal }, attempt, retryable, () => site.clock.local(), place.sleep).catch((error: unknown) => {
+    // `wait` counts from the call: the time a ticket took to be taken above is part of it.
+    const left = Math.max(0, waiting.wait - Math.max(0, site.clock.local() - began));
+    won = await retryWithin({ wait: left, signal }, attempt, retryable, () => site.clock.local(), place.sleep).catch((error: unknown) => {
       // The wait ran out on a refusal nobody explained (while waiting, most are not): one last attempt says why (LimitMismatch, say), or wins.
       if (quiet || !isUnexplained(error) || signal?.aborted || acquisition.abandoned) throw error;
       lastAttempt = true;
