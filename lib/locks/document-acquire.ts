@@ -74,7 +74,7 @@ export async function acquireOnDocument(
   const acquisition = new Acquisition((written) => site.releaseWritten(written, call), site.clock, () => site.engine.readClock({}, call));
   const place = new WaitingPlace(site.engine, site.waiters, call, ruleTag, p.fair === undefined ? site.fair : p.fair === true);
   place.allowLooks(userFilter, owner !== undefined || resumed !== undefined);
-  // A look is bounded by the wait (an attempt is bounded by `timeout`, and the last one explains).
+  // When the wait ends (local ms): it bounds a look, the first sleep and the ticket's take (an attempt is bounded by `timeout`, and the last one explains).
   const lookDeadline = performance.now() + waiting.wait;
   if (waiting.wait > 0 && !resumed && owner === undefined && permits === undefined && document === undefined) {
     place.acceptHandOver(userFilter, { lease, w: call.w, fairness: () => place.fairness });
@@ -90,7 +90,7 @@ export async function acquireOnDocument(
     // this process (a conflict).
     const attempt = attempts++;
     const explain = !quiet && (lastAttempt || (attempt % EXPLAIN_EVERY === 0 && !(attempt === 0 && waiting.wait > 0 && place.refusalIsConflict)) || place.takeWakeUp());
-    const turn = continuing ? undefined : place.awaitTurn(signal);
+    const turn = continuing ? undefined : place.awaitTurn(signal, lookDeadline - performance.now());
     if (turn) await turn;
     // A release here may have handed this waiter the lock: its attempt is that hand-over (and, if none was made, its own).
     const grant = continuing ? undefined : place.takeGrant();
@@ -146,15 +146,14 @@ export async function acquireOnDocument(
     // One turn before anything is sent, the same for every call: a signal aborted in the turn of
     // the call sends nothing, and callers that come together send in the order they came (the
     // first one's attempt before the later ones' tickets: nothing else is awaited on the way).
-    const began = site.clock.local();
     await Promise.resolve();
     if (signal?.aborted) throw signal.reason;
     // An owner does not queue behind this process's waiters first: they may be waiting for its own lock, which it re-enters.
     const queued = waiting.wait > 0 && !resumed && !owner ? place.start(userFilter, waiting.wait) : undefined;
     if (queued) await acquisition.race(queued, signal, () => undefined);
     const attempt = (): Promise<Acquired> => acquisition.race(step(), signal, (outcome) => (outcome.lock.id === resumed?.lock.id ? undefined : outcome));
-    // `wait` counts from the call: the time a ticket took to be taken above is part of it.
-    const left = Math.max(0, waiting.wait - Math.max(0, site.clock.local() - began));
+    // `wait` counts from the call: the time a ticket took to be taken above (bounded by a timer) is part of it.
+    const left = Math.max(0, lookDeadline - performance.now());
     won = await retryWithin({ wait: left, signal }, attempt, retryable, () => site.clock.local(), place.sleep).catch((error: unknown) => {
       // The wait ran out on a refusal nobody explained (while waiting, most are not): one last attempt says why (LimitMismatch, say), or wins.
       if (quiet || !isUnexplained(error) || signal?.aborted || acquisition.abandoned) throw error;

@@ -90,15 +90,16 @@ export class WaitingPlace {
 
   /**
    * Once, before the first attempt of a waiter that queued behind others at once: sleeps until
-   * its turn (a local release wakes it), as an attempt could only be refused; unless nothing that
+   * its turn (a local release wakes it), as an attempt could only be refused, at most `left` ms
+   * (what is left of its wait); unless nothing that
    * blocks it is held in this process and it is first in line (its ticket came first while the
    * earlier waiter was still trying without one): no release here would wake it, so it tries now.
    */
-  awaitTurn(signal: AbortSignal | undefined): Promise<void> | undefined {
+  awaitTurn(signal: AbortSignal | undefined, left: number): Promise<void> | undefined {
     if (!this.behindOthers) return;
     this.behindOthers = false;
     if (this.waiter && !this.refusalIsConflict && (this.queue.position.first || this.waiters.firstInLine(this.documentId, this.waiter))) return;
-    return this.sleep(MAX_RETRY_DELAY, signal);
+    return this.sleep(Math.max(0, Math.min(MAX_RETRY_DELAY, left)), signal, Math.max(0, left));
   }
 
   /**
