@@ -8,6 +8,12 @@ import { noDocument } from './refusals';
 import { stampLag } from './stamp-refusals';
 import { observeWrite, runStamped, type WriteSettings } from './stamped-write';
 
+/** When a waiter came (a stamp from the server's clock's lower bound, ms) and the ticket id it was given then ({@link newTicketId}). */
+export interface Arrival {
+  readonly id: string;
+  readonly at: number;
+}
+
 /** A document's lock as a ticket write returned it, and the server's time of that write (ms). */
 export interface QueueView {
   readonly lock: StoredLock;
@@ -22,14 +28,19 @@ export interface QueueView {
 export class FairTickets {
   constructor(private readonly settings: WriteSettings) {}
 
-  /** Take a ticket ({@link takeTicketOperation}), at `releaseW`: resolves it, the document's `{ _id }` and its queue. */
-  async take(filter: Document, tag: string, leaseMs: number, call: ResolvedCallOptions): Promise<{ ticket: Ticket; target: Document; seen: QueueView }> {
-    const id = newTicketId();
+  /**
+   * Take a ticket ({@link takeTicketOperation}), at `releaseW`: resolves it, the document's `{ _id }`
+   * and its queue. Its place is the waiter's `arrival` (when it came, not when its first attempt
+   * was refused: callers that came after it and queued at once must not come first), while that
+   * stamp is well within the server's window; else the stamp of the write.
+   */
+  async take(filter: Document, tag: string, leaseMs: number, call: ResolvedCallOptions, arrival: Arrival = { id: newTicketId(), at: this.settings.clock.lower() }): Promise<{ ticket: Ticket; target: Document; seen: QueueView }> {
     return runStamped(this.settings.clock, this.settings.store, call, {
       target: filter,
       lease: leaseMs * 2,
       write: async (stamp, tolerance) => {
-        const ticket: Ticket = { id, tag, at: new Date(stamp), exp: new Date(stamp + leaseMs) };
+        const at = stamp - arrival.at < tolerance / 2 ? Math.min(arrival.at, stamp) : stamp;
+        const ticket: Ticket = { id: arrival.id, tag, at: new Date(at), exp: new Date(stamp + leaseMs) };
         const reply = await this.settings.store.apply(takeTicketOperation(this.settings.paths, filter, ticket, tolerance), call, call.releaseW);
         if (!reply.value) return undefined;
         const now = observeWrite(this.settings, reply.value, reply);

@@ -24,17 +24,21 @@ export function newLockId(): string {
   return id;
 }
 
-/** Tickets taken in this process so far (see {@link newTicketId}). */
+/** Ticket numbers given in this process so far, one per acquisition call (see {@link newTicketId}). */
 let ticketCount = 0;
 
 /**
- * A new fair ticket id: 32 hex digits, a count of this process's tickets (12 digits) then 80
+ * A new fair ticket id: 32 hex digits, a number from {@link ticketNumber} (12 digits) then 80
  * random bits. Tickets are ordered by their stamp, then by id (see `noEarlierTicket`): within
  * one millisecond, this process's tickets then keep the order in which its callers came (with
  * random ids, callers that came together were served in a random order). Between processes, a tie
  * in the same millisecond goes to the lower count.
  */
-export function newTicketId(): string {
-  const count = (ticketCount++ % 2 ** 48).toString(16).padStart(12, '0');
-  return `${count}${newLockId().slice(12)}`;
+export function newTicketId(number = ticketNumber()): string {
+  return `${number.toString(16).padStart(12, '0')}${newLockId().slice(12)}`;
+}
+
+/** The next number of this process's tickets (the count part of {@link newTicketId}), taken when a waiter comes. */
+export function ticketNumber(): number {
+  return ticketCount++ % 2 ** 48;
 }

@@ -5,6 +5,7 @@ import type { QueueView } from '../engine/fair-tickets';
 import type { LockEngine } from '../engine/lock-engine';
 import { unexplainedRefusal } from '../engine/refusals';
 import { queuedBehind, type Ticket } from '../protocol/lock-data';
+import { newTicketId, ticketNumber } from '../protocol/lock-ids';
 import { earlierTickets } from '../protocol/stored-format';
 import { QueuePosition } from './queue-position';
 
@@ -26,18 +27,27 @@ export class QueueTicket {
   /** When it was last written (sent; local ms). */
   private renewedAt = 0;
 
+  /** When its waiter came, and its place among this process's tickets: a ticket taken later keeps that place. */
+  private readonly arrival: { readonly number: number; readonly at: number };
+
   constructor(
     private readonly engine: LockEngine,
     private readonly call: ResolvedCallOptions,
     private readonly tag: string,
     /** The ids of this process's tickets for the document (served here first, in order). */
     private readonly here: () => ReadonlySet<string>,
-  ) {}
+  ) {
+    this.arrival = { number: ticketNumber(), at: engine.clock.lower() };
+  }
 
-  /** Takes a ticket in the queue of the first document `filter` matches: resolves it, that document's `{ _id }` and its queue (then {@link keep} it, or {@link drop} it). */
+  /**
+   * Takes a ticket in the queue of the first document `filter` matches, in the place of when its
+   * waiter came: resolves it, that document's `{ _id }` and its queue (then {@link keep} it, or
+   * {@link drop} it).
+   */
   take(filter: Document): Promise<{ ticket: Ticket; target: Document; seen: QueueView }> {
     this.renewedAt = performance.now();
-    return this.engine.tickets.take(filter, this.tag, TICKET_LEASE, this.call);
+    return this.engine.tickets.take(filter, this.tag, TICKET_LEASE, this.call, { id: newTicketId(this.arrival.number), at: this.arrival.at });
   }
 
   /** Takes `ticket` out of document `id`'s queue, in the background (a caller that gave up does not wait for it). */

@@ -9,7 +9,9 @@ import { freshCollection, sleep } from '../support/fixture';
 
 /*
  * A second independent review of 84581fe, f7390e1 and 4553371 (one turn before anything is sent;
- * callers that come together send in the order they came; `wait` counts from the call). The `wait`
+ * callers that come together send in the order they came; `wait` counts from the call). On a held
+ * document, the first of callers that came together was served last (its ticket was taken after
+ * its refused attempt, the others' at once): a ticket now keeps the place of when its waiter came. The `wait`
  * tests failed on 4553371 and on ed034fd (before the three commits): a call queued behind a waiter
  * of its own process slept 150 ms before its first attempt whatever its wait, and a clock set back
  * during its ticket take gave it its whole wait again. The bluebird test checks what the docs now
@@ -22,6 +24,43 @@ const isTicketTake = (method: string, args: readonly unknown[]): boolean => meth
 async function queueOf(collection: Collection<Document>, id: unknown): Promise<unknown[]> {
   return ((await collection.findOne({ _id: id as never }))?.lock?.queue ?? []) as unknown[];
 }
+
+describe('fair mode: callers that come together in one process are served in the order they came (review)', () => {
+  /** Callers 0..3 call `acquire(i)` in that order, in one turn, on one fair lock object; the order they were served in. */
+  async function servedOrder(collection: Collection<Document>, acquire: (i: number) => Promise<{ release(): Promise<void> }>, then?: () => Promise<void>): Promise<string> {
+    const served: number[] = [];
+    const callers = Array.from({ length: 4 }, async (_, i) => {
+      const handle = await acquire(i);
+      served.push(i);
+      await handle.release();
+    });
+    await then?.();
+    await Promise.all(callers);
+    return served.join(',');
+  }
+
+  it('on a held document: the first caller, refused at its first attempt, is served first (not last)', async function () {
+    this.timeout(30_000);
+    const rounds: string[] = [];
+    for (let round = 0; round < 5; round++) {
+      const collection = await freshCollection([{ _id: 'held' }]);
+      const lock = writeLock({ collection, locktimeout: 10_000, fair: true });
+      await (await lock.acquire({ _id: 'held' })).release(); // the server's clock is known, as in a running service
+      const holder = await writeLock({ collection, locktimeout: 10_000 }).acquire({ _id: 'held' });
+      rounds.push(
+        await servedOrder(collection, () => lock.acquire({ _id: 'held' }, { wait: 10_000 }), async () => {
+          await sleep(300); // every caller waits
+          await holder.release();
+        }),
+      );
+      expect(await queueOf(collection, 'held'), 'every ticket was taken out').to.deep.equal([]);
+    }
+    // The first caller's attempt is refused (the document is held); its ticket, taken after the
+    // others', keeps the place of when it came. (Before: 1,2,3,0 in 5 of 5 rounds.)
+    expect(rounds.filter((order) => order === '0,1,2,3').length, `order served, per round: ${rounds.join(' | ')}`).to.be.at.least(4);
+  });
+
+});
 
 /**
  * A held document, and a fair lock on it (through a collection whose ticket takes answer `delays.takeReply`
