@@ -8,11 +8,17 @@ import { noDocument } from './refusals';
 import { stampLag } from './stamp-refusals';
 import { observeWrite, runStamped, type WriteSettings } from './stamped-write';
 
-/** When a waiter came (a stamp from the server's clock's lower bound, ms) and the ticket id it was given then ({@link newTicketId}). */
+/**
+ * The ticket id a waiter was given when it came ({@link newTicketId}), and when it came: a stamp
+ * from the lower bound of the server's clock (ms), undefined when that clock was not known yet.
+ */
 export interface Arrival {
   readonly id: string;
-  readonly at: number;
+  readonly at: number | undefined;
 }
+
+/** How far back a ticket may be placed, at most, to when its waiter came (ms): a small part of the server's stamp window, which the write must still meet. */
+const MAX_BACKDATE = 25;
 
 /** A document's lock as a ticket write returned it, and the server's time of that write (ms). */
 export interface QueueView {
@@ -31,15 +37,19 @@ export class FairTickets {
   /**
    * Take a ticket ({@link takeTicketOperation}), at `releaseW`: resolves it, the document's `{ _id }`
    * and its queue. Its place is the waiter's `arrival` (when it came, not when its first attempt
-   * was refused: callers that came after it and queued at once must not come first), while that
-   * stamp is well within the server's window; else the stamp of the write.
+   * was refused: callers that came after it and queued at once must not come first) if that was
+   * at most {@link MAX_BACKDATE} ms (and a quarter of the window) before the first write's stamp;
+   * else, and on a retry, the stamp of the write.
    */
-  async take(filter: Document, tag: string, leaseMs: number, call: ResolvedCallOptions, arrival: Arrival = { id: newTicketId(), at: this.settings.clock.lower() }): Promise<{ ticket: Ticket; target: Document; seen: QueueView }> {
+  async take(filter: Document, tag: string, leaseMs: number, call: ResolvedCallOptions, arrival: Arrival = { id: newTicketId(), at: undefined }): Promise<{ ticket: Ticket; target: Document; seen: QueueView }> {
+    let first = true;
     return runStamped(this.settings.clock, this.settings.store, call, {
       target: filter,
       lease: leaseMs * 2,
       write: async (stamp, tolerance) => {
-        const at = stamp - arrival.at < tolerance / 2 ? Math.min(arrival.at, stamp) : stamp;
+        const back = first && arrival.at !== undefined ? stamp - arrival.at : Infinity;
+        first = false;
+        const at = back <= Math.min(MAX_BACKDATE, tolerance / 4) ? Math.min(arrival.at!, stamp) : stamp;
         const ticket: Ticket = { id: arrival.id, tag, at: new Date(at), exp: new Date(stamp + leaseMs) };
         const reply = await this.settings.store.apply(takeTicketOperation(this.settings.paths, filter, ticket, tolerance), call, call.releaseW);
         if (!reply.value) return undefined;

@@ -27,8 +27,8 @@ export class QueueTicket {
   /** When it was last written (sent; local ms). */
   private renewedAt = 0;
 
-  /** When its waiter came, and its place among this process's tickets: a ticket taken later keeps that place. */
-  private readonly arrival: { readonly number: number; readonly at: number };
+  /** Its place among this process's tickets, and when its waiter came if the server's clock was known then: a ticket taken later keeps that place. */
+  private readonly arrival: { readonly number: number; readonly at: number | undefined };
 
   constructor(
     private readonly engine: LockEngine,
@@ -37,7 +37,8 @@ export class QueueTicket {
     /** The ids of this process's tickets for the document (served here first, in order). */
     private readonly here: () => ReadonlySet<string>,
   ) {
-    this.arrival = { number: ticketNumber(), at: engine.clock.lower() };
+    // Before any reply, the lower bound is the local clock, a guess the server has not checked: not a place.
+    this.arrival = { number: ticketNumber(), at: engine.clock.synchronized ? engine.clock.lower() : undefined };
   }
 
   /**
