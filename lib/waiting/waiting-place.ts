@@ -91,9 +91,9 @@ export class WaitingPlace {
   /**
    * Once, before the first attempt of a waiter that queued behind others at once: sleeps until
    * its turn (a local release wakes it), as an attempt could only be refused, at most `left` ms
-   * (what is left of its wait); unless nothing that
-   * blocks it is held in this process and it is first in line (its ticket came first while the
-   * earlier waiter was still trying without one): no release here would wake it, so it tries now.
+   * (what is left of its wait); unless nothing that blocks it is held in this process and it is
+   * first in line (its ticket came first while the earlier waiter was still trying without one):
+   * no release here would wake it, so it tries now.
    */
   awaitTurn(signal: AbortSignal | undefined, left: number): Promise<void> | undefined {
     if (!this.behindOthers) return;
