@@ -5,9 +5,10 @@
  * of modelled majority wait (at L = 0 no proxy; at L > 0 the majority proxy in a process of its
  * own); and one uncontended read-modify-write critical section (acquire, read the document, write
  * it, release: bench/workloads.ts), monglock folded (at its default write concerns, and acquired
- * at `w: 1`) beside the plain floor and the same peers. Each contender runs in a process of its own, as a service loads one lock library: run in
- * one shared process, after the other libraries had run, monglock measured 1.25× its exact
- * commands at L = 0, and 1.11–1.15× in processes of their own. Each round measures every
+ * at `w: 1`) beside the plain floor and the same peers. Each contender runs in a process of its
+ * own, as a service loads one lock library: run in one shared process, after the other libraries
+ * had run, monglock measured 1.25× its exact commands at L = 0, and 1.11–1.15× in processes of
+ * their own. Each round measures every
  * contender once, in a rotated order, on a fresh collection: p50 of `--iterations` calls after a
  * warm-up. Figures are the median of the rounds' p50 with min–max, and the ratio of each round's
  * p50 to the median of each floor. Writes bench/results/uncontended.md and .json (or to `--out`),

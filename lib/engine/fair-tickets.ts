@@ -2,23 +2,19 @@ import type { Document } from 'mongodb';
 import type { ResolvedCallOptions } from '../common/options';
 import type { Ticket } from '../protocol/lock-data';
 import type { StoredLock } from '../protocol/stored-format';
-import { newTicketId } from '../protocol/lock-ids';
 import { dropTicketOperation, renewTicketOperation, takeTicketOperation } from '../protocol/tickets';
 import { noDocument } from './refusals';
 import { stampLag } from './stamp-refusals';
 import { observeWrite, runStamped, type WriteSettings } from './stamped-write';
 
 /**
- * The ticket id a waiter was given when it came ({@link newTicketId}), and when it came: a stamp
+ * The ticket id a waiter was given when it came (lib/protocol/lock-ids.ts), and when it came: a stamp
  * from the lower bound of the server's clock (ms), undefined when that clock was not known yet.
  */
 export interface Arrival {
   readonly id: string;
   readonly at: number | undefined;
 }
-
-/** How far back a ticket may be placed, at most, to when its waiter came (ms): a small part of the server's stamp window, which the write must still meet. */
-const MAX_BACKDATE = 25;
 
 /** A document's lock as a ticket write returned it, and the server's time of that write (ms). */
 export interface QueueView {
@@ -38,18 +34,19 @@ export class FairTickets {
    * Take a ticket ({@link takeTicketOperation}), at `releaseW`: resolves it, the document's `{ _id }`
    * and its queue. Its place is the waiter's `arrival` (when it came, not when its first attempt
    * was refused: callers that came after it and queued at once must not come first) if that was
-   * at most {@link MAX_BACKDATE} ms (and a quarter of the window) before the first write's stamp;
-   * else, and on a retry, the stamp of the write.
+   * at most a quarter of the server's stamp window (25 ms and a round trip) before the first
+   * write's stamp, which leaves the write the rest of the window; else, and on a retry, the stamp
+   * of the write.
    */
-  async take(filter: Document, tag: string, leaseMs: number, call: ResolvedCallOptions, arrival: Arrival = { id: newTicketId(), at: undefined }): Promise<{ ticket: Ticket; target: Document; seen: QueueView }> {
+  async take(filter: Document, tag: string, leaseMs: number, call: ResolvedCallOptions, arrival: Arrival): Promise<{ ticket: Ticket; target: Document; seen: QueueView }> {
     let first = true;
     return runStamped(this.settings.clock, this.settings.store, call, {
       target: filter,
       lease: leaseMs * 2,
       write: async (stamp, tolerance) => {
-        const back = first && arrival.at !== undefined ? stamp - arrival.at : Infinity;
+        const placed = first && arrival.at !== undefined && stamp - arrival.at <= tolerance / 4;
         first = false;
-        const at = back <= Math.min(MAX_BACKDATE, tolerance / 4) ? Math.min(arrival.at!, stamp) : stamp;
+        const at = placed ? Math.min(arrival.at!, stamp) : stamp;
         const ticket: Ticket = { id: arrival.id, tag, at: new Date(at), exp: new Date(stamp + leaseMs) };
         const reply = await this.settings.store.apply(takeTicketOperation(this.settings.paths, filter, ticket, tolerance), call, call.releaseW);
         if (!reply.value) return undefined;

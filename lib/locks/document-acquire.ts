@@ -75,7 +75,7 @@ export async function acquireOnDocument(
   const place = new WaitingPlace(site.engine, site.waiters, call, ruleTag, p.fair === undefined ? site.fair : p.fair === true);
   place.allowLooks(userFilter, owner !== undefined || resumed !== undefined);
   // When the wait ends (local ms): it bounds a look, the first sleep and the ticket's take (an attempt is bounded by `timeout`, and the last one explains).
-  const lookDeadline = performance.now() + waiting.wait;
+  const waitEnds = performance.now() + waiting.wait;
   if (waiting.wait > 0 && !resumed && owner === undefined && permits === undefined && document === undefined) {
     place.acceptHandOver(userFilter, { lease, w: call.w, fairness: () => place.fairness });
   }
@@ -90,14 +90,14 @@ export async function acquireOnDocument(
     // this process (a conflict).
     const attempt = attempts++;
     const explain = !quiet && (lastAttempt || (attempt % EXPLAIN_EVERY === 0 && !(attempt === 0 && waiting.wait > 0 && place.refusalIsConflict)) || place.takeWakeUp());
-    const turn = continuing ? undefined : place.awaitTurn(signal, lookDeadline - performance.now());
+    const turn = continuing ? undefined : place.awaitTurn(signal, waitEnds - performance.now());
     if (turn) await turn;
     // A release here may have handed this waiter the lock: its attempt is that hand-over (and, if none was made, its own).
     const grant = continuing ? undefined : place.takeGrant();
     // Fair, with tickets that came first (as last seen) and no hand-over on its way: a look (a
     // renewal that reads the queue) instead of an attempt that could only be refused. (A waiter
     // is handed the lock only while it sleeps, so none comes during the look.)
-    if (!continuing && !grant && !lastAttempt && place.onlyLooks) await place.look(lookDeadline);
+    if (!continuing && !grant && !lastAttempt && place.onlyLooks) await place.look(waitEnds);
     const send = (): Promise<Acquired | AssertivePending> =>
       continuing
         ? site.engine.resume(continuing.target, continuing.lock, call, document)
@@ -153,7 +153,7 @@ export async function acquireOnDocument(
     if (queued) await acquisition.race(queued, signal, () => undefined);
     const attempt = (): Promise<Acquired> => acquisition.race(step(), signal, (outcome) => (outcome.lock.id === resumed?.lock.id ? undefined : outcome));
     // `wait` counts from the call: the time a ticket took to be taken above (bounded by a timer) is part of it.
-    const left = Math.max(0, lookDeadline - performance.now());
+    const left = Math.max(0, waitEnds - performance.now());
     won = await retryWithin({ wait: left, signal }, attempt, retryable, () => site.clock.local(), place.sleep).catch((error: unknown) => {
       // The wait ran out on a refusal nobody explained (while waiting, most are not): one last attempt says why (LimitMismatch, say), or wins.
       if (quiet || !isUnexplained(error) || signal?.aborted || acquisition.abandoned) throw error;

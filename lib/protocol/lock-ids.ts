@@ -34,7 +34,7 @@ let ticketCount = 0;
  * random ids, callers that came together were served in a random order). Between processes, a tie
  * in the same millisecond goes to the lower count.
  */
-export function newTicketId(number = ticketNumber()): string {
+export function newTicketId(number: number): string {
   return `${number.toString(16).padStart(12, '0')}${newLockId().slice(12)}`;
 }
 

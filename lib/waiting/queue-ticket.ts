@@ -27,8 +27,8 @@ export class QueueTicket {
   /** When it was last written (sent; local ms). */
   private renewedAt = 0;
 
-  /** Its place among this process's tickets, and when its waiter came if the server's clock was known then: a ticket taken later keeps that place. */
-  private readonly arrival: { readonly number: number; readonly at: number | undefined };
+  /** Fair: its place among this process's tickets, and when its waiter came if the server's clock was known then: a ticket taken later keeps that place. */
+  private readonly arrival: { readonly number: number; readonly at: number | undefined } | undefined;
 
   constructor(
     private readonly engine: LockEngine,
@@ -36,9 +36,10 @@ export class QueueTicket {
     private readonly tag: string,
     /** The ids of this process's tickets for the document (served here first, in order). */
     private readonly here: () => ReadonlySet<string>,
+    fair: boolean,
   ) {
     // Before any reply, the lower bound is the local clock, a guess the server has not checked: not a place.
-    this.arrival = { number: ticketNumber(), at: engine.clock.synchronized ? engine.clock.lower() : undefined };
+    if (fair) this.arrival = { number: ticketNumber(), at: engine.clock.synchronized ? engine.clock.lower() : undefined };
   }
 
   /**
@@ -48,7 +49,8 @@ export class QueueTicket {
    */
   take(filter: Document): Promise<{ ticket: Ticket; target: Document; seen: QueueView }> {
     this.renewedAt = performance.now();
-    return this.engine.tickets.take(filter, this.tag, TICKET_LEASE, this.call, { id: newTicketId(this.arrival.number), at: this.arrival.at });
+    const arrival = this.arrival ?? { number: ticketNumber(), at: undefined };
+    return this.engine.tickets.take(filter, this.tag, TICKET_LEASE, this.call, { id: newTicketId(arrival.number), at: arrival.at });
   }
 
   /** Takes `ticket` out of document `id`'s queue, in the background (a caller that gave up does not wait for it). */

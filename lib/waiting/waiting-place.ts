@@ -49,7 +49,7 @@ export class WaitingPlace {
     private readonly fair: boolean,
   ) {
     this.since = performance.now();
-    this.queue = new QueueTicket(engine, call, tag, () => this.waiters.localTickets(this.documentId));
+    this.queue = new QueueTicket(engine, call, tag, () => this.waiters.localTickets(this.documentId), fair);
     this.blockedBy = waitsFor(engine.rule(tag));
     this.limited = engine.rule(tag).limit !== undefined;
   }

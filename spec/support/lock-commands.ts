@@ -3,7 +3,7 @@
  * filter, update, options), for fault plans that hold one kind of write back
  * (`delayedCollection(collection, { request: (method, n, args) => … })`).
  */
-import type { Document } from 'mongodb';
+import type { Collection, Document } from 'mongodb';
 import { isHandOverCall } from '../../stress/delayed-collection';
 import { realNow } from './clock';
 
@@ -82,4 +82,14 @@ export function settleTime(promise: PromiseLike<unknown>, since: number): Promis
     },
     (error: Error & { subtype?: string }) => `${error.subtype ?? error.name} ${after()}`,
   );
+}
+
+/** The fair queue (`lock.queue`) of document `id`, as stored: its tickets, first in line first. */
+export async function queueOf(collection: Collection<Document>, id: unknown): Promise<Array<{ id: string; tag: string; at: Date; exp: Date }>> {
+  return ((await collection.findOne({ _id: id as never }))?.lock?.queue ?? []) as Array<{ id: string; tag: string; at: Date; exp: Date }>;
+}
+
+/** How many of `queue`'s tickets are live by this machine's clock. */
+export function liveTickets(queue: ReadonlyArray<{ exp: Date }>): number {
+  return queue.filter((ticket) => ticket.exp.getTime() > Date.now()).length;
 }

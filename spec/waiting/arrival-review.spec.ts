@@ -4,6 +4,7 @@ import { writeLock } from '../../lib';
 import { delayedCollection } from '../../stress/delayed-collection';
 import { realNow } from '../support/clock';
 import { freshCollection, sleep } from '../support/fixture';
+import { queueOf } from '../support/lock-commands';
 
 /*
  * A third independent review of d211554 (a fair ticket carries when its call came: the server
@@ -11,12 +12,8 @@ import { freshCollection, sleep } from '../support/fixture';
  * before the call sends anything: on a lock that has had no reply yet it is the local clock, a
  * guess. A ticket's place must never come before a waiter that truly came first and already
  * holds a ticket in the queue. Both tests failed on d211554: the ticket now keeps its arrival
- * only when the lock's clock was known then, and only on its first write, at most 25 ms back.
+ * only when the lock's clock was known then, and only on its first write, at most a quarter of the server's stamp window back.
  */
-
-async function queueOf(collection: Collection<Document>, id: unknown): Promise<{ id: string; at: Date; exp: Date }[]> {
-  return ((await collection.findOne({ _id: id as never }))?.lock?.queue ?? []) as { id: string; at: Date; exp: Date }[];
-}
 
 async function untilQueued(collection: Collection<Document>, id: unknown, count: number): Promise<{ id: string; at: Date; exp: Date }[]> {
   for (const started = Date.now(); Date.now() - started < 5_000; await sleep(1)) {

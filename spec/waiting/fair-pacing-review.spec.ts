@@ -13,16 +13,11 @@ import type { Collection, Document } from 'mongodb';
 import { writeLock } from '../../lib';
 import { delayedCollection, isHandOverCall } from '../../stress/delayed-collection';
 import { freshCollection, sleep } from '../support/fixture';
-import { acquiredOrRejected } from '../support/lock-commands';
-
-async function liveTickets(collection: Collection<Document>, id: unknown): Promise<number> {
-  const queue = ((await collection.findOne({ _id: id as never }))?.lock?.queue ?? []) as Array<{ exp: Date }>;
-  return queue.filter((ticket) => ticket.exp.getTime() > Date.now()).length;
-}
+import { acquiredOrRejected, liveTickets, queueOf } from '../support/lock-commands';
 
 async function ticketsReach(collection: Collection<Document>, id: unknown, count: number): Promise<void> {
-  for (let tries = 0; tries < 500 && (await liveTickets(collection, id)) < count; tries++) await sleep(10);
-  expect(await liveTickets(collection, id), `${count} live tickets`).to.be.at.least(count);
+  for (let tries = 0; tries < 500 && liveTickets(await queueOf(collection, id)) < count; tries++) await sleep(10);
+  expect(liveTickets(await queueOf(collection, id)), `${count} live tickets`).to.be.at.least(count);
 }
 
 describe('review d95f1ec: a paced fair waiter still tries when an attempt could succeed or fail otherwise', () => {
@@ -185,10 +180,10 @@ describe('a look and an abort', () => {
     expect((rejected as Error).message, 'rejects with the abort reason').to.equal('gave up');
     expect(ms, 'ms from the abort to the rejection').to.be.below(1_000);
     // Its ticket is taken out at once (the look just renewed it for 2 s more: it would not expire in this second).
-    for (let tries = 0; tries < 50 && (await liveTickets(collection, 1)) > 1; tries++) await sleep(20);
-    expect(await liveTickets(collection, 1), 'only the waiter ahead is still queued, within a second of the abort').to.equal(1);
+    for (let tries = 0; tries < 50 && liveTickets(await queueOf(collection, 1)) > 1; tries++) await sleep(20);
+    expect(liveTickets(await queueOf(collection, 1)), 'only the waiter ahead is still queued, within a second of the abort').to.equal(1);
     await sleep(3_500); // the held-back reply has come, and changes nothing
-    expect(await liveTickets(collection, 1), 'only the waiter ahead is still queued, after the late reply').to.equal(1);
+    expect(liveTickets(await queueOf(collection, 1)), 'only the waiter ahead is still queued, after the late reply').to.equal(1);
     await holder.release();
     const next = await ahead;
     expect(next.fence, 'the waiter ahead gets the lock next: the aborted waiter holds nothing').to.equal(holder.fence + 1);

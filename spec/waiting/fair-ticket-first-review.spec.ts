@@ -4,7 +4,7 @@ import { multiLock, writeLock } from '../../lib';
 import { realNow } from '../support/clock';
 import { freshCollection, sleep } from '../support/fixture';
 import { delayedCollection } from '../../stress/delayed-collection';
-import { isAcquisition, settleTime } from '../support/lock-commands';
+import { isAcquisition, liveTickets, queueOf, settleTime } from '../support/lock-commands';
 
 /*
  * Guards from the review of c8550f2 ("a new waiting call takes its ticket before its first attempt
@@ -16,13 +16,8 @@ import { isAcquisition, settleTime } from '../support/lock-commands';
  * the same outcomes.
  */
 
-async function liveTickets(collection: Collection<Document>, id: unknown): Promise<number> {
-  const queue = ((await collection.findOne({ _id: id as never }))?.lock?.queue ?? []) as Array<{ exp: Date }>;
-  return queue.filter((ticket) => ticket.exp.getTime() > Date.now()).length;
-}
-
 async function untilTickets(collection: Collection<Document>, id: unknown, count: number): Promise<void> {
-  for (let tries = 0; (await liveTickets(collection, id)) !== count; tries++) {
+  for (let tries = 0; liveTickets(await queueOf(collection, id)) !== count; tries++) {
     expect(tries, `${count} live ticket(s)`).to.be.below(500);
     await sleep(5);
   }
@@ -98,7 +93,7 @@ describe('review c8550f2 (reverted): a fair call right after another instance\'s
     const start = realNow();
     const outcome = await settleTime(lockA.acquire({ _id: 1 }, { wait: 20 }), start);
     await sleep(200);
-    console.log(`      ${outcome}; commands: ${a.sent.join(', ')}; live tickets 200 ms later: ${await liveTickets(collection, 1)}`);
+    console.log(`      ${outcome}; commands: ${a.sent.join(', ')}; live tickets 200 ms later: ${liveTickets(await queueOf(collection, 1))}`);
     expect(outcome, 'a free document, a wait of 20 ms (wait bounds the retrying, not an attempt already sent)').to.match(/^resolved/);
   });
 

@@ -5,16 +5,8 @@ import type { Collection, Document } from 'mongodb';
 import { writeLock } from '../../lib';
 import { TICKET_LEASE } from '../../lib/waiting/waiting-place';
 import { realNow } from '../support/clock';
-import { isAcquisition, settleTime } from '../support/lock-commands';
+import { isAcquisition, liveTickets, queueOf, settleTime } from '../support/lock-commands';
 import { freshCollection, mongoBackend, rejectionOf, sleep } from '../support/fixture';
-
-async function queueOf(collection: Collection<Document>, id: unknown): Promise<Array<{ id: string; exp: Date }>> {
-  return ((await collection.findOne({ _id: id as never }))?.lock?.queue ?? []) as Array<{ id: string; exp: Date }>;
-}
-
-function liveTickets(queue: Array<{ exp: Date }>): number {
-  return queue.filter((ticket) => ticket.exp.getTime() > Date.now()).length;
-}
 
 /** One JSON line a waiter process prints per acquisition. */
 interface WaiterAcquisition {

@@ -4,8 +4,9 @@ import type { Collection, Document } from 'mongodb';
 import { writeLock } from '../../lib';
 import { delayedCollection } from '../../stress/delayed-collection';
 import { realNow } from '../support/clock';
-import { isAcquisition, settleTime, whatAnAcquisitionGets } from '../support/lock-commands';
+import { isAcquisition, queueOf, settleTime, whatAnAcquisitionGets } from '../support/lock-commands';
 import { freshCollection, sleep } from '../support/fixture';
+import { MAX_RETRY_DELAY } from '../../lib/waiting/wait-options';
 
 /*
  * A second independent review of 84581fe, f7390e1 and 4553371 (one turn before anything is sent;
@@ -20,10 +21,6 @@ import { freshCollection, sleep } from '../support/fixture';
  */
 
 const isTicketTake = (method: string, args: readonly unknown[]): boolean => method === 'findOneAndUpdate' && 'lock.queue' in (((args[1] as Document).$push ?? {}) as Document);
-
-async function queueOf(collection: Collection<Document>, id: unknown): Promise<unknown[]> {
-  return ((await collection.findOne({ _id: id as never }))?.lock?.queue ?? []) as unknown[];
-}
 
 describe('fair mode: callers that come together in one process are served in the order they came (review)', () => {
   /** Callers 0..3 call `acquire(i)` in that order, in one turn, on one fair lock object; the order they were served in. */
@@ -106,7 +103,7 @@ describe('wait bounds a call queued behind a waiter of its own process (review)'
       await holder.release();
       expect(behind, `the same call with nobody ahead: ${alone}`).to.match(/^LockAlreadyTaken/);
       // api.md: a call can outlast `wait` by one attempt (a few ms on this server: see `alone`).
-      expect(Number(/after (\d+) ms/.exec(behind)?.[1]), `behind a local waiter: ${behind}; alone: ${alone}`).to.be.below(20 + 100); // 152–161 ms before
+      expect(Number(/after (\d+) ms/.exec(behind)?.[1]), `behind a local waiter: ${behind}; alone: ${alone}`).to.be.below(MAX_RETRY_DELAY); // before: the 150 ms sleep, then the attempt (152–161 ms)
     });
   }
 
@@ -118,7 +115,7 @@ describe('wait bounds a call queued behind a waiter of its own process (review)'
     const outcome = await settleTime(lock.acquire({ _id: 1 }, { wait: 300 }), started);
     await finish();
     expect(outcome).to.match(/^LockAlreadyTaken/);
-    expect(Number(/after (\d+) ms/.exec(outcome)?.[1]), outcome).to.be.below(300 + 100); // 433–438 ms before
+    expect(Number(/after (\d+) ms/.exec(outcome)?.[1]), outcome).to.be.below(280 + MAX_RETRY_DELAY); // before: the take, the 150 ms sleep, then the attempt (433–438 ms)
   });
 
   it('fair, the clock option set back during the ticket take: wait still counts from the call', async function () {
