@@ -1,7 +1,7 @@
 import type { Collection, Document, Filter, UpdateFilter, WithId } from 'mongodb';
 import type { BoomLike } from './errors';
 import { refuseUnknownKeys, type KnownKeys } from './known-keys';
-import { expectBoolean, expectBoom, expectCollection, expectFunction, expectMs, expectObject, expectSafeName, expectW } from './validation';
+import { expectBoolean, expectBoom, expectCollection, expectFunction, expectMs, expectObject, expectSafeName, expectShardKey, expectW } from './validation';
 
 /** A promise constructor such as bluebird's, used to wrap what public methods return. */
 export type PromiseLibrary = { resolve<T>(value: T | PromiseLike<T>): PromiseLike<T> };
@@ -135,12 +135,29 @@ export interface LockOptions<TSchema extends Document = Document, P extends Prom
    * @default a monotonic clock (`performance.timeOrigin + performance.now()`)
    */
   readonly clock?: () => number;
+  /**
+   * The largest difference, in ms, between the clocks of the deployment's servers that monglock
+   * may assume: on a sharded cluster, every mongos's and every shard primary's clock lies within
+   * it of every shard primary's. Leases are judged so that a skew up to it never admits a second
+   * holder (a lock nobody releases is taken over up to about 4 × later); a larger skew that a
+   * reply shows fails the call with `DbError` naming it. `monglock doctor` measures it. Give every
+   * process of a deployment the same value. See docs/guarantees.md, "Several clocks".
+   * @default 1000 on a sharded cluster, 0 elsewhere (one clock: the primary's)
+   */
+  readonly maxClockSkew?: number;
+  /**
+   * The collection's shard key, as `sh.shardCollection` took it (`{ region: 1, _id: 1 }`): every
+   * write to a locked document then names its values, which mongos 4.4–6.x needs. Give it when the
+   * lock's database user may not read `config.collections`.
+   * @default read from the cluster's metadata on a sharded cluster; none elsewhere
+   */
+  readonly shardKey?: Readonly<Record<string, 1 | -1 | 'hashed'>>;
 }
 
 /** Keys of {@link CallOptions}: every lock call takes them. */
 export const CALL_KEYS = ['timeout', 'w', 'releaseW', 'boom'] as const;
 /** Keys of {@link LockOptions}. */
-export const LOCK_OPTION_KEYS = [...CALL_KEYS, 'collection', 'field', 'Promise', 'fair', 'clock'] as const;
+export const LOCK_OPTION_KEYS = [...CALL_KEYS, 'collection', 'field', 'Promise', 'fair', 'clock', 'maxClockSkew', 'shardKey'] as const;
 
 /** Why a call refuses keys that are fixed when the lock is made (monglock v2 took some of them per call). */
 export const FIXED_PER_LOCK: Readonly<Record<string, string>> = {
@@ -148,6 +165,8 @@ export const FIXED_PER_LOCK: Readonly<Record<string, string>> = {
   field: 'the lock\'s field is fixed when the lock is made',
   Promise: 'the promise library is fixed when the lock is made',
   clock: 'the clock is fixed when the lock is made',
+  maxClockSkew: 'the skew assumed between clocks is fixed when the lock is made',
+  shardKey: 'the shard key is fixed when the lock is made',
   locktimeouts: 'leases per tag are set when the multiLock is made; a call takes `locktimeout`',
   lockRelationships: 'relationships are set when the multiLock is made',
 };
@@ -198,6 +217,7 @@ export function resolveLockOptions(options: unknown, known: KnownKeys): {
   Promise: PromiseLibrary | undefined;
   clock: () => number;
   fair: boolean;
+  deployment: { maxClockSkew?: number; shardKey?: Readonly<Record<string, unknown>> };
 } {
   const o = readParams('options', options, known, false);
   const field = o.field === undefined ? 'lock' : expectSafeName('options.field', o.field);
@@ -214,5 +234,9 @@ export function resolveLockOptions(options: unknown, known: KnownKeys): {
     Promise: PromiseLib,
     clock: o.clock === undefined ? monotonicNow : expectFunction<() => number>('options.clock', o.clock),
     fair: o.fair === undefined ? false : expectBoolean('options.fair', o.fair),
+    deployment: {
+      ...(o.maxClockSkew !== undefined && { maxClockSkew: expectMs('options.maxClockSkew', o.maxClockSkew, 0) }),
+      ...(o.shardKey !== undefined && { shardKey: expectShardKey('options.shardKey', o.shardKey) }),
+    },
   };
 }

@@ -47,9 +47,19 @@ export function idNamedBy(filter: Document): unknown {
   return id;
 }
 
-/** True when `filter` is `{ _id }` alone, with a value {@link idNamedBy} accepts: it addresses one document, whatever the document becomes. */
-export function namesOneDocument(filter: Document): boolean {
-  return Object.keys(filter).length === 1 && idNamedBy(filter) !== undefined;
+/**
+ * True when `filter` is `{ _id }` with a value {@link idNamedBy} accepts, and otherwise names only
+ * fields of the collection's `shardKey` by a plain value: it addresses one document, whatever the
+ * document becomes (a document's shard key values route it; they are not the lock's to change).
+ */
+export function namesOneDocument(filter: Document, shardKey: readonly string[] = []): boolean {
+  if (idNamedBy(filter) === undefined) return false;
+  return Object.entries(filter).every(([key, value]) => key === '_id' || (shardKey.includes(key) && isPlainValue(value)));
+}
+
+/** A value a filter matches by equality as it stands: not an operator object nor an embedded document. */
+function isPlainValue(value: unknown): boolean {
+  return typeof value !== 'object' || value === null || Object.getPrototypeOf(value) !== Object.prototype;
 }
 
 /** Throws a TypeError unless `value` is a plain object. */
@@ -184,6 +194,23 @@ export function expectSafeName(name: string, value: unknown): string {
     );
   }
   return value;
+}
+
+/**
+ * Throws unless `value` is a shard key pattern as `sh.shardCollection` takes it: an object of 1 to
+ * 32 field paths (no `$`, no empty part, not the lock's own path), each `1`, `-1` or `'hashed'`.
+ */
+export function expectShardKey(name: string, value: unknown): Readonly<Record<string, 1 | -1 | 'hashed'>> {
+  if (!isPlainObject(value) || Object.keys(value).length === 0 || Object.keys(value).length > 32) {
+    throw new TypeError(`Expected \`${name}\` to be a shard key pattern such as \`{ region: 1, _id: 1 }\`, got ${describe(value)}`);
+  }
+  for (const [path, kind] of Object.entries(value)) {
+    if (path.startsWith('$') || path.split('.').some((part) => part === '' || FORBIDDEN_NAMES.has(part))) {
+      throw new TypeError(`Expected \`${name}\` to name fields by dot paths, got the key ${describe(path)}`);
+    }
+    if (kind !== 1 && kind !== -1 && kind !== 'hashed') throw new TypeError(`Expected \`${name}.${path}\` to be 1, -1 or 'hashed', got ${describe(kind)}`);
+  }
+  return value as Readonly<Record<string, 1 | -1 | 'hashed'>>;
 }
 
 /** Throws unless `value` is a usable write concern (never 0). */

@@ -9,15 +9,25 @@ export interface Acquired {
   readonly target: Document;
   /**
    * For a lock whose write may still be on its way (its reply was lost): the server time after
-   * which the write can no longer land (its stamp plus the tolerance the server checks it with).
+   * which the write can no longer land. It can start on the server until its stamp plus the
+   * tolerance the server checks it with ({@link startsBy}); a command blocked there (behind a
+   * transaction, a prepare conflict, a full ticket queue) lands up to its `maxTimeMS`, the call's
+   * `timeout`, later.
    */
   readonly landsBy?: number;
+  /** For such a lock: the server time after which its write can no longer start (its stamp plus the tolerance): when it has usually landed. */
+  readonly startsBy?: number;
   /** The server's clock when the write that set `lock.expiresAt` was applied (ms). */
   readonly appliedAt?: number;
   /** The locked document after the acquisition, when it was asked for (without the lock field, unless projected). */
   readonly document?: Document;
   /** A nested hold of an owner that held the lock already (it took no place in the fair queue). */
   readonly nested?: boolean;
+}
+
+/** When a write stamped `stamp` and checked within `tolerance` can no longer start, and no longer land (see {@link Acquired.landsBy}). */
+export function landing(stamp: number, tolerance: number, call: { readonly timeout: number }): { startsBy: number; landsBy: number } {
+  return { startsBy: stamp + tolerance, landsBy: stamp + tolerance + call.timeout };
 }
 
 /** An acquisition that registered a lock which still waits for the tags it is assertive over. */
@@ -51,18 +61,29 @@ export function refusedDocumentOf(error: unknown): unknown {
   return typeof error === 'object' && error !== null ? refusedDocuments.get(error) : undefined;
 }
 
-/** `outcome` carrying the locked document, as the caller asked for it (see {@link documentAsAsked}). */
-export function withDocument(outcome: Acquired | AssertivePending, doc: Document, field: string, asked: Document | true | undefined): Acquired | AssertivePending {
+/**
+ * `outcome` carrying the locked document, as the caller asked for it (see {@link documentAsAsked}):
+ * without the shard key fields (`added`) that the reply carried only to address the document.
+ */
+export function withDocument(outcome: Acquired | AssertivePending, doc: Document, field: string, asked: Document | true | undefined, added: readonly string[] = []): Acquired | AssertivePending {
   if (asked === undefined) return outcome;
-  const document = documentAsAsked(doc, field, asked);
+  const document = documentAsAsked(doc, field, asked, added);
   if (outcome instanceof AssertivePending) return new AssertivePending(outcome.lock, outcome.target, outcome.blockedBy, document);
   return { ...outcome, document };
 }
 
-/** The document as the caller asked for it: without the lock's `field` unless its projection names it, without `_id` if it excluded it. */
-function documentAsAsked(doc: Document, field: string, asked: Document | true): Document {
+/**
+ * The document as the caller asked for it: without the lock's `field` unless its projection names
+ * it, without `_id` if it excluded it, and without the fields of `added` (top-level shard key
+ * fields) that an inclusion projection did not name or an exclusion named.
+ */
+function documentAsAsked(doc: Document, field: string, asked: Document | true, added: readonly string[]): Document {
   const rest: Document = { ...doc };
   if (asked === true || !Object.entries(asked).some(([path, mode]) => mode && namesField(path, field))) delete rest[field];
   if (asked !== true && '_id' in asked && !asked._id) delete rest._id;
+  if (asked !== true) {
+    const inclusion = Object.entries(asked).some(([path, mode]) => mode && path !== '_id');
+    for (const path of added) if (!path.includes('.') && (inclusion ? !asked[path] : path in asked)) delete rest[path];
+  }
   return rest;
 }

@@ -100,7 +100,7 @@ export async function settleCommit(settlement: CommitSettlement, target: Documen
   }
   if (removed) throw fail(false, 'the update was not applied, and never will be: the lock was released');
 
-  const identified = namesOneDocument(target);
+  const identified = namesOneDocument(target, store.shardKey);
   // The lock's and the commit's ids are random: the document holding either is the locked one, wherever the filter points now.
   const locked = identified ? target : { $or: [hasEntry(paths, lock.tag, { id: lock.id }), { [paths.committed]: { $elemMatch: { id: record.id } } }] };
   for (let read = 1; ; read++) {
@@ -139,7 +139,7 @@ export async function settleCommit(settlement: CommitSettlement, target: Documen
 /** Resolves once the lower bound of the server's clock is past `ms` (reading the server's clock first if this client has not). */
 export async function untilServerPassed(settlement: Pick<CommitSettlement, 'clock' | 'readClock'>, ms: number): Promise<void> {
   if (!settlement.clock.synchronized) await settlement.readClock();
-  const wait = ms + 1 - settlement.clock.lower();
+  const wait = settlement.clock.untilPast(ms);
   if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
 }
 

@@ -2,7 +2,7 @@ import type { Document } from 'mongodb';
 import { lockError, withDbErrors } from '../common/errors';
 import type { ResolvedCallOptions } from '../common/options';
 import { conversionBlockedBy, conversionWaitsFor, convertOperation, dropUpgradeOperation, markUpgradeOperation, pendingUpgrade } from '../protocol/convert';
-import { expiryOf, fenceOf, type LockData } from '../protocol/lock-data';
+import { fenceOf, type LockData } from '../protocol/lock-data';
 import { liveEntries, type StoredLock } from '../protocol/stored-format';
 import type { TagRule } from '../protocol/lock-data';
 import { isLimited, isUnlimitedShared, usedPermits } from '../protocol/permits';
@@ -10,7 +10,7 @@ import type { Acquired } from './acquired';
 import type { LockEngine } from './lock-engine';
 import { explainLostLock } from './refusals';
 import { stampRefused, type Verdict } from './stamp-refusals';
-import { observeWrite, runStamped } from './stamped-write';
+import { observeWrite } from './stamped-write';
 import type { Inspection } from './store';
 
 /**
@@ -25,17 +25,18 @@ export async function convertLock(engine: LockEngine, target: Document, lock: Lo
   const to = engine.rule(tag);
   // A pending upgrade to a tag that waits for `to` but not for `from` would be held up by this conversion.
   const yieldsToUpgradesOf = (to.yieldsToUpgradesOf ?? []).filter((other) => !conversionBlockedBy(engine.rule(other)).includes(from.tag));
-  return runStamped(clock, store, call, {
+  return engine.stamped(call, {
     target,
     lease,
     write: async (stamp, tolerance) => {
-      const entry = { id: lock.id, at: new Date(stamp), exp: new Date(expiryOf(stamp, lease)) };
+      const entry = { id: lock.id, at: new Date(stamp), exp: new Date(engine.clock.expiry(stamp, lease)) };
       const operation = convertOperation({ paths, from, to, tags: engine.tags, target, entry, tolerance, yieldsToUpgradesOf });
       const reply = await store.apply(operation, call, call.w);
       if (!reply.value) return undefined;
       const appliedAt = observeWrite({ paths, clock }, reply.value, reply);
+      await engine.deployment.refuseSkewed(call);
       const converted: LockData = { id: lock.id, tag, timestamp: stamp, fence: fenceOf(paths.read(reply.value)), expiresAt: entry.exp.getTime(), ...(to.limit !== undefined && { permits: 1 }) };
-      return { lock: converted, target: { _id: reply.value._id }, appliedAt };
+      return { lock: converted, target: engine.deployment.addressOf(reply.value), appliedAt };
     },
     explain: (seen, stamp, tolerance) =>
       explainRefusedConversion(engine, seen, lock, tag, yieldsToUpgradesOf, call, stamp, tolerance) ??
@@ -112,11 +113,11 @@ function upgradeWaitingFor(engine: LockEngine, stored: StoredLock, lock: LockDat
  */
 export async function markUpgrade(engine: LockEngine, target: Document, lock: LockData, tag: string, lease: number, call: ResolvedCallOptions): Promise<boolean> {
   const { paths, store, clock } = engine;
-  return runStamped(clock, store, call, {
+  return engine.stamped(call, {
     target,
     lease,
     write: async (stamp, tolerance) => {
-      const mark = { id: lock.id, tag, exp: new Date(stamp + lease) };
+      const mark = { id: lock.id, tag, exp: new Date(clock.expiry(stamp, lease)) };
       const reply = await store.apply(markUpgradeOperation(paths, target, lock.tag, mark, new Date(stamp), tolerance), call, call.w);
       if (!reply.value) return undefined;
       observeWrite({ paths, clock }, reply.value, reply);

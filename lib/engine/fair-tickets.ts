@@ -6,6 +6,8 @@ import { dropTicketOperation, renewTicketOperation, takeTicketOperation } from '
 import { noDocument } from './refusals';
 import { stampLag } from './stamp-refusals';
 import { observeWrite, runStamped, type WriteSettings } from './stamped-write';
+import { addressOf } from './address';
+import type { ResolvedCallOptions as Call } from '../common/options';
 
 /**
  * The ticket id a waiter was given when it came (lib/protocol/lock-ids.ts), and when it came: a stamp
@@ -28,10 +30,14 @@ export interface QueueView {
  * its place.
  */
 export class FairTickets {
-  constructor(private readonly settings: WriteSettings) {}
+  constructor(
+    private readonly settings: WriteSettings,
+    /** Resolves once the deployment is known (its clocks' skew decides the stamps), if it is not yet. */
+    private readonly ready: (call: Call) => Promise<void> | undefined,
+  ) {}
 
   /**
-   * Take a ticket ({@link takeTicketOperation}), at `releaseW`: resolves it, the document's `{ _id }`
+   * Take a ticket ({@link takeTicketOperation}), at `releaseW`: resolves it, the document's address
    * and its queue. Its place is the waiter's `arrival` (when it came, not when its first attempt
    * was refused: callers that came after it and queued at once must not come first) if that was
    * at most a quarter of the server's stamp window (25 ms and a round trip) before the first
@@ -39,6 +45,7 @@ export class FairTickets {
    * of the write.
    */
   async take(filter: Document, tag: string, leaseMs: number, call: ResolvedCallOptions, arrival: Arrival): Promise<{ ticket: Ticket; target: Document; seen: QueueView }> {
+    await this.ready(call);
     let first = true;
     return runStamped(this.settings.clock, this.settings.store, call, {
       target: filter,
@@ -47,11 +54,11 @@ export class FairTickets {
         const placed = first && arrival.at !== undefined && stamp - arrival.at <= tolerance / 4;
         first = false;
         const at = placed ? Math.min(arrival.at!, stamp) : stamp;
-        const ticket: Ticket = { id: arrival.id, tag, at: new Date(at), exp: new Date(stamp + leaseMs) };
+        const ticket: Ticket = { id: arrival.id, tag, at: new Date(at), exp: new Date(this.settings.clock.expiry(stamp, leaseMs)) };
         const reply = await this.settings.store.apply(takeTicketOperation(this.settings.paths, filter, ticket, tolerance), call, call.releaseW);
         if (!reply.value) return undefined;
         const now = observeWrite(this.settings, reply.value, reply);
-        return { ticket, target: { _id: reply.value._id }, seen: { lock: this.settings.paths.read(reply.value), now } };
+        return { ticket, target: addressOf(reply.value, this.settings.store.shardKey), seen: { lock: this.settings.paths.read(reply.value), now } };
       },
       explain: (seen, stamp, tolerance) => (seen.value ? { retry: true, why: stampLag(seen, stamp, tolerance, leaseMs * 2) } : noDocument(call.boom)),
     });
@@ -60,8 +67,8 @@ export class FairTickets {
   /** Renew a ticket ({@link renewTicketOperation}) to `leaseMs` past a server-checked stamp; resolves the queue, or null when the ticket is gone. */
   async renew(target: Document, ticket: Ticket, leaseMs: number, call: ResolvedCallOptions): Promise<QueueView | null> {
     const { clock, paths, store } = this.settings;
-    const at = new Date(clock.lower());
-    const operation = renewTicketOperation(paths, target, ticket.id, at, new Date(at.getTime() + leaseMs), clock.tolerance(leaseMs * 2, true));
+    const at = new Date(clock.stamp());
+    const operation = renewTicketOperation(paths, target, ticket.id, at, new Date(clock.expiry(at.getTime(), leaseMs)), clock.tolerance(leaseMs * 2, true));
     const reply = await store.apply(operation, call, call.releaseW);
     return reply.value ? { lock: paths.read(reply.value), now: observeWrite(this.settings, reply.value, reply) } : null;
   }

@@ -2,12 +2,13 @@ import type { Document } from 'mongodb';
 import { withDbErrors } from '../common/errors';
 import type { ResolvedCallOptions } from '../common/options';
 import { handOverOperation } from '../protocol/hand-over';
-import { expiryOf, fenceOf, type LockData, type TagRule, type Ticket } from '../protocol/lock-data';
+import { fenceOf, type LockData, type TagRule, type Ticket } from '../protocol/lock-data';
 import { newLockId } from '../protocol/lock-ids';
 import { withdrawOperation } from '../protocol/release';
-import type { Acquired } from './acquired';
+import { landing, type Acquired } from './acquired';
 import { observeWrite, type WriteSettings } from './stamped-write';
 import { failedAcquisition } from './write-failures';
+import { addressOf } from './address';
 
 /** What the waiter a lock is handed to asks for: its lease, its write concern, its fair ticket. */
 export interface GranteeTerms {
@@ -36,7 +37,7 @@ export class HandOverFailed extends Error {
 }
 
 /**
- * Hands `holder`'s lock (an exclusive tag's, on the document `target` = `{ _id }`) over to a
+ * Hands `holder`'s lock (an exclusive tag's, on the document `target` addresses) over to a
  * waiter of this process in one update ({@link handOverOperation}), stamped from the lower bound of
  * the server's clock: resolves the waiter's lock, or undefined when the update matched nothing
  * (the holder's lock is gone, a fair ticket came first, or the stamp was refused: the holder then
@@ -53,9 +54,9 @@ export async function handOver(
   call: ResolvedCallOptions,
 ): Promise<Acquired | undefined> {
   const { paths, clock, store } = settings;
-  const stamp = clock.lower();
+  const stamp = clock.stamp();
   const tolerance = clock.tolerance(terms.lease);
-  const entry = { id: newLockId(), at: new Date(stamp), exp: new Date(expiryOf(stamp, terms.lease)) };
+  const entry = { id: newLockId(), at: new Date(stamp), exp: new Date(clock.expiry(stamp, terms.lease)) };
   const lock = { id: entry.id, tag: rule.tag, timestamp: stamp, fence: 0, expiresAt: entry.exp.getTime() };
   const operation = handOverOperation({ paths, rule, tags, filter: target, entry, tolerance, fair: terms.fairness(), holder: holder.id });
   let reply;
@@ -63,12 +64,12 @@ export async function handOver(
     reply = await withDbErrors(call.boom, () => store.applyForToken(operation, call, handOverConcern(terms.w, call.releaseW)));
   } catch (error) {
     const cause = (error as { cause?: unknown }).cause ?? error;
-    const written: Acquired = { lock, target, landsBy: stamp + tolerance };
+    const written: Acquired = { lock, target, ...landing(stamp, tolerance, call) };
     throw new HandOverFailed(error as Error, failedAcquisition(cause, call.boom, written), written);
   }
   if (!reply.value) return undefined;
   observeWrite(settings, reply.value, reply);
-  return { lock: { ...lock, fence: fenceOf(paths.read(reply.value)) }, target: { _id: reply.value._id } };
+  return { lock: { ...lock, fence: fenceOf(paths.read(reply.value)) }, target: addressOf(reply.value, store.shardKey) };
 }
 
 /**

@@ -2,10 +2,9 @@ import type { Document } from 'mongodb';
 import { isLockError, lockError, withDbErrors, type ConflictSubtype } from '../common/errors';
 import type { ResolvedCallOptions } from '../common/options';
 import { acquireOperation, type AcquireExtension } from '../protocol/acquire';
-import { continueOperation } from '../protocol/continue';
 import { extendOperation } from '../protocol/extend';
 import { guardFilter } from '../protocol/guard';
-import { expiryOf, fenceOf, type LockData, type TagRule, type Ticket } from '../protocol/lock-data';
+import { fenceOf, type LockData, type TagRule, type Ticket } from '../protocol/lock-data';
 import { newLockId } from '../protocol/lock-ids';
 import type { LockOperation } from '../protocol/operation';
 import type { Proof } from '../protocol/proofs';
@@ -14,7 +13,7 @@ import { forcedReleaseOperation, releaseOperation } from '../protocol/release';
 import type { OwnedAcquisition } from '../protocol/reentry';
 import type { ServerClock } from '../protocol/server-clock';
 import { hasExpiredEntries, liveEntries, type LockPaths, type StoredLock } from '../protocol/stored-format';
-import { AssertivePending, withDocument, type Acquired } from './acquired';
+import { AssertivePending, landing, withDocument, type Acquired } from './acquired';
 import { FairTickets } from './fair-tickets';
 import { handOver, withdrawHandOver, type GranteeTerms } from './hand-over';
 import { commitRecord, dataWriteConcern, settleCommit, settleTimestampCommit } from './commit-outcome';
@@ -22,6 +21,8 @@ import { explainLostLock, explainRefusedAcquisition, unexplainedRefusal, type Ac
 import { observeWrite, runStamped, type StampedWrite } from './stamped-write';
 import type { Inspection, Store, Timed } from './store';
 import { failedAcquisition } from './write-failures';
+import { DeploymentView, type DeploymentProbe } from './deployment';
+import { continueRegistration } from './continuation';
 
 /** What a lock kind adds to an acquisition, and how the engine reports it. */
 export interface AcquireExtras extends AcquireExtension {
@@ -49,13 +50,16 @@ export interface EngineSettings {
   readonly conflict: ConflictSubtype;
   /** True for writeLock: a lost lock is `LockWasReacquired` when someone acquired after it. */
   readonly reportsReacquired: boolean;
+  /** The deployment behind the collection (its clocks' skew, its shard key), learned before the first write. */
+  readonly deployment: DeploymentProbe;
 }
 
 /**
  * The lock engine behind writeLock, multiLock and resource locks: it sends the protocol's
  * operations (lib/protocol), feeds the client's bounds on the server's clock from their replies,
  * retries a refused stamp, and explains a refusal with one read. Acquisitions are addressed by the
- * caller's filter; everything after (continue, extend, release, guard) by `{ _id }`.
+ * caller's filter; everything after (continue, extend, release, guard) by the locked document's
+ * address: its `_id` and, on a sharded collection, its shard key values ({@link addressOf}).
  */
 export class LockEngine {
   readonly tags: ReadonlySet<string>;
@@ -64,10 +68,13 @@ export class LockEngine {
 
   /** The fair queue's tickets, in the same documents. */
   readonly tickets: FairTickets;
+  /** The deployment behind the collection: its clocks' skew, and how a locked document is addressed. */
+  readonly deployment: DeploymentView;
 
   constructor(private readonly settings: EngineSettings) {
     this.tags = new Set(settings.rules.keys());
-    this.tickets = new FairTickets(settings);
+    this.deployment = new DeploymentView(settings.deployment, settings.clock, settings.store);
+    this.tickets = new FairTickets(settings, (call) => this.deployment.ready(call));
     this.namespace = `${settings.store.collection.dbName}.${settings.store.collection.collectionName}`;
   }
 
@@ -114,7 +121,7 @@ export class LockEngine {
       target: filter,
       lease,
       write: async (stamp, tolerance) => {
-        const entry = { id, at: new Date(stamp), exp: new Date(expiryOf(stamp, lease)) };
+        const entry = { id, at: new Date(stamp), exp: new Date(this.settings.clock.expiry(stamp, lease)) };
         const operation = acquireOperation({ paths, rule, tags: this.tags, filter, entry, tolerance, fair: extras.fair, permits, owned, extension: extras });
         let reply: Timed<Document | null>;
         try {
@@ -122,40 +129,25 @@ export class LockEngine {
           reply = extras.document === undefined && rule.exclusive && rule.assertive.length === 0 ? await store.applyForToken(operation, call) : await store.apply(operation, call, call.w, extras.document);
         } catch (error) {
           const attempted: LockData = { id, tag, timestamp: stamp, fence: 0, expiresAt: entry.exp.getTime(), ...(permits && { permits }), ...(owned && { owner: owned.owner }) };
-          throw failedAcquisition(error, call.boom, { lock: attempted, target: {}, landsBy: stamp + tolerance } satisfies Acquired);
+          throw failedAcquisition(error, call.boom, { lock: attempted, target: this.deployment.addressFromFilter(filter), ...landing(stamp, tolerance, call) } satisfies Acquired);
         }
         if (!reply.value) return undefined;
         const now = this.observeWrite(reply.value, reply);
         const lock = paths.read(reply.value);
-        const target = { _id: reply.value._id };
+        const target = this.deployment.addressOf(reply.value);
         if (!rule.exclusive && hasExpiredEntries(lock, tag, now)) await this.pruneOwnTag(pruneTagOperation(paths, target, tag, new Date(now)), call);
         const data: LockData = { id, tag, timestamp: stamp, fence: fenceOf(lock), expiresAt: entry.exp.getTime(), ...(permits && { permits }), ...(owned && { owner: owned.owner }) };
-        return withDocument(this.assertiveOutcome(data, target, lock, now), reply.value, paths.field, extras.document);
+        await this.deployment.refuseSkewed(call, () => this.release(target, tag, { id }, data, call));
+        return withDocument(this.assertiveOutcome(data, target, lock, now), reply.value, paths.field, extras.document, store.shardKey);
       },
       explain: extras.explain === false ? null : (seen, stamp, tolerance) => explainRefusedAcquisition(context, seen, stamp, tolerance),
       unexplained: () => unexplainedRefusal(lockError(conflict, call.boom, { detail: 'still held' })),
     });
   }
 
-  /** Continue an assertive registration ({@link continueOperation}): resolves whether the tags it asserts over are gone. */
-  async resume(target: Document, lock: LockData, call: ResolvedCallOptions, document?: Document | true): Promise<Acquired | AssertivePending> {
-    const { paths, store, reportsReacquired } = this.settings;
-    const rule = this.rule(lock.tag);
-    return this.stamped(call, {
-      target,
-      lease: rule.lease,
-      write: async (stamp, tolerance) => {
-        const operation = continueOperation({ paths, tags: this.tags, target, tag: lock.tag, id: lock.id, at: new Date(stamp), tolerance });
-        const reply = await store.apply(operation, call, call.w, document);
-        if (!reply.value) return undefined;
-        const now = this.observeWrite(reply.value, reply);
-        const stored = paths.read(reply.value);
-        const own = stored.tags?.[lock.tag]?.find((entry) => entry.id === lock.id);
-        const data: LockData = { ...lock, expiresAt: own?.exp.getTime() ?? lock.expiresAt };
-        return withDocument(this.assertiveOutcome(data, { _id: reply.value._id }, stored, now), reply.value, paths.field, document);
-      },
-      explain: (seen, stamp, tolerance) => explainLostLock({ paths, rule, reportsReacquired, boom: call.boom }, seen, lock, { id: lock.id }, stamp, tolerance, rule.lease),
-    });
+  /** Continue an assertive registration ({@link continueRegistration}): resolves whether the tags it asserts over are gone. */
+  resume(target: Document, lock: LockData, call: ResolvedCallOptions, document?: Document | true): Promise<Acquired | AssertivePending> {
+    return continueRegistration(this, this.settings.reportsReacquired, target, lock, call, document);
   }
 
   /**
@@ -206,12 +198,13 @@ export class LockEngine {
       lease,
       write: async (stamp, tolerance) => {
         const at = new Date(stamp);
-        const exp = new Date(expiryOf(stamp, lease));
+        const exp = new Date(this.settings.clock.expiry(stamp, lease));
         const operation = extendOperation({ paths, rule, tags: this.tags, target, proof, at, tolerance, exp, update, extension: extension?.(at, exp) });
         const reply = await store.apply(operation, call, update ? dataWriteConcern(call.w) : call.w);
         if (!reply.value) return undefined;
         const appliedAt = this.observeWrite(reply.value, reply);
-        return { lock: { ...lock, expiresAt: exp.getTime() }, target: { _id: reply.value._id }, appliedAt };
+        await this.deployment.refuseSkewed(call);
+        return { lock: { ...lock, expiresAt: exp.getTime() }, target: this.deployment.addressOf(reply.value), appliedAt };
       },
       explain: (seen, stamp, tolerance) =>
         explainLostLock({ paths, rule, reportsReacquired, boom: call.boom, withUpdate: update !== undefined }, seen, lock, proof, stamp, tolerance, lease),
@@ -221,7 +214,7 @@ export class LockEngine {
   /** Reads the first document `target` selects (its lock) and the server's clock (`$$NOW`), on the primary, into the bounds. */
   async read(target: Document, call: ResolvedCallOptions): Promise<Inspection> {
     const seen = await withDbErrors(call.boom, () => this.settings.store.inspect(target, call));
-    if (seen.serverNow) this.settings.clock.observe(seen.serverNow, seen.sentAt, seen.arrivedAt);
+    if (seen.serverNow) this.settings.clock.observe(seen.serverNow, seen.sentAt, seen.arrivedAt, 'read');
     return seen;
   }
 
@@ -235,15 +228,20 @@ export class LockEngine {
     return guardFilter(this.settings.paths, target, lock.tag, lock.id, extra);
   }
 
-  private stamped<T>(call: ResolvedCallOptions, write: StampedWrite<T>): Promise<T> {
-    return runStamped(this.settings.clock, this.settings.store, call, write);
+  /** Runs a stamped write ({@link runStamped}) once the deployment is known. */
+  stamped<T>(call: ResolvedCallOptions, write: StampedWrite<T>): Promise<T> {
+    const ready = this.deployment.ready(call);
+    const run = (): Promise<T> => runStamped(this.settings.clock, this.settings.store, call, write);
+    return ready ? ready.then(run) : run();
   }
 
-  private observeWrite(doc: Document, reply: Timed<unknown>): number {
+  /** Learns the server's clock from a write's reply ({@link observeWrite}); returns it, in ms. */
+  observeWrite(doc: Document, reply: Timed<unknown>): number {
     return observeWrite(this.settings, doc, reply);
   }
 
-  private assertiveOutcome(data: LockData, target: Document, lock: StoredLock, now: number): Acquired | AssertivePending {
+  /** The outcome of a write that registered `data`: pending while a tag it asserts over is live in `lock` at `now`. */
+  assertiveOutcome(data: LockData, target: Document, lock: StoredLock, now: number): Acquired | AssertivePending {
     const blockedBy = this.rule(data.tag).assertive.filter((other) => liveEntries(lock, other, now).length > 0);
     return blockedBy.length > 0 ? new AssertivePending(data, target, blockedBy) : { lock: data, target };
   }

@@ -1,15 +1,15 @@
 import type { Document } from 'mongodb';
 import { isLockError, lockError } from '../common/errors';
 import type { ResolvedCallOptions } from '../common/options';
-import { expiryOf, type LockData } from '../protocol/lock-data';
+import type { LockData } from '../protocol/lock-data';
 import { newLockId } from '../protocol/lock-ids';
 import { holdFenceOperation, holdsOf, MAX_HOLDS, reenterOperation } from '../protocol/reentry';
 import { liveEntries } from '../protocol/stored-format';
-import { withDocument, type Acquired, type AssertivePending } from './acquired';
+import { landing, withDocument, type Acquired, type AssertivePending } from './acquired';
 import type { AcquireExtras, LockEngine } from './lock-engine';
 import { noDocument, ownerMayRetry } from './refusals';
-import { stampLag, stampRefused } from './stamp-refusals';
-import { observeWrite, runStamped } from './stamped-write';
+import { laterStampVerdict, stampLag, stampRefused } from './stamp-refusals';
+import { observeWrite } from './stamped-write';
 import type { Timed } from './store';
 import { failedAcquisition } from './write-failures';
 
@@ -50,7 +50,7 @@ export async function acquireOwned(engine: LockEngine, filter: Document, tag: st
         if (!pinned) await setHoldFence(engine, won, call);
         return won;
       }
-      return await reenter(engine, { _id: seen.value._id }, tag, owner, outer.fence!, lease, call, extras.document);
+      return await reenter(engine, engine.deployment.addressOf(seen.value), tag, owner, outer.fence!, lease, call, extras.document);
     } catch (error) {
       const changed = ownerMayRetry(error) || (outer !== undefined && isLockError(error, 'LockNotFound'));
       if (!changed || round === OWNED_ROUNDS) throw error;
@@ -86,21 +86,22 @@ async function reenter(engine: LockEngine, target: Document, tag: string, owner:
   const { paths, store, clock } = engine;
   const rule = engine.rule(tag);
   const id = newLockId();
-  return runStamped(clock, store, call, {
+  return engine.stamped(call, {
     target,
     lease,
     write: async (stamp, tolerance) => {
-      const entry = { id, at: new Date(stamp), exp: new Date(expiryOf(stamp, lease)) };
+      const entry = { id, at: new Date(stamp), exp: new Date(clock.expiry(stamp, lease)) };
       const lock: LockData = { id, tag, timestamp: stamp, fence, expiresAt: entry.exp.getTime(), owner };
       let reply: Timed<Document | null>;
       try {
         reply = await store.apply(reenterOperation({ paths, rule, tags: engine.tags, target, owner, fence, entry, tolerance }), call, call.w, document);
       } catch (error) {
-        throw failedAcquisition(error, call.boom, { lock, target, landsBy: stamp + tolerance } satisfies Acquired);
+        throw failedAcquisition(error, call.boom, { lock, target, ...landing(stamp, tolerance, call) } satisfies Acquired);
       }
       if (!reply.value) return undefined;
       observeWrite({ paths, clock }, reply.value, reply);
-      return withDocument({ lock, target, nested: true }, reply.value, paths.field, document) as Acquired;
+      await engine.deployment.refuseSkewed(call, () => engine.release(target, tag, { id }, lock, call));
+      return withDocument({ lock, target, nested: true }, reply.value, paths.field, document, store.shardKey) as Acquired;
     },
     explain: (seen, stamp, tolerance) => {
       if (!seen.value) return noDocument(call.boom);
@@ -114,7 +115,7 @@ async function reenter(engine: LockEngine, target: Document, tag: string, owner:
       const asserted = rule.assertive.filter((other) => liveEntries(stored, other, now).length > 0);
       if (asserted.length > 0) return { retry: false, error: lockError(engine.conflict, call.boom, { detail: `owner ${owner}'s lock still waits for tag ${asserted.join(', ')}` }) };
       const latest = rule.exclusive ? Math.max(0, ...(stored.recent?.[tag] ?? []).map((date) => date.getTime())) : 0;
-      if (latest > stamp) return { retry: true, why: 'a later acquisition was stamped meanwhile', minStamp: latest, error: lockError(engine.conflict, call.boom, { detail: 'held when the update ran' }) };
+      if (latest > stamp) return laterStampVerdict(seen, latest, lockError(engine.conflict, call.boom, { detail: 'held when the update ran' }));
       if (stampRefused(seen, stamp, tolerance)) return { retry: true, why: stampLag(seen, stamp, tolerance, lease) };
       // The owner's holds changed between the update and this read: the caller reads again.
       return { retry: false, error: lockError('LockNotFound', call.boom, { detail: `owner ${owner}'s holds changed meanwhile` }) };

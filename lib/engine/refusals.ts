@@ -7,7 +7,7 @@ import { pendingUpgrade } from '../protocol/convert';
 import { ambiguous, matchesProof, type Proof } from '../protocol/proofs';
 import { earlierTickets, liveEntries, type LockPaths, type StoredLock } from '../protocol/stored-format';
 import { refusedBy } from './acquired';
-import { stampLag, stampRefused, type Verdict } from './stamp-refusals';
+import { laterStampVerdict, stampLag, stampRefused, type Verdict } from './stamp-refusals';
 import type { Inspection } from './store';
 
 /** Why an update that needed a document matched nothing: there is none. */
@@ -64,9 +64,7 @@ export function explainRefusedAcquisition(context: AcquireContext, seen: Inspect
   const permits = context.permits ?? 1;
   if (isLimited(rule) && used + permits > rule.limit) return refused(`${used} of ${rule.limit} permits of tag ${rule.tag} are held, ${permits} asked`);
   const latest = rule.exclusive ? Math.max(0, ...(lock.recent?.[rule.tag] ?? []).map((date) => date.getTime())) : 0;
-  if (latest > stamp) {
-    return { retry: true, why: 'a later acquisition was stamped meanwhile', minStamp: latest, error: lockError(conflict, boom, { detail: 'held when the update ran' }) };
-  }
+  if (latest > stamp) return laterStampVerdict(seen, latest, lockError(conflict, boom, { detail: 'held when the update ran' }));
   if (stampRefused(seen, stamp, tolerance)) return { retry: true, why: stampLag(seen, stamp, tolerance, context.lease) };
   return refused(context.refusal?.(lock, now) ?? 'held when the update ran');
 }

@@ -6,7 +6,26 @@ import type { Inspection } from './store';
  */
 export type Verdict =
   | { readonly retry: false; readonly error: Error }
-  | { readonly retry: true; readonly why: string; readonly minStamp?: number; readonly error?: Error };
+  | {
+      readonly retry: true;
+      readonly why: string;
+      readonly minStamp?: number;
+      readonly error?: Error;
+      /** The retry waits until the server's clock has passed this time (ms): its stamp cannot be both at or after `minStamp` and at or before `$$NOW` sooner. */
+      readonly waitUntil?: number;
+    };
+
+/**
+ * The verdict on a stamp refused because an acquisition of the exclusive tag was stamped later
+ * (`latest`; stamps of an exclusive tag never decrease): retry from `latest`. When the server's
+ * clock is behind `latest` (a failover to a primary whose clock is behind, or a clock set back),
+ * no such stamp passes the server's check before its clock has caught up: the retry waits for it.
+ */
+export function laterStampVerdict(seen: Inspection, latest: number, error: Error): Verdict {
+  const now = seen.serverNow?.getTime();
+  const behind = now !== undefined && latest > now;
+  return { retry: true, why: 'a later acquisition was stamped meanwhile', minStamp: latest, error, ...(behind && { waitUntil: latest }) };
+}
 
 /**
  * True when `stamp` may have failed the server's window check: it is ahead of the server's

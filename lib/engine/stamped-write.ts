@@ -26,27 +26,68 @@ export interface StampedWrite<T> {
  * Runs a stamped write: stamps from the lower bound of the server's clock, which the server checks
  * in the same update. When it matches nothing, reads the document and the server's clock (which
  * also tightens the bounds); `explain` says which error that is, or that the stamp was refused, in
- * which case the write is tried again with a fresh stamp and the wide tolerance.
+ * which case the write is tried again with a fresh stamp and the wide tolerance. Where the
+ * deployment has several clocks, a stamp is never a guess: the server's clock is read first, and a
+ * skew beyond what is assumed fails the write ({@link skewError}).
  */
 export async function runStamped<T>(clock: ServerClock, store: Store, call: ResolvedCallOptions, stamped: StampedWrite<T>): Promise<T> {
   let relaxed = false;
   let minStamp = 0;
+  let waited = 0;
+  if (clock.skew > 0 && !clock.synchronized) await readClock(clock, store, call, stamped.target);
   for (let attempt = 1; ; attempt++) {
-    const stamp = Math.max(clock.lower(), minStamp);
+    const stamp = Math.max(clock.stamp(), minStamp);
     const tolerance = clock.tolerance(stamped.lease, relaxed);
     const result = await withDbErrors(call.boom, () => stamped.write(stamp, tolerance));
     if (result !== undefined) return result;
     if (!stamped.explain) throw stamped.unexplained?.() ?? new Error('refused');
-    const seen = await withDbErrors(call.boom, () => store.inspect(stamped.target, call));
-    if (seen.serverNow) clock.observe(seen.serverNow, seen.sentAt, seen.arrivedAt);
+    const seen = await readClock(clock, store, call, stamped.target);
     const verdict = stamped.explain(seen, stamp, tolerance);
     if (!verdict.retry) throw verdict.error;
+    relaxed = true;
+    minStamp = verdict.minStamp ?? 0;
+    if (verdict.waitUntil !== undefined) {
+      // The server's clock is behind a stamp the document holds: wait for it to pass (within `timeout`), then try again.
+      const wait = Math.max(1, clock.untilPast(verdict.waitUntil));
+      if (waited + wait > call.timeout) throw clockBehindError(wait, call);
+      await new Promise((resolve) => setTimeout(resolve, wait));
+      waited += wait;
+      attempt--; // waiting for the clock is not a refused stamp
+      continue;
+    }
     if (attempt === STAMP_ATTEMPTS) {
       throw verdict.error ?? lockError('DbError', call.boom, { detail: `the server refused the lock's time stamp ${STAMP_ATTEMPTS} times: ${verdict.why}` });
     }
-    relaxed = true;
-    minStamp = verdict.minStamp ?? 0;
   }
+}
+
+/** The `DbError` of a server whose clock would stay behind the stamp of the document's last acquisition for `behindMs` more, beyond the call's `timeout`. */
+function clockBehindError(behindMs: number, call: ResolvedCallOptions): Error {
+  return lockError('DbError', call.boom, {
+    detail:
+      `the server's clock is about ${behindMs} ms behind the stamp of this document's last acquisition ` +
+      `(a failover to a primary whose clock is behind, or a clock set back), longer than the call's ${call.timeout} ms timeout allows to wait for it: ` +
+      `keep the members' clocks in sync (NTP)`,
+  });
+}
+
+/** Reads the document `target` selects and the server's clock (`$$NOW`) into the bounds; throws when the skew between clocks is beyond what is assumed. */
+async function readClock(clock: ServerClock, store: Store, call: ResolvedCallOptions, target: Document): Promise<Inspection> {
+  const seen = await withDbErrors(call.boom, () => store.inspect(target, call));
+  if (seen.serverNow) clock.observe(seen.serverNow, seen.sentAt, seen.arrivedAt, 'read');
+  const skew = clock.excessSkew();
+  if (skew !== undefined) throw skewError(skew, clock.skew, call);
+  return seen;
+}
+
+/** The `DbError` of a deployment whose clocks are further apart than `maxClockSkew` says. */
+export function skewError(measured: number, assumed: number, call: Pick<ResolvedCallOptions, 'boom'>): Error {
+  return lockError('DbError', call.boom, {
+    detail:
+      `the deployment's clocks are at least ${Math.abs(measured)} ms apart (a mongos's $$NOW is ${measured > 0 ? 'ahead of' : 'behind'} ` +
+      `the $currentDate of the shard that holds the document), more than the ${assumed} ms that maxClockSkew assumes: ` +
+      `a lease judged on one clock could end early on the other, so nothing is locked. Fix the servers' time (NTP), or raise maxClockSkew (monglock doctor measures it)`,
+  });
 }
 
 /** What a write needs besides its operation: where it goes, and the clock bounds its replies feed. */

@@ -37,6 +37,8 @@ export const SERVER_NOW = '__monglockServerNow';
  */
 export class Store {
   private readonly paths: LockPaths;
+  /** The shard key fields a locked document is addressed by, with its `_id` (set once the deployment is known): every reply projects them. */
+  #shardKey: readonly string[] = [];
 
   constructor(
     readonly collection: Collection<Document>,
@@ -44,6 +46,15 @@ export class Store {
     protected readonly localNow: () => number,
   ) {
     this.paths = new LockPaths(field);
+  }
+
+  /** The shard key fields that replies carry, so that the locked document can be addressed by them. */
+  get shardKey(): readonly string[] {
+    return this.#shardKey;
+  }
+
+  set shardKey(fields: readonly string[]) {
+    this.#shardKey = fields;
   }
 
   /**
@@ -67,7 +78,7 @@ export class Store {
    * assertive tags reads back (a narrower projection costs the server less).
    */
   applyForToken(operation: LockOperation, call: ResolvedCallOptions, w: ResolvedCallOptions['w'] = call.w): Promise<Timed<Document | null>> {
-    return this.sendFindAndModify(operation.filter, operation.update, call, operation.arrayFilters, { projection: this.paths.token }, w);
+    return this.sendFindAndModify(operation.filter, operation.update, call, operation.arrayFilters, { projection: this.withShardKey(this.paths.token) }, w);
   }
 
   private sendFindAndModify(filter: Document, update: Document, call: ResolvedCallOptions, arrayFilters: Document[] | undefined, projection: { projection: Document }, w: ResolvedCallOptions['w']): Promise<Timed<Document | null>> {
@@ -107,7 +118,7 @@ export class Store {
   async inspect(filter: Document, call: ResolvedCallOptions, readConcern?: 'majority'): Promise<Inspection> {
     const reply = await this.timed('aggregate', call, () =>
       this.collection
-        .aggregate([{ $match: filter }, { $limit: 1 }, { $project: { [this.field]: 1, [SERVER_NOW]: '$$NOW' } }], {
+        .aggregate([{ $match: filter }, { $limit: 1 }, { $project: { ...this.withShardKey({ [this.field]: 1 }), [SERVER_NOW]: '$$NOW' } }], {
           maxTimeMS: call.timeout,
           readPreference: 'primary',
           ...(readConcern ? { readConcern: { level: readConcern } } : {}),
@@ -135,17 +146,27 @@ export class Store {
    */
   private projection(document: Document | true | undefined): { projection: Document } {
     const { reply, committed } = this.paths;
-    if (document === undefined) return { projection: reply };
+    if (document === undefined) return { projection: this.withShardKey(reply) };
     if (document === true) return { projection: { [committed]: 0 } };
     const asked = { ...document };
     if ('_id' in asked && !asked._id) delete asked._id;
+    // The shard key addresses the locked document afterwards: never excluded (the document handed back leaves it out again).
+    for (const path of this.#shardKey) if (path in asked && !asked[path]) delete asked[path];
     const modes = Object.values(asked);
     if (modes.length === 0) return { projection: { [committed]: 0 } };
     if (modes.every((mode) => !mode)) return { projection: { ...asked, [committed]: 0 } };
     const others = Object.entries(asked).filter(([path]) => !namesField(path, this.field));
     const namesLock = others.length < modes.length;
     // The whole lock when the caller asked for part of it (a path and its parent may not both be projected).
-    return { projection: namesLock ? { ...Object.fromEntries(others), [this.field]: 1 } : { ...asked, ...reply } };
+    return { projection: this.withShardKey(namesLock ? { ...Object.fromEntries(others), [this.field]: 1 } : { ...asked, ...reply }) };
+  }
+
+  /** `projection` (an inclusion) with the shard key fields, unless it includes them or a parent of them already. */
+  private withShardKey(projection: Readonly<Record<string, unknown>>): Document {
+    if (this.#shardKey.length === 0) return projection;
+    const included = Object.keys(projection).filter((path) => projection[path]);
+    const missing = this.#shardKey.filter((path) => !included.some((kept) => path === kept || path.startsWith(`${kept}.`)));
+    return { ...projection, ...Object.fromEntries(missing.map((path) => [path, 1])) };
   }
 
   /** Runs `operation` within the call's deadline and notes when it left and when its reply arrived. */

@@ -3,9 +3,14 @@ import { lockError, type BoomLike } from '../common/errors';
 /**
  * What a failed write tells about the document: whether the server can have applied it (or still
  * apply it later). Only `unknown` means a lock may have been written (or a commit applied):
- * - `refused`: the server answered with an error that rejects the command itself (a malformed
- *   filter, `$inc` of a string, a duplicate key): nothing was applied. A retry of the driver after
- *   a lost first reply would have met the same refusal, so the first attempt applied nothing either.
+ * - `refused`: the server answered with one of the errors that prove the command wrote nothing
+ *   ({@link REFUSED_CODES}: its values refused when parsed, or its update refused when applied to
+ *   the document: `$inc` of a string, a duplicate key, document validation). A retry of the driver
+ *   after a lost first reply proves the same of the first attempt: a refusal while parsing would
+ *   have met it too, and a retried write whose first attempt landed is answered with that
+ *   attempt's outcome, not executed again. Every other server error (an unauthorized retry, a rate
+ *   limit, a shutdown, an error this library does not know) may be a retry's answer after a first
+ *   attempt that landed: `unknown`.
  * - `not-sent`: the driver refused it before sending (an invalid argument, a value BSON cannot
  *   serialize).
  * - `closed`: the client was closed before the call (`MongoNotConnectedError`): nothing was sent.
@@ -28,12 +33,16 @@ const NOT_SENT = new Set(['MongoInvalidArgumentError', 'MongoAPIError', 'MongoPa
  */
 const CLOSED = new Set(['MongoNotConnectedError']);
 /**
- * Server error codes that do not prove the write was refused: they may be a retry's answer after a
- * lost first reply (the driver's retryable codes), or arrive after the write was applied
- * (time limits, write concern; 217 and 225: the server can no longer tell whether a retried
- * write's first attempt ran).
+ * Server error codes that prove a write wrote nothing, and only those: raised while parsing the
+ * command's values, or while applying its update to the document (which a retry of a landed write
+ * never does). 2 BadValue, 9 FailedToParse, 14 TypeMismatch, 15 Overflow, 16 InvalidLength,
+ * 22 InvalidBSON, 28 PathNotViable, 30 InvalidPath, 40 ConflictingUpdateOperators,
+ * 52 DollarPrefixedFieldName, 53 InvalidIdField, 54 NotSingleValueField, 55 InvalidDBRef,
+ * 56 EmptyFieldName, 57 DottedFieldName, 66 ImmutableField, 72 InvalidOptions,
+ * 121 DocumentValidationFailure, 168 InvalidPipelineOperator, 10334 BSONObjectTooLarge,
+ * 11000/11001 DuplicateKey, 17419 (a document larger than 16 MB after the update).
  */
-const INCONCLUSIVE_CODES = new Set([6, 7, 50, 64, 89, 91, 134, 189, 217, 225, 262, 9001, 10058, 10107, 11600, 11602, 13435, 13436]);
+const REFUSED_CODES = new Set([2, 9, 14, 15, 16, 22, 28, 30, 40, 52, 53, 54, 55, 56, 57, 66, 72, 121, 168, 10334, 11000, 11001, 17419]);
 
 /** Classifies a failed write (see {@link WriteFailure}). */
 export function classifyWriteFailure(error: unknown): WriteFailure {
@@ -44,8 +53,7 @@ export function classifyWriteFailure(error: unknown): WriteFailure {
   const failed = error as Error & { code?: unknown; writeConcernError?: unknown; errorLabels?: unknown; hasErrorLabel?: (label: string) => boolean };
   if (failed.writeConcernError !== undefined) return 'unknown';
   if (failed.hasErrorLabel?.('RetryableWriteError')) return 'unknown';
-  if (typeof failed.code !== 'number' || INCONCLUSIVE_CODES.has(failed.code)) return 'unknown';
-  return 'refused';
+  return typeof failed.code === 'number' && REFUSED_CODES.has(failed.code) ? 'refused' : 'unknown';
 }
 
 /** True when a failed write may have been applied, or may still be: the caller may hold what it wrote. */

@@ -5,6 +5,8 @@ import type { ServerClock } from '../protocol/server-clock';
 
 /** How often a release of a lock whose reply was lost is tried when MongoDB fails, and how long apart (ms). */
 const LATE_RELEASE_RETRIES = [1_000, 3_000];
+/** The first pause between releases of a lock whose write may still land late, in ms (doubling up to when it can no longer land). */
+const LATE_LANDING_PAUSE = 250;
 
 /**
  * The bookkeeping of one acquisition call, which may take several attempts (waiting, assertive
@@ -100,22 +102,40 @@ export class Acquisition {
   /**
    * Releases a lock whose reply was lost. Its request may still be on its way, and a release that
    * overtook it would match nothing; but the server refuses its stamp once its clock passes
-   * `landsBy`, so the release waits until the lower bound of the server's clock is past that
-   * (reading the server's clock first if this client has not yet). A release that fails on MongoDB
-   * is tried again (the lease, if any, ends the lock otherwise).
+   * `startsBy`, so the release waits until the lower bound of the server's clock is past that
+   * (reading the server's clock first if this client has not yet). A command blocked on the server
+   * may still land until `landsBy` (its `maxTimeMS` later): while the lock is not found, it is
+   * released again, at doubling pauses, until then, or until its lease has ended by itself.
    */
   private async releaseOnceLanded(lock: Acquired): Promise<void> {
+    const passed = (ms: number | undefined): Promise<void> =>
+      ms === undefined ? Promise.resolve() : untilServerPassed({ clock: this.clock, readClock: this.readClock }, ms); // reads the server's clock first, before any reply
+    try {
+      await passed(lock.startsBy ?? lock.landsBy);
+      for (let pause = LATE_LANDING_PAUSE; ; pause *= 2) {
+        if (await this.releaseRetrying(lock)) return;
+        const left = lock.landsBy === undefined ? 0 : this.clock.untilPast(Math.min(lock.landsBy, lock.lock.expiresAt));
+        if (left <= 0) return;
+        await sleep(Math.min(pause, left));
+      }
+    } catch {
+      // MongoDB could not be reached to read its clock: the lease, if any, ends the lock.
+    }
+  }
+
+  /** Releases `lock`: false when it was not there (it may land later); true when it was released, or when MongoDB failed every try (nothing more to do). */
+  private async releaseRetrying(lock: Acquired): Promise<boolean> {
     for (const retryAfter of [...LATE_RELEASE_RETRIES, undefined]) {
       try {
-        // Before any reply the lower bound is only the local clock: read the server's first.
-        if (lock.landsBy !== undefined) await untilServerPassed({ clock: this.clock, readClock: this.readClock }, lock.landsBy);
         await this.release(lock);
-        return;
+        return true;
       } catch (error) {
-        if (!isLockError(error, 'DbError') || retryAfter === undefined) return;
+        if (!isLockError(error, 'DbError')) return false;
+        if (retryAfter === undefined) return true; // gave up: nothing more to try
         await sleep(retryAfter);
       }
     }
+    return false;
   }
 }
 

@@ -18,6 +18,7 @@ import { releaseHandingOver } from './hand-over';
 import { DEFAULT_MAX_HOLD } from './lease-keeper';
 import { ServerClock } from '../protocol/server-clock';
 import { Store } from '../engine/store';
+import { DeploymentProbe } from '../engine/deployment';
 import { LockPaths } from '../protocol/stored-format';
 import { LocalWaiters } from '../waiting/local-waiters';
 import { readWaitParams } from '../waiting/wait-options';
@@ -62,6 +63,7 @@ export class DocumentLock implements HandleOwner, AcquireSite {
       clock: this.clock,
       conflict: kind.conflict,
       reportsReacquired: kind.reportsReacquired,
+      deployment: new DeploymentProbe(resolved.collection, resolved.deployment),
     });
   }
 
@@ -215,7 +217,7 @@ export class DocumentLock implements HandleOwner, AcquireSite {
   }
 
   remaining(lock: LockData): number {
-    return lock.expiresAt - this.clock.upper();
+    return this.clock.remaining(lock.expiresAt);
   }
 
   /** Reads a lock passed back by the caller. */

@@ -11,7 +11,7 @@ import type { Waiter } from '../waiting/waiter';
 
 /**
  * Releases `holder`'s lock on the document `target`: with `release`, then `released()` (which wakes
- * this process's next waiter). Or, when `target` is `{ _id }` alone, the lock is an exclusive
+ * this process's next waiter). Or, when `target` is `{ _id }` alone (with the shard key's values), the lock is an exclusive
  * tag's, and the first waiter of this process that it blocks sleeps between attempts, by handing
  * it over to that waiter in one update (see lib/engine/hand-over.ts): one write instead of a
  * release and the waiter's acquisition, and the waiter learns at once that it holds the lock. A
@@ -49,7 +49,7 @@ export async function releaseHandingOver(
   grantee.handOver(new Promise((resolve) => (settle = resolve)));
   let handed: Acquired | undefined;
   try {
-    handed = await engine.handOver({ _id: target._id }, holder, grantee.terms, call);
+    handed = await engine.handOver(target, holder, grantee.terms, call);
   } catch (error) {
     if (!(error instanceof HandOverFailed)) {
       settle(Promise.resolve(undefined));
@@ -100,5 +100,5 @@ async function settleFailed(
 /** The waiter a release of `holder` on `target` may hand the lock to, if any. */
 function granteeOf(engine: LockEngine, waiters: LocalWaiters, target: Document, holder: LockData | undefined): Waiter | undefined {
   if (!holder || holder.owner !== undefined || holder.permits !== undefined || holder.maybeTag !== undefined || !engine.rule(holder.tag).exclusive) return undefined;
-  return namesOneDocument(target) ? waiters.grantee(target._id, holder.tag) : undefined;
+  return namesOneDocument(target, engine.store.shardKey) ? waiters.grantee(target._id, holder.tag) : undefined;
 }

@@ -62,11 +62,6 @@ export function waitsFor(rule: TagRule): ReadonlySet<string> {
 /** Expiry of a lock without a lease: the last ms of year 9999. */
 export const NEVER = Date.UTC(9999, 11, 31, 23, 59, 59, 999);
 
-/** The expiry of a lease of `lease` ms stamped at `stamp` (`Infinity`: no expiry). */
-export function expiryOf(stamp: number, lease: number): number {
-  return Number.isFinite(lease) ? stamp + lease : NEVER;
-}
-
 /**
  * The fencing token of a stored lock: its counter, on top of the document's birth time × 1000
  * for resource documents (so that a purged and re-created resource keeps counting upwards).

@@ -1,3 +1,5 @@
+import { NEVER } from './lock-data';
+
 /**
  * What this client knows of the MongoDB server's clock: a lower and an upper bound, kept from
  * every reply that carries the server's time, measured against the local monotonic clock.
@@ -25,6 +27,31 @@
  * another clock took over) replaces them. A local clock that steps backwards (it should be
  * monotonic, but an injected one may not be) drops them: until the next reply, the upper bound is
  * unknown (`Infinity`), so every holder's view says its lease may have ended.
+ *
+ * **Several clocks** (a sharded cluster: `$$NOW` is the clock of the mongos that routed a command,
+ * `$currentDate` the clock of the shard's primary that applied it; every router and every shard
+ * has its own). The deployment is assumed to keep every clock within {@link skew} ms of every
+ * shard primary's (`maxClockSkew`). Each reply is then widened by `skew` on both sides, so that the
+ * bounds hold for the clock of whichever shard holds a document; the clock a server checks a stamp
+ * against (a router's `$$NOW`) lies within `skew` of it again. Hence, with `D = skew`:
+ *
+ * - {@link stamp} is the lower bound minus `D`: at or below every router's `$$NOW` (the server's
+ *   check passes) and at least `D` below the document's own clock, so that an entry the stamp
+ *   judges expired has expired by `D` on the document's clock, and a guarded write checked by a
+ *   router up to `D` behind it (`exp > $$NOW`) can no longer match it either;
+ * - {@link remaining} is the expiry minus the upper bound minus `D`: while it is positive, no
+ *   router's `$$NOW` has reached the expiry, so the holder's own guarded writes still match and
+ *   nobody can have judged its entry expired;
+ * - {@link expiry} adds `4 D` to the lease (the width the widening costs: a stamp taken `D` low,
+ *   bounds `2 D` wide, `D` off the end), so that a holder still counts on its whole lease. Only a
+ *   lock nobody releases (a crashed holder) is taken over later, by about `4 D`;
+ * - {@link tolerance} grows by `4 D`: a stamp `D` below the lower bound is up to `4 D` plus the
+ *   bounds' width below a router `D` ahead of the document's clock.
+ *
+ * With one clock (a standalone server or a replica set: `$$NOW` and `$currentDate` are the
+ * primary's) `D` is 0 and none of this costs anything. Replies that show a router's `$$NOW` (a
+ * read) and a shard's `$currentDate` (a write) are also kept apart, unwidened, so that a skew the
+ * assumption does not cover is noticed ({@link excessSkew}).
  */
 export class ServerClock {
   /** The lower bound's anchor: the server read `server` (ms) no later than local time `local`. */
@@ -35,8 +62,34 @@ export class ServerClock {
   private smoothedRtt: number | undefined;
   /** The latest local time read, to notice a local clock that steps backwards. */
   private lastLocal = -Infinity;
+  /** The largest skew assumed between the deployment's clocks, in ms (`maxClockSkew`; 0: one clock). */
+  private skewMs = 0;
+  /** Whether a read's `$$NOW` and a write's `$currentDate` may come from different clocks (a sharded cluster): then their gap is watched. */
+  private twoClocks = false;
+  /** Unwidened bounds from each kind of reply, to measure the skew between a router's and a shard's clock. */
+  private readonly raw: Record<ClockSource, Bounds | undefined> = { read: undefined, write: undefined };
 
   constructor(private readonly localNow: () => number) {}
+
+  /** The largest skew assumed between the deployment's clocks, in ms (0: one clock). */
+  get skew(): number {
+    return this.skewMs;
+  }
+
+  /**
+   * Sets the skew assumed between the deployment's clocks (`maxClockSkew`, once the deployment is
+   * known), widening the bounds already kept; `twoClocks` says whether reads and writes may show
+   * different clocks (a sharded cluster), whose gap is then watched.
+   */
+  assumeSkew(skewMs: number, twoClocks: boolean): void {
+    const widen = skewMs - this.skewMs;
+    if (this.low && this.high && widen > 0) {
+      this.low = { server: this.low.server - widen, local: this.low.local };
+      this.high = { server: this.high.server + widen, local: this.high.local };
+    }
+    this.skewMs = skewMs;
+    this.twoClocks = twoClocks;
+  }
 
   /** Local time (the monotonic clock), for timing requests. */
   local(): number {
@@ -51,31 +104,44 @@ export class ServerClock {
     return this.low !== undefined;
   }
 
-  /** Learns from a reply carrying the server's time `serverNow`, sent at `sentAt` and arrived at `arrivedAt` (local ms). */
-  observe(serverNow: Date, sentAt: number, arrivedAt: number): void {
+  /**
+   * Learns from a reply carrying the server's time `serverNow`, sent at `sentAt` and arrived at
+   * `arrivedAt` (local ms): a write's `$currentDate` (`source` `write`: the clock of the server that
+   * applied it) or a read's `$$NOW` (`read`: on a sharded cluster, the routing mongos's clock).
+   */
+  observe(serverNow: Date, sentAt: number, arrivedAt: number, source: ClockSource = 'write'): void {
     const server = serverNow.getTime();
     const now = this.local();
     // A reply timed across a backward step of the local clock proves nothing.
     if (!Number.isFinite(server) || arrivedAt < sentAt || now < arrivedAt) return;
     const rtt = arrivedAt - sentAt;
     this.smoothedRtt = this.smoothedRtt === undefined ? rtt : this.smoothedRtt + (rtt - this.smoothedRtt) / 8;
-    const low = { server, local: arrivedAt };
-    const high = { server: server + 1, local: sentAt };
-    if (!this.low || !this.high) {
-      this.low = low;
-      this.high = high;
-      return;
-    }
-    const bestLow = lowerAt(low, now) > lowerAt(this.low, now) ? low : this.low;
-    const bestHigh = upperAt(high, now) < upperAt(this.high, now) ? high : this.high;
-    if (lowerAt(bestLow, now) > upperAt(bestHigh, now)) {
-      // The server's clock moved against what it said before: trust only the newest reply.
-      this.low = low;
-      this.high = high;
-      return;
-    }
-    this.low = bestLow;
-    this.high = bestHigh;
+    const seen: Bounds = { low: { server, local: arrivedAt }, high: { server: server + 1, local: sentAt } };
+    this.raw[source] = tightest(this.raw[source], seen, now);
+    const widened = tightest(
+      this.low && this.high ? { low: this.low, high: this.high } : undefined,
+      { low: { server: server - this.skewMs, local: arrivedAt }, high: { server: server + 1 + this.skewMs, local: sentAt } },
+      now,
+    );
+    this.low = widened.low;
+    this.high = widened.high;
+  }
+
+  /**
+   * On a sharded cluster, the gap this client measured between a router's clock (a read's `$$NOW`)
+   * and a shard's (a write's `$currentDate`) when it exceeds the skew assumed, in ms (positive:
+   * the router is ahead); undefined otherwise. Each bound is the newest reply of its kind, so the
+   * gap is at least this large, give or take their round trips.
+   */
+  excessSkew(): number | undefined {
+    const { read, write } = this.raw;
+    if (!this.twoClocks || !read || !write) return undefined;
+    const now = this.local();
+    const atLeast = lowerAt(read.low, now) - upperAt(write.high, now);
+    const atMost = upperAt(read.high, now) - lowerAt(write.low, now);
+    if (atLeast > this.skewMs) return Math.floor(atLeast);
+    if (atMost < -this.skewMs) return Math.ceil(atMost);
+    return undefined;
   }
 
   /**
@@ -104,14 +170,39 @@ export class ServerClock {
    */
   tolerance(leaseMs: number, relaxed = false): number {
     const wide = Math.max(1, Math.min(Math.floor(leaseMs / 2), MAX_TOLERANCE));
-    if (relaxed) return wide;
-    return Math.min(wide, Math.ceil(TIGHT_TOLERANCE + 4 * (this.smoothedRtt ?? ASSUMED_RTT)));
+    const base = relaxed ? wide : Math.min(wide, Math.ceil(TIGHT_TOLERANCE + 4 * (this.smoothedRtt ?? ASSUMED_RTT)));
+    return base + 4 * this.skewMs;
+  }
+
+  /**
+   * A stamp for a write the server checks against its `$$NOW` (ms): the lower bound minus the
+   * skew, at or below every router's clock, and the skew below the locked document's own.
+   */
+  stamp(): number {
+    return this.lower() - this.skewMs;
+  }
+
+  /** The expiry of a lease of `lease` ms stamped at `stamp` ({@link stamp}); `Infinity`: none. */
+  expiry(stamp: number, lease: number): number {
+    return Number.isFinite(lease) ? stamp + lease + 4 * this.skewMs : NEVER;
+  }
+
+  /** ms left of a lease ending at `expiresAt` before any clock that judges it may have reached its end (0 or less: it may have). */
+  remaining(expiresAt: number): number {
+    return expiresAt - this.upper() - this.skewMs;
+  }
+
+  /** ms until every clock that checks stamps (each router's `$$NOW`) is past `ms` by the lower bound (0 or less: it is). */
+  untilPast(ms: number): number {
+    return ms + 1 - this.stamp();
   }
 
   /** Drops both bounds (the local clock stepped backwards): nothing is known until the next reply. */
   private forget(): void {
     this.low = undefined;
     this.high = undefined;
+    this.raw.read = undefined;
+    this.raw.write = undefined;
   }
 
   /** The smoothed round-trip time, in ms (undefined before any reply). */
@@ -123,6 +214,26 @@ export class ServerClock {
 interface Anchor {
   readonly server: number;
   readonly local: number;
+}
+
+/** A lower and an upper anchor. */
+interface Bounds {
+  readonly low: Anchor;
+  readonly high: Anchor;
+}
+
+/** What a reply's time comes from: a write's `$currentDate`, or a read's `$$NOW`. */
+export type ClockSource = 'write' | 'read';
+
+/**
+ * The tighter of `kept` and `seen` at local time `now`; `seen` alone when they contradict each
+ * other (the clock moved against what it said before: trust only the newest reply).
+ */
+function tightest(kept: Bounds | undefined, seen: Bounds, now: number): Bounds {
+  if (!kept) return seen;
+  const low = lowerAt(seen.low, now) > lowerAt(kept.low, now) ? seen.low : kept.low;
+  const high = upperAt(seen.high, now) < upperAt(kept.high, now) ? seen.high : kept.high;
+  return lowerAt(low, now) > upperAt(high, now) ? seen : { low, high };
 }
 
 /**

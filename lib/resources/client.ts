@@ -19,6 +19,7 @@ import { ResourceStore } from './resource-store';
 import { holdWhile, type UsingBody } from '../locks/scoped-hold';
 import { DEFAULT_MAX_HOLD } from '../locks/lease-keeper';
 import { ServerClock } from '../protocol/server-clock';
+import { DeploymentProbe } from '../engine/deployment';
 import { LockPaths } from '../protocol/stored-format';
 import { readWaitParams } from '../waiting/wait-options';
 
@@ -60,6 +61,8 @@ export class ResourceLockClient implements HandleOwner, ResourceAcquireSite {
       clock: this.clock,
       conflict: 'LockAlreadyTaken',
       reportsReacquired: false,
+      // A resource document is addressed by its name (`_id`): its collection is sharded on `_id`, if at all.
+      deployment: new DeploymentProbe(resolved.collection, { ...resolved.deployment, shardKey: { _id: 1 } }),
     });
   }
 
@@ -175,7 +178,7 @@ export class ResourceLockClient implements HandleOwner, ResourceAcquireSite {
   }
 
   remaining(lock: LockData): number {
-    return lock.expiresAt - this.clock.upper();
+    return this.clock.remaining(lock.expiresAt);
   }
 
   readParams(params: unknown): { p: Record<string, unknown>; call: ResolvedCallOptions; details: LockDetails } {

@@ -109,7 +109,8 @@ export async function purge(site: ResourceSite): Promise<PurgeOutcome> {
   const call = site.defaults;
   const reply = await withDbErrors(call.boom, () => site.store.serverTime(CLOCK_DOCUMENT, call));
   site.clock.observe(reply.value, reply.sentAt, reply.arrivedAt);
-  return withDbErrors(call.boom, () => purgeExpired(site.store, site.paths, reply.value, call));
+  // Judged at a stamp (the server's clock less the skew between clocks): an entry it removes has expired on every clock.
+  return withDbErrors(call.boom, () => purgeExpired(site.store, site.paths, new Date(Math.min(site.clock.stamp(), reply.value.getTime())), call));
 }
 
 /** Runs {@link purge} every `intervalMs`. */

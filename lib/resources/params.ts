@@ -29,8 +29,9 @@ const NO_FAIR = 'fair mode is for document locks (writeLock, multiLock); resourc
 const LOCK_DETAILS = ['owner', 'host', 'comment', 'ttl'] as const;
 
 /** The keys of {@link ResourceLocksOptions}. */
-export const RESOURCE_LOCKS_OPTIONS = knownKeys<ResourceLocksOptions>()([...CALL_KEYS, 'collection', 'Promise', 'clock', 'gcAfter'], {
+export const RESOURCE_LOCKS_OPTIONS = knownKeys<ResourceLocksOptions>()([...CALL_KEYS, 'collection', 'Promise', 'clock', 'gcAfter', 'maxClockSkew'], {
   field: 'the field is fixed (`lock`) for resource locks',
+  shardKey: 'a resource document is addressed by its name (`_id`): shard a lock collection on `_id`, if at all',
   fair: NO_FAIR,
 });
 /** The keys of {@link ResourceLockParams} (`xlock`, `slock`). */

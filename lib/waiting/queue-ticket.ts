@@ -21,6 +21,8 @@ const TICKET_RENEWAL = 600;
 export class QueueTicket {
   /** The ticket, once taken (until the wait is over). */
   ticket: Ticket | undefined;
+  /** The address of the document whose queue holds {@link ticket} (its `_id`, and its shard key values). */
+  private target: Document | undefined;
   /** Where it stands in the queue, as last seen. */
   readonly position = new QueuePosition();
   private renewal: NodeJS.Timeout | undefined;
@@ -39,12 +41,12 @@ export class QueueTicket {
     fair: boolean,
   ) {
     // Before any reply, the lower bound is the local clock, a guess the server has not checked: not a place.
-    if (fair) this.arrival = { number: ticketNumber(), at: engine.clock.synchronized ? engine.clock.lower() : undefined };
+    if (fair) this.arrival = { number: ticketNumber(), at: engine.clock.synchronized ? engine.clock.stamp() : undefined };
   }
 
   /**
    * Takes a ticket in the queue of the first document `filter` matches, in the place of when its
-   * waiter came: resolves it, that document's `{ _id }` and its queue (then {@link keep} it, or
+   * waiter came: resolves it, that document's address and its queue (then {@link keep} it, or
    * {@link drop} it).
    */
   take(filter: Document): Promise<{ ticket: Ticket; target: Document; seen: QueueView }> {
@@ -53,14 +55,15 @@ export class QueueTicket {
     return this.engine.tickets.take(filter, this.tag, TICKET_LEASE, this.call, { id: newTicketId(arrival.number), at: arrival.at });
   }
 
-  /** Takes `ticket` out of document `id`'s queue, in the background (a caller that gave up does not wait for it). */
-  drop(id: unknown, ticket: Ticket): void {
-    void this.engine.tickets.drop({ _id: id }, ticket, this.call).catch(() => undefined);
+  /** Takes `ticket` out of the queue of the document `target` addresses, in the background (a caller that gave up does not wait for it). */
+  drop(target: Document, ticket: Ticket): void {
+    void this.engine.tickets.drop(target, ticket, this.call).catch(() => undefined);
   }
 
-  /** Keeps `ticket` of document `id`, seen as `seen`, and renews it while the wait lasts. */
-  keep(id: unknown, ticket: Ticket, seen: QueueView): void {
+  /** Keeps `ticket` of the document `target` addresses, seen as `seen`, and renews it while the wait lasts. */
+  keep(target: Document, ticket: Ticket, seen: QueueView): void {
     this.ticket = ticket;
+    this.target = target;
     this.see(seen);
     clearInterval(this.renewal);
     this.renewal = setInterval(() => {
@@ -68,7 +71,7 @@ export class QueueTicket {
       // Looks renew it too: a ticket written (sent) less than half an interval ago is not renewed here.
       if (!current || performance.now() - this.renewedAt < TICKET_RENEWAL / 2) return;
       this.renewedAt = performance.now();
-      this.engine.tickets.renew({ _id: id }, current, TICKET_LEASE, this.call).then(
+      this.engine.tickets.renew(target, current, TICKET_LEASE, this.call).then(
         (view) => current === this.ticket && this.see(view),
         () => undefined,
       );
@@ -76,16 +79,16 @@ export class QueueTicket {
   }
 
   /**
-   * A look at document `id`'s queue instead of an attempt that could only be refused: renews the
+   * A look at its document's queue instead of an attempt that could only be refused: renews the
    * ticket, which reads the queue in the same command, bounded by `deadline` (a look that comes
    * back late, or fails, says nothing: it changes nothing on the server). Rejects with a conflict
    * while tickets that came first are still live, as far as it saw.
    */
-  async look(id: unknown, deadline: number, stillBehind: () => boolean): Promise<void> {
-    const ticket = this.ticket;
-    if (!ticket) return;
+  async look(deadline: number, stillBehind: () => boolean): Promise<void> {
+    const { ticket, target } = this;
+    if (!ticket || !target) return;
     this.renewedAt = performance.now();
-    const renewal = this.engine.tickets.renew({ _id: id }, ticket, TICKET_LEASE, this.call);
+    const renewal = this.engine.tickets.renew(target, ticket, TICKET_LEASE, this.call);
     let timer: NodeJS.Timeout | undefined;
     const late = new Promise<'late'>((resolve) => (timer = setTimeout(() => resolve('late'), Math.max(0, deadline - performance.now()))));
     try {
@@ -103,12 +106,12 @@ export class QueueTicket {
     throw unexplainedRefusal(lockError(this.engine.conflict, this.call.boom, { detail }));
   }
 
-  /** The wait is over: stops renewing, and unless `won` (the winning update took it out) drops the ticket of document `id`. */
-  leave(id: unknown, won: boolean): void {
+  /** The wait is over: stops renewing, and unless `won` (the winning update took it out) drops the ticket. */
+  leave(won: boolean): void {
     clearInterval(this.renewal);
-    const ticket = this.ticket;
+    const { ticket, target } = this;
     this.ticket = undefined;
-    if (ticket && !won) this.drop(id, ticket);
+    if (ticket && target && !won) this.drop(target, ticket);
   }
 
   /**

@@ -114,12 +114,12 @@ export class WaitingPlace {
 
   /** Instead of an attempt that could only be refused: a look at the queue ({@link QueueTicket.look}), bounded by `deadline`. */
   look(deadline: number): Promise<void> {
-    return this.queue.look(this.documentId, deadline, () => this.onlyLooks);
+    return this.queue.look(deadline, () => this.onlyLooks);
   }
 
   /** Lets looks stand for attempts while others are ahead: only for a filter that is just `{ _id }` and a call without an owner. */
   allowLooks(userFilter: Document, owned: boolean): void {
-    this.plainFilter = !owned && namesOneDocument(userFilter);
+    this.plainFilter = !owned && namesOneDocument(userFilter, this.engine.store.shardKey);
   }
 
   /**
@@ -130,7 +130,7 @@ export class WaitingPlace {
    */
   acceptHandOver(userFilter: Document, terms: GranteeTerms): void {
     const rule = this.engine.rule(this.tag);
-    if (!rule.exclusive || rule.assertive.length > 0 || !namesOneDocument(userFilter)) return;
+    if (!rule.exclusive || rule.assertive.length > 0 || !namesOneDocument(userFilter, this.engine.store.shardKey)) return;
     this.terms = { ...terms, ready: () => this.queue.position.nextHere };
     if (this.waiter) this.waiter.terms = this.terms;
   }
@@ -160,11 +160,11 @@ export class WaitingPlace {
     const taken = await this.queue.take(userFilter);
     if (this.left) {
       // The call gave up while the ticket was being taken: take it out again.
-      this.queue.drop(taken.target._id, taken.ticket);
+      this.queue.drop(taken.target, taken.ticket);
       return;
     }
     this.join(taken.target._id);
-    this.queue.keep(this.documentId, taken.ticket, taken.seen);
+    this.queue.keep(taken.target, taken.ticket, taken.seen);
     // After a refusal, a release may have gone to another waiter while this ticket, first in the
     // server's queue, was on its way: unless a holder here will wake it, try again at once. (A
     // call that queued behind local waiters from the start waits for its turn instead.)
@@ -211,6 +211,6 @@ export class WaitingPlace {
   leave(won: boolean): void {
     this.left = true;
     this.waiter?.leave(won);
-    this.queue.leave(this.documentId, won);
+    this.queue.leave(won);
   }
 }

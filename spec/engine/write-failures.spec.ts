@@ -20,6 +20,16 @@ describe('classifying a failed write', () => {
   it('a command the server refused (a duplicate key, a bad update) wrote nothing', () => {
     expect(classifyWriteFailure(serverError(11000))).to.equal('refused');
     expect(classifyWriteFailure(serverError(2))).to.equal('refused');
+    expect(classifyWriteFailure(serverError(14))).to.equal('refused'); // TypeMismatch: $inc of a string
+    expect(classifyWriteFailure(serverError(121))).to.equal('refused'); // DocumentValidationFailure
+  });
+
+  it('an error that does not prove the command wrote nothing (a retry refused by a rate limit or authorization, a code this library does not know) is unknown', () => {
+    expect(classifyWriteFailure(serverError(462))).to.equal('unknown'); // IngressRequestRateLimitExceeded
+    expect(classifyWriteFailure(serverError(13))).to.equal('unknown'); // Unauthorized
+    expect(classifyWriteFailure(serverError(61))).to.equal('unknown'); // ShardKeyNotFound: mongos versions may differ between an attempt and its retry
+    expect(classifyWriteFailure(serverError(999_999))).to.equal('unknown');
+    expect(classifyWriteFailure(new MongoServerError({ ok: 0, errmsg: 'no code' }))).to.equal('unknown');
   });
 
   it("a retry's answer that cannot tell whether the first attempt ran (217 IncompleteTransactionHistory, 225 TransactionTooOld) is unknown", () => {

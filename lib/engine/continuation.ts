@@ -1,0 +1,40 @@
+import type { Document } from 'mongodb';
+import type { ResolvedCallOptions } from '../common/options';
+import { continueOperation } from '../protocol/continue';
+import type { LockData } from '../protocol/lock-data';
+import { withDocument, type Acquired, type AssertivePending } from './acquired';
+import type { LockEngine } from './lock-engine';
+import { explainLostLock } from './refusals';
+
+/**
+ * Continues the assertive registration `lock` ({@link continueOperation}) in the document `target`
+ * addresses: resolves the lock once no tag it asserts over is live, or an `AssertivePending` while
+ * one is; rejects with `LockNotFound` (`LockWasReacquired` when `reportsReacquired`) once it was lost.
+ */
+export function continueRegistration(
+  engine: LockEngine,
+  reportsReacquired: boolean,
+  target: Document,
+  lock: LockData,
+  call: ResolvedCallOptions,
+  document?: Document | true,
+): Promise<Acquired | AssertivePending> {
+  const { paths, store } = engine;
+  const rule = engine.rule(lock.tag);
+  return engine.stamped(call, {
+    target,
+    lease: rule.lease,
+    write: async (stamp, tolerance) => {
+      const operation = continueOperation({ paths, tags: engine.tags, target, tag: lock.tag, id: lock.id, at: new Date(stamp), tolerance });
+      const reply = await store.apply(operation, call, call.w, document);
+      if (!reply.value) return undefined;
+      const now = engine.observeWrite(reply.value, reply);
+      await engine.deployment.refuseSkewed(call);
+      const stored = paths.read(reply.value);
+      const own = stored.tags?.[lock.tag]?.find((entry) => entry.id === lock.id);
+      const data: LockData = { ...lock, expiresAt: own?.exp.getTime() ?? lock.expiresAt };
+      return withDocument(engine.assertiveOutcome(data, engine.deployment.addressOf(reply.value), stored, now), reply.value, paths.field, document, store.shardKey);
+    },
+    explain: (seen, stamp, tolerance) => explainLostLock({ paths, rule, reportsReacquired, boom: call.boom }, seen, lock, { id: lock.id }, stamp, tolerance, rule.lease),
+  });
+}

@@ -1,0 +1,142 @@
+/**
+ * A collection sharded on a key other than `_id`: mongos 4.4–6.x refuses a findAndModify without an
+ * equality on the whole shard key (code 61), and an updateOne without `_id` or the shard key
+ * (simulated: stress/simulated-cluster.ts). Every write to a locked document after its acquisition
+ * (extensions, continuations, conversions, fair tickets, hand-overs, nested holds, the release of
+ * a lock whose reply was lost) names the document's shard key values, read from the acquisition's
+ * reply, or, when no reply came, from the caller's filter.
+ */
+import { expect } from 'chai';
+import type { Collection, Document } from 'mongodb';
+import { commit, isLockError, multiLock, writeLock, type LockHandle } from '../../lib';
+import { delayedCollection } from '../../stress/delayed-collection';
+import { simulatedCluster } from '../../stress/simulated-cluster';
+import { realNow } from '../support/clock';
+import { freshCollection, rejectionOf, sleep } from '../support/fixture';
+
+const SHARD_KEY = { region: 1, _id: 1 } as const;
+
+/** Writes the simulated mongos refused for want of the shard key, in the current test. */
+let refused: string[] = [];
+
+/** A collection sharded on `{ region, _id }`, seen through one simulated mongos (on the server's clock, so the skew assumed is 0). */
+async function shardedCollection(docs: Document[]): Promise<{ raw: Collection<Document>; routed: Collection<Document> }> {
+  const raw = await freshCollection(docs);
+  return { raw, routed: simulatedCluster(raw, { routers: [{ offsetMs: 0 }], shardKey: SHARD_KEY, onRefusal: (method, error) => refused.push(`${method}: ${error.message}`) }) };
+}
+
+/** The unexpired entries of `tag` in the document `_id` (read directly). */
+async function liveEntries(collection: Collection<Document>, id: string, tag = 'write'): Promise<unknown[]> {
+  const doc = await collection.findOne({ _id: id as never });
+  return ((doc?.lock?.tags?.[tag] ?? []) as Array<{ exp: Date }>).filter((entry) => entry.exp.getTime() > realNow());
+}
+
+describe('a collection sharded on another key than _id', () => {
+  beforeEach(() => {
+    refused = [];
+  });
+
+  afterEach(function () {
+    if (this.currentTest?.state === 'passed') expect(refused, 'writes the simulated mongos refused for want of the shard key').to.deep.equal([]);
+  });
+
+  it('the simulated mongos refuses a findAndModify that names only _id (the test is real)', async () => {
+    const { routed } = await shardedCollection([{ _id: 'a', region: 'eu' }]);
+    const error = await rejectionOf(routed.findOneAndUpdate({ _id: 'a' } as Document, { $set: { x: 1 } }));
+    expect(error).to.include({ code: 61 });
+    expect(refused).to.have.length(1);
+    refused = [];
+  });
+
+  it('using(): every lease extension names the shard key, so the body runs to its commit with its signal never aborted', async function () {
+    this.timeout(20_000);
+    const { raw, routed } = await shardedCollection([{ _id: 'a', region: 'eu', n: 0 }]);
+    const lock = writeLock({ collection: routed, locktimeout: 300, maxClockSkew: 0 });
+    const expiries: number[] = [];
+    const result = await lock.using({ _id: 'a', region: 'eu' }, { document: { n: 1 } }, async (held, signal) => {
+      for (let i = 0; i < 6; i++) {
+        expiries.push(held.expiresAt);
+        await sleep(200);
+      }
+      expect(signal.aborted, String(signal.reason)).to.equal(false);
+      return commit({ $inc: { n: 1 } }, 'committed');
+    });
+    expect(result).to.equal('committed');
+    expect(new Set(expiries).size, 'the lease was extended while the body ran').to.be.at.least(3);
+    expect((await raw.findOne({ _id: 'a' as never }))?.n).to.equal(1);
+    expect(await liveEntries(raw, 'a')).to.have.length(0);
+  });
+
+  it('an assertive writer continues its registration and gets the lock once the reader is gone', async function () {
+    this.timeout(20_000);
+    const { raw, routed } = await shardedCollection([{ _id: 'a', region: 'eu' }]);
+    const lock = multiLock({
+      collection: routed,
+      maxClockSkew: 0,
+      locktimeouts: { read: 5_000, write: 5_000 },
+      lockRelationships: { read: { cooperative: ['write'] }, write: { cooperative: ['write'], assertive: ['read'] } },
+    });
+    const reader = await lock.acquire({ _id: 'a', region: 'eu' }, { tag: 'read' });
+    const writing = lock.acquire({ _id: 'a', region: 'eu' }, { tag: 'write', wait: 5_000 });
+    await sleep(300); // registered, continuing while the reader holds
+    await reader.release();
+    const writer = await writing;
+    expect(writer.tag).to.equal('write');
+    await writer.release();
+    expect(await liveEntries(raw, 'a')).to.have.length(0);
+  });
+
+  it('a conversion (read to write and back) and a nested hold of an owner name the shard key', async () => {
+    const { raw, routed } = await shardedCollection([{ _id: 'a', region: 'eu' }, { _id: 'b', region: 'us' }]);
+    const rw = multiLock({ collection: routed, maxClockSkew: 0, locktimeouts: { read: 5_000, write: 5_000 }, lockRelationships: { read: { cooperative: ['write'] }, write: { cooperative: ['write', 'read'] } } });
+    const handle = await rw.acquire({ _id: 'a', region: 'eu' }, { tag: 'read' });
+    await handle.convert('write');
+    await handle.convert('read');
+    await handle.release();
+    const owned = writeLock({ collection: routed, maxClockSkew: 0, locktimeout: 5_000 });
+    const outer = await owned.acquire({ _id: 'b', region: 'us' }, { owner: 'job-1' });
+    const inner = await owned.acquire({ _id: 'b', region: 'us' }, { owner: 'job-1' });
+    expect(inner.fence).to.equal(outer.fence);
+    await inner.release();
+    await outer.release();
+    expect(await liveEntries(raw, 'a', 'read')).to.have.length(0);
+    expect(await liveEntries(raw, 'b')).to.have.length(0);
+  });
+
+  it('fair waiters take and renew their tickets, and a release hands the lock over, by the shard key', async function () {
+    this.timeout(20_000);
+    const { raw, routed } = await shardedCollection([{ _id: 'a', region: 'eu' }]);
+    const lock = writeLock({ collection: routed, maxClockSkew: 0, locktimeout: 5_000, fair: true });
+    const other = writeLock({ collection: routed, maxClockSkew: 0, locktimeout: 5_000, fair: true });
+    const holder = await lock.acquire({ _id: 'a', region: 'eu' });
+    const order: string[] = [];
+    // One waiter of another lock object (it polls with a ticket it renews), then two of this one (handed over in one write).
+    const waiters = ['other', 'first', 'second'].map(async (name, i) => {
+      await sleep(50 * i);
+      const held: LockHandle = await (name === 'other' ? other : lock).acquire({ _id: 'a', region: 'eu' }, { wait: 10_000 });
+      order.push(name);
+      await sleep(20);
+      await held.release();
+    });
+    await sleep(1_500); // long enough for the tickets to be renewed
+    await holder.release();
+    await Promise.all(waiters);
+    expect(order).to.deep.equal(['other', 'first', 'second']);
+    expect(await liveEntries(raw, 'a')).to.have.length(0);
+    expect((await raw.findOne({ _id: 'a' as never }))?.lock?.queue ?? []).to.satisfy((queue: Array<{ exp: Date }>) => queue.every((ticket) => ticket.exp.getTime() <= realNow()));
+  });
+
+  it('a lock whose reply was lost is released by its id and the shard key values of the caller\'s filter', async function () {
+    this.timeout(20_000);
+    const { raw, routed } = await shardedCollection([{ _id: 'a', region: 'eu' }]);
+    // The acquisition's reply comes back after the call's 300 ms timeout: the call fails with the lock it may hold.
+    const slow = delayedCollection(routed, { reply: (method, n) => (method === 'findOneAndUpdate' && n === 1 ? 1_000 : 0) });
+    const lock = writeLock({ collection: slow, maxClockSkew: 0, locktimeout: 10_000, timeout: 300 });
+    const failed = await rejectionOf(lock.acquire({ _id: 'a', region: 'eu' }));
+    expect(isLockError(failed, 'DbError')).to.equal(true);
+    expect(failed.lock, 'the lock it may hold').to.be.an('object');
+    const deadline = realNow() + 5_000;
+    while ((await liveEntries(raw, 'a')).length > 0 && realNow() < deadline) await sleep(50);
+    expect(await liveEntries(raw, 'a'), 'the written lock was released').to.have.length(0);
+  });
+});
