@@ -1,6 +1,6 @@
-import type { Collection, Document, Filter, UpdateFilter, WithId } from 'mongodb';
+import type { ClientSession, Collection, Document, Filter, UpdateFilter, WithId } from 'mongodb';
 import type { BoomLike } from './errors';
-import { refuseUnknownKeys, type KnownKeys } from './known-keys';
+import { knownKeys, refuseUnknownKeys, type KnownKeys } from './known-keys';
 import { expectBoolean, expectBoom, expectCollection, expectFunction, expectMs, expectObject, expectSafeName, expectShardKey, expectW } from './validation';
 
 /** A promise constructor such as bluebird's, used to wrap what public methods return. */
@@ -18,9 +18,11 @@ export interface CallOptions {
    */
   readonly timeout?: number;
   /**
-   * Write concern of acquisitions, continuations and extensions, and of a release that applies
-   * an update of yours (which is sent at majority at least). `0` is refused: it cannot confirm an
-   * acquisition.
+   * Write concern of acquisitions, continuations and extensions. A write that carries an update
+   * of yours (a commit, an extension with `update`) and the write that settles a commit whose
+   * reply was lost are sent at `'majority'` whatever this says: a number of members below a
+   * majority could be rolled back, and the outcome reported would be untrue. `0` is refused: it
+   * cannot confirm an acquisition.
    * @default 'majority'
    */
   readonly w?: WriteConcernW;
@@ -45,15 +47,41 @@ export interface DocumentParams {
   readonly document?: DocumentOption;
 }
 
-/** Per-call option of a release or an extension: your final write, applied by the same atomic update. */
-export interface UpdateParams<TSchema extends Document = Document> {
+/** Per-call options of a release or an extension: your final write, applied by the same atomic update, and the transaction it joins. */
+export interface UpdateParams<TSchema extends Document = Document> extends WriteOptions<TSchema> {
   /**
    * Update operators on the locked document (`{ $set: … }`, `{ $inc: … }`; never its lock field
    * or `_id`), applied only while the lock is still held: together with the release (or the
-   * extension), or not at all. A release that carries one is sent at `w` (default majority).
+   * extension), or not at all. A write that carries one is sent at `'majority'`, whatever `w` is.
    */
   readonly update?: LockUpdate<TSchema>;
 }
+
+/** How `update` is applied (with {@link UpdateParams.update} or `commit()`), and the transaction a release or an extension joins. */
+export interface WriteOptions<TSchema extends Document = Document> {
+  /**
+   * With `update`: what the locked document must also match for the update to apply, for
+   * example the array element a positional `$` update names (`{ 'items.sku': 'x' }` for
+   * `{ $set: { 'items.$.qty': 3 } }`). A document that does not match: `RessourceNotFound`,
+   * nothing written, the lock still held.
+   */
+  readonly match?: LockFilter<TSchema>;
+  /** With `update`: the array filters of its `$[<identifier>]` paths (`mine` is monglock's own). */
+  readonly arrayFilters?: readonly Document[];
+  /**
+   * The caller's session: the write joins its transaction (`session.withTransaction(…)`), and is
+   * applied with it, only if the lock is still held when it runs. Inside a transaction, MongoDB's
+   * own errors are passed on as they are (so that `withTransaction` retries what it should), and
+   * the lock is released whether the transaction commits or aborts. Acquisitions never take one:
+   * lock outside the transaction, commit inside it (docs/api.md, "Transactions").
+   */
+  readonly session?: ClientSession;
+}
+
+/** The keys of {@link UpdateParams}. */
+export const UPDATE_KEYS = ['update', 'match', 'arrayFilters', 'session'] as const;
+/** The keys of {@link WriteOptions} (`commit()`'s options). */
+export const WRITE_OPTIONS = knownKeys<WriteOptions>()(['match', 'arrayFilters', 'session']);
 
 /**
  * An update of a locked document: the driver's `UpdateFilter<TSchema>` for a typed collection, any
@@ -159,8 +187,10 @@ export const CALL_KEYS = ['timeout', 'w', 'releaseW', 'boom'] as const;
 /** Keys of {@link LockOptions}. */
 export const LOCK_OPTION_KEYS = [...CALL_KEYS, 'collection', 'field', 'Promise', 'fair', 'clock', 'maxClockSkew', 'shardKey'] as const;
 
-/** Why a call refuses keys that are fixed when the lock is made (monglock v2 took some of them per call). */
+/** Why a call refuses keys that are fixed when the lock is made (monglock v2 took some of them per call), or that belong to a release. */
 export const FIXED_PER_LOCK: Readonly<Record<string, string>> = {
+  session:
+    'an acquisition never joins a transaction (its lock must be seen by others at once): lock outside the transaction, and pass the session to the release or commit inside it (`handle.release({ update, session })`, `commit(update, value, { session })`)',
   collection: 'a lock\'s collection is fixed when the lock is made (monglock v2 took it per call): make one lock per collection',
   field: 'the lock\'s field is fixed when the lock is made',
   Promise: 'the promise library is fixed when the lock is made',
@@ -188,6 +218,8 @@ export interface ResolvedCallOptions {
   readonly w: WriteConcernW;
   readonly releaseW: WriteConcernW;
   readonly boom: BoomLike | undefined;
+  /** A release's or an extension's session (the caller's transaction); never an acquisition's. */
+  readonly session?: ClientSession;
 }
 
 /** ms since the epoch that never jumps (wall-clock steps do not move it): what elapsed time is measured with. */

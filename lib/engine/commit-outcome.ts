@@ -25,7 +25,7 @@ export interface CommitSettlement {
  * A commit: the lock it releases, and the record it leaves. `landsBy` is the server time after
  * which the lock's own acquisition can no longer land: 0 for a lock whose acquisition was
  * confirmed; unknown (undefined) for a lock passed back as data, which is then bounded by its
- * stamp (`timestamp` + {@link MAX_TOLERANCE}).
+ * stamp (`timestamp` + the widest tolerance + the call's `timeout`).
  */
 export interface CommitAttempt {
   readonly lock: LockData & { readonly landsBy?: number };
@@ -88,7 +88,8 @@ export async function settleCommit(settlement: CommitSettlement, target: Documen
   if (classifyWriteFailure(cause) === 'closed') throw fail(false, 'the update was not applied: the MongoDB client was closed before it was sent (the lock is held until its lease ends)');
 
   // When the lock's acquisition could land is unknown without a stamp: then an absent entry proves nothing.
-  const landsBy = lock.landsBy ?? (lock.timestamp > 0 ? lock.timestamp + MAX_TOLERANCE : undefined);
+  // A lock passed back as data: its stamp's widest window, and a command blocked for this call's timeout.
+  const landsBy = lock.landsBy ?? (lock.timestamp > 0 ? lock.timestamp + settlement.clock.tolerance(2 * MAX_TOLERANCE, true) + call.timeout : undefined);
   let removed: boolean;
   try {
     if (landsBy !== undefined && landsBy > 0) await untilServerPassed(settlement, landsBy);
@@ -143,10 +144,14 @@ export async function untilServerPassed(settlement: Pick<CommitSettlement, 'cloc
   if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
 }
 
-/** The write concern of a write that carries the caller's data: `w`, or majority when `w` is 1. */
-export function dataWriteConcern(w: ResolvedCallOptions['w']): ResolvedCallOptions['w'] {
-  return w === 1 ? 'majority' : w;
-}
+/**
+ * The write concern of a write that carries the caller's data (a commit, an extension with an
+ * update) and of the write that settles one: majority, whatever `w` is. A number of members below
+ * a majority (`w: 2` on a set of five) could be rolled back, and a commit reported applied, or
+ * "not applied and never will be", would then be untrue; a number at or above a majority gains
+ * nothing over `'majority'`, which needs no member count.
+ */
+export const DATA_WRITE_CONCERN: ResolvedCallOptions['w'] = 'majority';
 
 /**
  * Settles a commit proved by a monglock v2 timestamp, whose write failed: it leaves no record to

@@ -1,5 +1,5 @@
 import type { Document } from 'mongodb';
-import { isLockError, lockError, withDbErrors, type ConflictSubtype } from '../common/errors';
+import { lockError, withDbErrors, type ConflictSubtype } from '../common/errors';
 import type { ResolvedCallOptions } from '../common/options';
 import { acquireOperation, type AcquireExtension } from '../protocol/acquire';
 import { extendOperation } from '../protocol/extend';
@@ -9,18 +9,20 @@ import { newLockId } from '../protocol/lock-ids';
 import type { LockOperation } from '../protocol/operation';
 import type { Proof } from '../protocol/proofs';
 import { pruneTagOperation } from '../protocol/prune';
-import { forcedReleaseOperation, releaseOperation } from '../protocol/release';
 import type { OwnedAcquisition } from '../protocol/reentry';
 import type { ServerClock } from '../protocol/server-clock';
 import { hasExpiredEntries, liveEntries, type LockPaths, type StoredLock } from '../protocol/stored-format';
 import { AssertivePending, landing, withDocument, type Acquired } from './acquired';
 import { FairTickets } from './fair-tickets';
 import { handOver, withdrawHandOver, type GranteeTerms } from './hand-over';
-import { commitRecord, dataWriteConcern, settleCommit, settleTimestampCommit } from './commit-outcome';
+import { DATA_WRITE_CONCERN } from './commit-outcome';
+import { driverErrorOf, noMatch, releaseLock, type ReleaseWrite } from './release';
 import { explainLostLock, explainRefusedAcquisition, unexplainedRefusal, type AcquireContext } from './refusals';
 import { observeWrite, runStamped, type StampedWrite } from './stamped-write';
 import type { Inspection, Store, Timed } from './store';
 import { failedAcquisition } from './write-failures';
+import { inTransaction, type FinalWrite } from '../common/write-params';
+import { stampRefused } from './stamp-refusals';
 import { DeploymentView, type DeploymentProbe } from './deployment';
 import { continueRegistration } from './continuation';
 
@@ -151,33 +153,11 @@ export class LockEngine {
   }
 
   /**
-   * Release ({@link releaseOperation}, at `releaseW`), or commit (with `update`, at least at
-   * majority), or without a proof monglock v2's forced release ({@link forcedReleaseOperation}).
-   * A commit whose reply is lost is settled (see {@link settleCommit}); a group's commit records its `group`.
+   * Release, commit (with `write.update`) or, without a proof, monglock v2's forced release: see
+   * {@link releaseLock}.
    */
-  async release(target: Document, tag: string, proof: Proof | undefined, claimed: LockData | undefined, call: ResolvedCallOptions, update?: Document, group?: string): Promise<void> {
-    const { paths, store, clock, reportsReacquired } = this.settings;
-    if (!proof) {
-      const matched = await withDbErrors(call.boom, () => store.applyOne(forcedReleaseOperation(paths, target, tag), call, call.releaseW));
-      if (!matched) throw lockError('RessourceNotFound', call.boom, { detail: 'no document matches the filter' });
-      return;
-    }
-    const rule = this.rule(tag);
-    const record = update && 'id' in proof ? commitRecord(proof.id, clock, call.timeout, group) : undefined;
-    const w = update ? dataWriteConcern(call.w) : call.releaseW;
-    let matched: boolean;
-    try {
-      matched = await withDbErrors(call.boom, () => store.applyOne(releaseOperation({ paths, rule, target, proof, update, record, alsoTag: claimed?.maybeTag }), call, w));
-    } catch (error) {
-      if (!update || !isLockError(error, 'DbError')) throw error;
-      if (!record) return settleTimestampCommit(error, call);
-      const lock = claimed ?? { id: record.lock, tag, timestamp: 0, fence: 0, expiresAt: 0 };
-      return settleCommit({ store, paths, clock, w, readClock: () => this.readClock({}, call) }, target, { lock, record }, error, call);
-    }
-    if (matched) return;
-    const seen = await withDbErrors(call.boom, () => store.inspect(target, call));
-    const lost = explainLostLock({ paths, rule, reportsReacquired, boom: call.boom, withUpdate: update !== undefined }, seen, claimed ?? { id: '', tag, timestamp: 0, fence: 0, expiresAt: 0 }, proof);
-    throw lost.error ?? lockError('LockNotFound', call.boom, { detail: 'the lock is not held' });
+  release(target: Document, tag: string, proof: Proof | undefined, claimed: LockData | undefined, call: ResolvedCallOptions, write: ReleaseWrite = {}): Promise<void> {
+    return releaseLock(this.settings, this.rule(tag), { target, tag, proof, claimed, write }, call, () => this.readClock({}, call));
   }
 
   /** Hands `holder`'s lock over to a waiter of this process in one update ({@link handOver}); {@link withdrawHandOver} settles one that failed. */
@@ -190,25 +170,30 @@ export class LockEngine {
   }
 
   /** Extend ({@link extendOperation}): resolves the lock with its new expiry, in its document (`{ _id }`). */
-  async extend(target: Document, lock: LockData, proof: Proof, lease: number, call: ResolvedCallOptions, extension?: (stamp: Date, exp: Date) => Document, update?: Document): Promise<Acquired> {
+  async extend(target: Document, lock: LockData, proof: Proof, lease: number, call: ResolvedCallOptions, extension?: (stamp: Date, exp: Date) => Document, write?: FinalWrite): Promise<Acquired> {
     const { paths, store, reportsReacquired } = this.settings;
     const rule = this.rule(lock.tag);
-    return this.stamped(call, {
+    const update = write?.update;
+    const extending = this.stamped(call, {
       target,
       lease,
       write: async (stamp, tolerance) => {
         const at = new Date(stamp);
         const exp = new Date(this.settings.clock.expiry(stamp, lease));
-        const operation = extendOperation({ paths, rule, tags: this.tags, target, proof, at, tolerance, exp, update, extension: extension?.(at, exp) });
-        const reply = await store.apply(operation, call, update ? dataWriteConcern(call.w) : call.w);
+        const operation = extendOperation({ paths, rule, tags: this.tags, target, proof, at, tolerance, exp, update, match: write?.match, arrayFilters: write?.arrayFilters, extension: extension?.(at, exp) });
+        const reply = await store.apply(operation, call, update ? DATA_WRITE_CONCERN : call.w);
         if (!reply.value) return undefined;
         const appliedAt = this.observeWrite(reply.value, reply);
         await this.deployment.refuseSkewed(call);
         return { lock: { ...lock, expiresAt: exp.getTime() }, target: this.deployment.addressOf(reply.value), appliedAt };
       },
-      explain: (seen, stamp, tolerance) =>
-        explainLostLock({ paths, rule, reportsReacquired, boom: call.boom, withUpdate: update !== undefined }, seen, lock, proof, stamp, tolerance, lease),
+      explain: (seen, stamp, tolerance) => {
+        const verdict = explainLostLock({ paths, rule, reportsReacquired, boom: call.boom, withUpdate: update !== undefined }, seen, lock, proof, stamp, tolerance, lease);
+        // Live, and the stamp was not what the server refused: the document did not match the caller's `match`.
+        return verdict.retry && write?.match && !stampRefused(seen, stamp, tolerance) ? { retry: false, error: noMatch(call) } : verdict;
+      },
     });
+    return inTransaction(call) ? extending.catch((error: unknown) => Promise.reject(driverErrorOf(error))) : extending;
   }
 
   /** Reads the first document `target` selects (its lock) and the server's clock (`$$NOW`), on the primary, into the bounds. */
@@ -255,3 +240,4 @@ export class LockEngine {
     }
   }
 }
+

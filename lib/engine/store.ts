@@ -1,4 +1,4 @@
-import type { Collection, Document, UpdateFilter, WriteConcernSettings } from 'mongodb';
+import type { ClientSession, Collection, Document, UpdateFilter, WriteConcernSettings } from 'mongodb';
 import type { LockOperation } from '../protocol/operation';
 import type { ResolvedCallOptions } from '../common/options';
 import { LockPaths } from '../protocol/stored-format';
@@ -87,7 +87,7 @@ export class Store {
         returnDocument: 'after',
         ...projection,
         maxTimeMS: call.timeout,
-        writeConcern: writeConcern(call, w),
+        ...writeOptions(call, w),
         ...(arrayFilters ? { arrayFilters } : {}),
       }),
     );
@@ -96,7 +96,7 @@ export class Store {
   /** One atomic update of the first matching document, at write concern `w`; resolves whether one matched. */
   async updateOne(filter: Document, update: Document, call: ResolvedCallOptions, w: ResolvedCallOptions['w'] = call.w, arrayFilters?: Document[]): Promise<boolean> {
     const result = await withDeadline('updateOne', call.timeout, () =>
-      this.collection.updateOne(filter, update as UpdateFilter<Document>, { maxTimeMS: call.timeout, writeConcern: writeConcern(call, w), ...(arrayFilters ? { arrayFilters } : {}) }),
+      this.collection.updateOne(filter, update as UpdateFilter<Document>, { maxTimeMS: call.timeout, ...writeOptions(call, w), ...(arrayFilters ? { arrayFilters } : {}) }),
     );
     return result.matchedCount > 0;
   }
@@ -121,7 +121,8 @@ export class Store {
         .aggregate([{ $match: filter }, { $limit: 1 }, { $project: { ...this.withShardKey({ [this.field]: 1 }), [SERVER_NOW]: '$$NOW' } }], {
           maxTimeMS: call.timeout,
           readPreference: 'primary',
-          ...(readConcern ? { readConcern: { level: readConcern } } : {}),
+          // Inside the caller's transaction, the read joins it (its snapshot; a read concern is the transaction's).
+          ...(call.session ? { session: call.session } : readConcern ? { readConcern: { level: readConcern } } : {}),
         })
         .toArray(),
     );
@@ -185,6 +186,16 @@ export function namesField(path: string, field: string): boolean {
 /** The write concern of a lock write: `w` (the call's, unless given), and `wtimeoutMS` bounded by the call's timeout. */
 export function writeConcern(call: ResolvedCallOptions, w: ResolvedCallOptions['w'] = call.w): WriteConcernSettings {
   return { w, wtimeoutMS: call.timeout };
+}
+
+/**
+ * The options of a lock write besides its time limit: its write concern, and the caller's session
+ * (a release's or an extension's). Inside a transaction, the write takes none: the transaction's
+ * commit has it (MongoDB refuses one on an operation in a transaction).
+ */
+export function writeOptions(call: ResolvedCallOptions, w: ResolvedCallOptions['w'] = call.w): { writeConcern?: WriteConcernSettings; session?: ClientSession } {
+  if (!call.session) return { writeConcern: writeConcern(call, w) };
+  return call.session.inTransaction() ? { session: call.session } : { writeConcern: writeConcern(call, w), session: call.session };
 }
 
 /** A command in flight: when its deadline passes, and how to fail it then. */

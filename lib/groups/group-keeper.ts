@@ -24,7 +24,7 @@ export class GroupKeeper {
     boom?: BoomLike,
   ) {
     for (const { handle, member } of HandleGroup.members(group)) {
-      const leaseMs = handle.expiresAt - handle.timestamp;
+      const leaseMs = Handle.lease(handle);
       if (handle.expiresAt >= NEVER || !Number.isFinite(leaseMs)) continue;
       const keeper = new LeaseKeeper(keptLease(handle, leaseMs, boom ?? member.core.callOptions({}).call.boom), leaseMs, controller, Infinity);
       this.#keepers.push(keeper);

@@ -1,5 +1,8 @@
 import type { Document } from 'mongodb';
-import type { LockUpdate } from '../common/options';
+import { WRITE_OPTIONS, type LockUpdate, type WriteOptions } from '../common/options';
+import { expectArrayFilters, sessionOf } from '../common/write-params';
+import { expectFilter, expectObject } from '../common/validation';
+import { refuseUnknownKeys } from '../common/known-keys';
 
 /**
  * What a `using()` body (or a hapi handler on a locked route) returns to end its critical section
@@ -11,13 +14,19 @@ export interface Commit<T = undefined, TSchema extends Document = Document> {
   readonly update: LockUpdate<TSchema>;
   /** What the call resolves once the update is applied. */
   readonly value: T;
+  /** How the update applies (`match`, `arrayFilters`), and the caller's transaction it joins (`session`). */
+  readonly options: CommitOptions<TSchema>;
 }
+
+/** How a commit's update applies, and the transaction it joins: see {@link WriteOptions}. */
+export type CommitOptions<TSchema extends Document = Document> = WriteOptions<TSchema>;
 
 /** The class behind {@link Commit}. */
 export class CommitRequest<T, TSchema extends Document> implements Commit<T, TSchema> {
   constructor(
     readonly update: LockUpdate<TSchema>,
     readonly value: T,
+    readonly options: CommitOptions<TSchema> = {},
   ) {}
 }
 
@@ -34,10 +43,24 @@ export const Commit: {
  * write can never land after the lock was lost. Resolves `value` from `using()` (or answers it
  * from a hapi handler). The schema is taken from where the commit is returned (a `using()` body
  * of a typed collection checks the update against it), never from the update itself.
+ * `options` say how the update applies (`match`: what the document must also match, such as the
+ * array element of a positional `$`; `arrayFilters`) and which transaction it joins (`session`:
+ * docs/api.md, "Transactions"); they are checked before anything is written.
+ * @throws {TypeError} on options it does not know, or of the wrong type
  * @example
  * await accounts.using({ _id }, { document: true }, (lock) =>
  *   commit({ $inc: { balance: -amount } }, lock.document.balance - amount));
  */
-export function commit<T = undefined, TSchema extends Document = Document>(update: LockUpdate<NoInfer<TSchema>>, value?: T): Commit<T, TSchema> {
-  return new CommitRequest(update, value as T);
+export function commit<T = undefined, TSchema extends Document = Document>(update: LockUpdate<NoInfer<TSchema>>, value?: T, options?: CommitOptions<NoInfer<TSchema>>): Commit<T, TSchema> {
+  return new CommitRequest(update, value as T, options === undefined ? {} : commitOptionsOf(options));
+}
+
+/** `options` of {@link commit}, validated. */
+function commitOptionsOf<TSchema extends Document>(options: CommitOptions<TSchema>): CommitOptions<TSchema> {
+  const given = expectObject('options', options);
+  refuseUnknownKeys('options', given, WRITE_OPTIONS);
+  if (given.match !== undefined) expectFilter('options.match', given.match);
+  if (given.arrayFilters !== undefined) expectArrayFilters('options.arrayFilters', given.arrayFilters);
+  sessionOf(given, 'options');
+  return options;
 }

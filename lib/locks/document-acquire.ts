@@ -218,7 +218,7 @@ async function handleFor(site: AcquireSite, won: Acquired, acquisition: Acquisit
     return handle;
   }
   const late = lockError('DbError', call.boom, {
-    detail: `the reply came after the lease (${won.lock.expiresAt - won.lock.timestamp} ms) had ended: the network or the server is slower than this lease allows`,
+    detail: `the reply came after the lease (${site.clock.leaseOf(won.lock.timestamp, won.lock.expiresAt)} ms) had ended: the network or the server is slower than this lease allows`,
   });
   await acquisition.abandon(late, won);
   throw late;

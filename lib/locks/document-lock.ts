@@ -2,7 +2,9 @@ import type { Document } from 'mongodb';
 import { acquireOnDocument, type AcquireSite } from './document-acquire';
 import { convertTraced } from './conversion';
 import { isTraced, traced } from '../common/diagnostics';
-import type { ConflictSubtype } from '../common/errors';
+import { isLockError, type ConflictSubtype } from '../common/errors';
+import { finalWriteOf, inTransaction, sessionOf } from '../common/write-params';
+import { extendLock } from './extension';
 import type { KnownKeys } from '../common/known-keys';
 import type { Acquired } from '../engine/acquired';
 import { LockEngine } from '../engine/lock-engine';
@@ -10,7 +12,7 @@ import type { Proof } from '../protocol/proofs';
 import { extensionOf, HANDLE_PARAMS, Handle, releaseUnclaimed, type Extension, type HandleOwner, type LockData } from './lock-handle';
 import { readLockData } from './lock-passed-back';
 import { readParams, resolveCallOptions, resolveLockOptions, type PromiseLibrary, type ResolvedCallOptions } from '../common/options';
-import { expectFilter, expectFunction, expectUpdate, isPlainObject, expectMaxHold, expectMs, expectObject } from '../common/validation';
+import { expectFilter, expectFunction, isPlainObject, expectMaxHold, expectMs, expectObject } from '../common/validation';
 import type { TagRule } from '../protocol/lock-data';
 import { inPromiseLibrary, uncancellableWaitWarning, type Cancellation } from '../common/promise-library';
 import { holdWhile, type UsingBody } from './scoped-hold';
@@ -46,7 +48,7 @@ export class DocumentLock implements HandleOwner, AcquireSite {
   readonly clock: ServerClock;
   readonly waiters: LocalWaiters;
   readonly fair: boolean;
-  private readonly kindName: string;
+  readonly kindName: string;
 
   constructor(options: unknown, kind: DocumentLockKind) {
     const resolved = resolveLockOptions(options, kind.options);
@@ -147,12 +149,17 @@ export class DocumentLock implements HandleOwner, AcquireSite {
 
   private async releaseNow(target: unknown, tag: string, proof: Proof | undefined, claimed: LockData | undefined, params: unknown, group?: string): Promise<void> {
     const filter = expectFilter('filter', target);
-    const { params: p, call } = this.callOptions(params);
-    const update = updateOf(p, this.engine.field);
-    if (update && !proof) throw new TypeError('Expected `params.lock` (or `params.timestamp`) with `params.update`: a forced release applies no update');
-    const release = (): Promise<void> => this.engine.release(filter, tag, proof, claimed, call, update, group);
+    const { params: p, call: plain } = this.callOptions(params);
+    const write = finalWriteOf(p, this.engine.field);
+    const session = sessionOf(p);
+    if (write && !proof) throw new TypeError('Expected `params.lock` (or `params.timestamp`) with `params.update`: a forced release applies no update');
+    if (session && !proof) throw new TypeError('Expected `params.lock` (or `params.timestamp`) with `params.session`: a forced release joins no transaction');
+    const call = session ? { ...plain, session } : plain;
+    const release = (): Promise<void> => this.engine.release(filter, tag, proof, claimed, call, { ...write, group });
     const released = (): void => this.released(filter, tag, proof && 'id' in proof ? proof.id : undefined, claimed?.permits);
-    await releaseHandingOver(this.engine, this.waiters, filter, update || !proof || !('id' in proof) ? undefined : claimed, call, release, released);
+    // A release in a transaction is not handed over: the waiter's lock would be the transaction's until it commits.
+    await releaseHandingOver(this.engine, this.waiters, filter, write || session || !proof || !('id' in proof) ? undefined : claimed, call, release, released);
+    if (inTransaction(call) && proof) void releaseAfterTransaction(() => this.engine.release(filter, tag, proof, claimed, plain), plain.timeout);
   }
 
   /**
@@ -163,7 +170,7 @@ export class DocumentLock implements HandleOwner, AcquireSite {
   async extendWith(target: unknown, lock: LockData, proof: Proof, params: unknown): Promise<Handle> {
     const filter = expectFilter('filter', target);
     const { params: p, call } = this.callOptions(params);
-    const extended = await this.extendTraced(lock, () => this.engine.extend(filter, lock, proof, this.leaseOf(lock.tag, p), call, undefined, updateOf(p, this.engine.field)));
+    const extended = await extendLock(this, filter, lock, proof, this.leaseOf(lock.tag, p), p, call);
     for (const given of [p.lock, p.timestamp]) {
       if (given instanceof Handle && given.id === lock.id) Handle.updateExpiry(given, extensionOf(extended));
     }
@@ -188,22 +195,8 @@ export class DocumentLock implements HandleOwner, AcquireSite {
     return this.run(async () => {
       const { params: p, call } = this.callOptions(readParams('params', params, HANDLE_PARAMS));
       const lease = locktimeout === undefined ? this.engine.rule(lock.tag).lease : expectMs('locktimeout', locktimeout);
-      return extensionOf(await this.extendTraced(lock, () => this.engine.extend(target, lock, { id: lock.id }, lease, call, undefined, updateOf(p, this.engine.field))));
+      return extensionOf(await extendLock(this, target, lock, { id: lock.id }, lease, p, call));
     });
-  }
-
-  /** An extension of `lock`, traced on `monglock:extend`. */
-  private extendTraced(lock: LockData, extend: () => Promise<Acquired>): Promise<Acquired> {
-    return traced(
-      'extend',
-      () => ({ operation: 'extend', kind: this.kindName, namespace: this.engine.namespace, tag: lock.tag, lockId: lock.id || undefined, fence: lock.fence || undefined }),
-      () => this.clock.local(),
-      async (context) => {
-        const extended = await extend();
-        if (context) context.expiresAt = extended.lock.expiresAt;
-        return extended;
-      },
-    );
   }
 
   /** Converts `lock` (a multiLock's) to `tag` (see lib/locks/conversion.ts); the lock it resolves has its new tag, token and lease. */
@@ -218,6 +211,10 @@ export class DocumentLock implements HandleOwner, AcquireSite {
 
   remaining(lock: LockData): number {
     return this.clock.remaining(lock.expiresAt);
+  }
+
+  lease(lock: LockData): number {
+    return this.clock.leaseOf(lock.timestamp, lock.expiresAt);
   }
 
   /** Reads a lock passed back by the caller. */
@@ -236,7 +233,24 @@ export class DocumentLock implements HandleOwner, AcquireSite {
   }
 }
 
-/** `params.update`, validated (update operators that leave the lock `field` alone), if any. */
-function updateOf(params: Record<string, unknown>, field: string): Document | undefined {
-  return params.update === undefined ? undefined : expectUpdate('params.update', params.update, field);
+/** How often, and how long apart at the least (ms), the release that follows a release in a transaction is tried while that transaction runs. */
+const AFTER_TRANSACTION_TRIES = 6;
+
+/**
+ * After a release (or a commit) in the caller's transaction: the same release outside it, in the
+ * background. MongoDB holds it until the transaction ends (a write outside a transaction waits
+ * for the one that holds the document): if the transaction committed, it finds nothing; if it
+ * aborted, it releases the lock, which would otherwise be held by nobody until its lease ends. It
+ * is tried again while its `maxTimeMS` runs out before the transaction ends (60 s by default).
+ */
+async function releaseAfterTransaction(release: () => Promise<void>, timeoutMs: number): Promise<void> {
+  for (let tried = 1; ; tried++) {
+    try {
+      await release();
+      return;
+    } catch (error) {
+      if (!isLockError(error, 'DbError') || tried === AFTER_TRANSACTION_TRIES) return; // not held: the transaction took it out
+      await new Promise((resolve) => setTimeout(resolve, Math.min(timeoutMs, 1_000)));
+    }
+  }
 }

@@ -1,13 +1,13 @@
 import type { Document } from 'mongodb';
 import type { LockData } from '../protocol/lock-data';
 import { knownKeys } from '../common/known-keys';
-import { CALL_KEYS, FIXED_PER_LOCK, type CallOptions, type UpdateParams } from '../common/options';
+import { CALL_KEYS, FIXED_PER_LOCK, UPDATE_KEYS, type CallOptions, type UpdateParams } from '../common/options';
 
 /** Per-call options of `handle.release()` and `handle.extend()`. */
 export interface HandleParams<TSchema extends Document = Document> extends CallOptions, UpdateParams<TSchema> {}
 
 /** The keys of {@link HandleParams}: what the lock behind a handle accepts from it. */
-export const HANDLE_PARAMS = knownKeys<HandleParams>()([...CALL_KEYS, 'update'], {
+export const HANDLE_PARAMS = knownKeys<HandleParams>()([...CALL_KEYS, ...UPDATE_KEYS], {
   ...FIXED_PER_LOCK,
   lock: 'a handle releases or extends itself: `handle.release()`, or `lock.release(filter, { lock: handle })`',
   locktimeout: 'the lease is the first argument: `handle.extend(ms, params)`',
@@ -30,6 +30,8 @@ export interface HandleOwner {
   guard(target: Document, lock: LockData, extra?: Document): Document;
   /** ms of the lease left by the upper bound of the server's clock. */
   remaining(lock: LockData): number;
+  /** The lease `lock` was taken or last extended with, in ms. */
+  lease(lock: LockData): number;
   /** The locked collection, `db.collection`. */
   readonly namespace: string;
 }
@@ -37,4 +39,15 @@ export interface HandleOwner {
 /** The extension an extend's outcome reports (when the server applied it unknown: the earliest possible). */
 export function extensionOf(extended: { readonly lock: LockData; readonly appliedAt?: number }): Extension {
   return { expiresAt: extended.lock.expiresAt, appliedAt: extended.appliedAt ?? 0 };
+}
+
+/**
+ * Handles whose release (or commit) in the caller's transaction resolved: the transaction decides,
+ * and monglock releases the lock after it whatever its outcome, so `using()` sends no release of its own.
+ */
+export const releasedInTransaction = new WeakSet<object>();
+
+/** Notes `handle` in {@link releasedInTransaction} when `params` (a release's) carried a session in a transaction. */
+export function noteTransaction(handle: object, params: unknown): void {
+  if ((params as { session?: { inTransaction?: () => boolean } } | undefined)?.session?.inTransaction?.() === true) releasedInTransaction.add(handle);
 }

@@ -6,8 +6,8 @@ import type { PromiseOf } from '../common/promise-types';
 import type { ConvertParams } from './conversion';
 
 export type { LockData } from '../protocol/lock-data';
-export { extensionOf, HANDLE_PARAMS, type Extension, type HandleOwner, type HandleParams } from './handle-owner';
-import type { Extension, HandleOwner, HandleParams } from './handle-owner';
+export { extensionOf, HANDLE_PARAMS, releasedInTransaction, type Extension, type HandleOwner, type HandleParams } from './handle-owner';
+import { noteTransaction, type Extension, type HandleOwner, type HandleParams } from './handle-owner';
 
 /** The locked document as a collection of `TSchema` stores it: `WithId<TSchema>`, or any document for an untyped collection. */
 export type SchemaDocument<TSchema extends Document> = Document extends TSchema ? Document : WithId<TSchema>;
@@ -44,7 +44,8 @@ export interface LockHandle<TSchema extends Document = Document, P = undefined, 
    * was lost (`err.lock`), which is released if it is held and otherwise left alone (but a release
    * with an update never resolves unless the update landed). With `params.update`, that update is
    * applied by the same atomic write, only if the lock is still held (else
-   * `LockNotFound`/`LockWasReacquired`, and nothing is written).
+   * `LockNotFound`/`LockWasReacquired`, and nothing is written); `match` and `arrayFilters` say how
+   * it applies, `session` joins the caller's transaction (see `UpdateParams`).
    */
   release(params?: HandleParams<TSchema>): PromiseOf<P, void>;
   /**
@@ -95,11 +96,9 @@ export class Handle implements LockHandle<Document, unknown, Document> {
   #appliedAt = 0;
 
   /**
-   * @param target the locked document's `{ _id }` (`{}` for a lock whose reply was lost: its id finds it)
-   * @param more `unconfirmed`: a lock whose reply was lost (`err.lock` of a `DbError`): maybe never
-   *   written, maybe already released by monglock itself, so releasing it succeeds when it is not
-   *   held; `landsBy`: for such a lock, the server time after which its write can no longer land;
-   *   `document`: the locked document, when the acquisition returned it
+   * @param target the locked document's address (for a lock whose reply was lost, what the filter says of its shard key: its id finds it)
+   * @param more `unconfirmed`: a lock whose reply was lost (`err.lock`): maybe never written or already released, so releasing it
+   *   succeeds when it is not held; `landsBy`: for such a lock, when its write can no longer land; `document`: the locked document
    */
   constructor(data: LockData, owner: HandleOwner, target: Document, more: { unconfirmed?: boolean; landsBy?: number; document?: Document } = {}) {
     this.#lock = lockOnly(data);
@@ -175,6 +174,11 @@ export class Handle implements LockHandle<Document, unknown, Document> {
     return { ...handle.toJSON(), landsBy: handle.#unconfirmed ? handle.#landsBy : 0 };
   }
 
+  /** The lease `handle` was taken or last extended with, in ms. @internal */
+  static lease(handle: Handle): number {
+    return handle.#owner.lease(handle.toJSON());
+  }
+
   /**
    * Calls `watcher` whenever `handle`'s lease end changes (the lease keeper replans); returns the
    * function that stops watching.
@@ -193,14 +197,9 @@ export class Handle implements LockHandle<Document, unknown, Document> {
     return Math.max(0, this.#owner.remaining(this.toJSON()));
   }
 
-  /**
-   * Releases this lock. Same outcomes as `release(filter, { lock })`, except for a lock whose reply
-   * was lost (`err.lock`), which is released if it is held and otherwise left alone. With
-   * `params.update`, that update is applied by the same atomic write, only if the lock is still
-   * held (else `LockNotFound`/`LockWasReacquired`, and nothing is written). (`group`: internal.)
-   */
+  /** Releases this lock (see {@link LockHandle.release}); `group` (internal): the `commitAll` it is part of. */
   release(params?: HandleParams, group?: string): Promise<void> {
-    const released = this.#followingConversions(() => this.#owner.release(this.#target, Handle.claim(this), params, group));
+    const released = this.#followingConversions(() => this.#owner.release(this.#target, Handle.claim(this), params, group)).then(() => noteTransaction(this, params));
     // A lock whose reply was lost may never have been written: not finding it is no failure,
     // unless the release carries an update, which must never be reported applied when it was not.
     if (!this.#unconfirmed || (params as { update?: unknown } | undefined)?.update !== undefined) return released;

@@ -6,7 +6,7 @@ import type { UsingBody } from './scoped-hold';
 import type { LockData, LockHandle } from './lock-handle';
 import type { PromiseOf } from '../common/promise-types';
 import { knownKeys, type KnownKeys } from '../common/known-keys';
-import { CALL_KEYS, FIXED_PER_LOCK, LOCK_OPTION_KEYS, readParams, type CallOptions, type DocumentOf, type DocumentOptionOf, type DocumentParams, type HoldParams, type LockFilter, type LockOptions, type PromiseLibrary, type UpdateParams } from '../common/options';
+import { CALL_KEYS, FIXED_PER_LOCK, LOCK_OPTION_KEYS, readParams, UPDATE_KEYS, type CallOptions, type DocumentOf, type DocumentOptionOf, type DocumentParams, type HoldParams, type LockFilter, type LockOptions, type PromiseLibrary, type UpdateParams } from '../common/options';
 import { describe, expectFilter, expectSafeName } from '../common/validation';
 import { resolveTagRules, withUpgradePreference, type LockRelationships, type TagLimits } from './relationships';
 import type { WaitOptions } from '../waiting/wait-options';
@@ -101,12 +101,12 @@ const OPTIONS = knownKeys<MultiLockOptions>()([...LOCK_OPTION_KEYS, 'locktimeout
 });
 const ACQUIRE = knownKeys<MultiLockAcquireParams>()([...CALL_KEYS, ...WAIT_KEYS, 'document', 'tag', 'lock', 'locktimeout', 'permits', 'owner'], FIXED_PER_LOCK);
 const USING = knownKeys<MultiLockAcquireParams & HoldParams>()([...CALL_KEYS, ...WAIT_KEYS, 'document', 'tag', 'lock', 'locktimeout', 'permits', 'owner', 'maxHold'], FIXED_PER_LOCK);
-const RELEASE = knownKeys<MultiLockReleaseParams>()([...CALL_KEYS, 'update', 'lock'], {
+const RELEASE = knownKeys<MultiLockReleaseParams>()([...CALL_KEYS, ...UPDATE_KEYS, 'lock'], {
   ...FIXED_PER_LOCK,
   locktimeout: 'a release takes no lease (`locktimeout` is for acquire and extend)',
   tag: 'a release names its lock (`{ lock }`), whose tag it knows',
 });
-const EXTEND = knownKeys<MultiLockExtendParams>()([...CALL_KEYS, 'update', 'lock', 'locktimeout'], FIXED_PER_LOCK);
+const EXTEND = knownKeys<MultiLockExtendParams>()([...CALL_KEYS, ...UPDATE_KEYS, 'lock', 'locktimeout'], FIXED_PER_LOCK);
 
 /** The lock `params.lock` names (required: a multiLock or semaphore release or extension names its lock), and the caller's filter, validated. */
 function namedLock(core: DocumentLock, filter: unknown, params: unknown, known: KnownKeys): { lock: LockData; target: Document } {

@@ -4,7 +4,7 @@ import type { BoomLike } from '../common/errors';
 import { isLockError } from '../common/errors';
 import { keptLease, LeaseKeeper } from './lease-keeper';
 import { NEVER } from '../protocol/lock-data';
-import { Handle, type LockHandle } from './lock-handle';
+import { Handle, releasedInTransaction, type LockHandle } from './lock-handle';
 import { linkSignals } from '../waiting/wait-options';
 
 /**
@@ -55,12 +55,14 @@ export async function holdWhile<T, H extends Handle>(handle: H, settings: HoldSe
     if (keeper) keeper.replan();
     else if (handle.expiresAt < NEVER) keeper = keep(Math.max(1, handle.remaining()));
   });
-  const finish = async (update?: Document): Promise<void> => {
+  const finish = async (commit?: { update: Document; options: object }): Promise<void> => {
     unwatch();
     await keeper?.stop();
     outer.signal?.removeEventListener('abort', forward);
     outer.dispose();
-    await handle.release(update ? { ...settings.callParams, update } : settings.callParams);
+    if (commit) return handle.release({ ...settings.callParams, ...commit.options, update: commit.update });
+    // The body released it in its transaction: monglock releases it after that transaction, whatever its outcome.
+    if (!releasedInTransaction.has(handle)) await handle.release(settings.callParams);
   };
   let result: T | Commit<T, Document>;
   try {
@@ -79,7 +81,7 @@ export async function holdWhile<T, H extends Handle>(handle: H, settings: HoldSe
   // without it, and the caller hears why.
   if (result instanceof CommitRequest) {
     try {
-      await finish(result.update);
+      await finish(result);
     } catch (error) {
       if (!isLockError(error, 'LockNotFound') && !isLockError(error, 'LockWasReacquired')) await handle.release(settings.callParams).catch(() => undefined);
       throw error;

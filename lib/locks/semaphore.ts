@@ -7,7 +7,7 @@ import type { LockHandle } from './lock-handle';
 import { namedLockMethods, type MultiLockExtendParams, type MultiLockReleaseParams } from './multi-lock';
 import type { PromiseOf } from '../common/promise-types';
 import { knownKeys } from '../common/known-keys';
-import { CALL_KEYS, FIXED_PER_LOCK, LOCK_OPTION_KEYS, readParams, type CallOptions, type DocumentOf, type DocumentOptionOf, type DocumentParams, type HoldParams, type LockFilter, type LockOptions, type PromiseLibrary } from '../common/options';
+import { CALL_KEYS, FIXED_PER_LOCK, LOCK_OPTION_KEYS, readParams, UPDATE_KEYS, type CallOptions, type DocumentOf, type DocumentOptionOf, type DocumentParams, type HoldParams, type LockFilter, type LockOptions, type PromiseLibrary } from '../common/options';
 import { expectMs } from '../common/validation';
 import { resolveTagRules } from './relationships';
 import type { WaitOptions } from '../waiting/wait-options';
@@ -75,12 +75,12 @@ const OPTIONS = knownKeys<SemaphoreOptions>()([...LOCK_OPTION_KEYS, 'limit', 'lo
 const NOT_OWNED = { ...FIXED_PER_LOCK, owner: "a semaphore's holders are counted by permits, not owned: it is not reentrant" };
 const ACQUIRE = knownKeys<SemaphoreAcquireParams>()([...CALL_KEYS, ...WAIT_KEYS, 'document', 'permits', 'locktimeout'], NOT_OWNED);
 const USING = knownKeys<SemaphoreAcquireParams & HoldParams>()([...CALL_KEYS, ...WAIT_KEYS, 'document', 'permits', 'locktimeout', 'maxHold'], NOT_OWNED);
-const RELEASE = knownKeys<SemaphoreReleaseParams>()([...CALL_KEYS, 'update', 'lock'], {
+const RELEASE = knownKeys<SemaphoreReleaseParams>()([...CALL_KEYS, ...UPDATE_KEYS, 'lock'], {
   ...FIXED_PER_LOCK,
   permits: 'a release gives back what its holder took: name the holder (`{ lock }`)',
   locktimeout: 'a release takes no lease (`locktimeout` is for acquire and extend)',
 });
-const EXTEND = knownKeys<SemaphoreExtendParams>()([...CALL_KEYS, 'update', 'lock', 'locktimeout'], FIXED_PER_LOCK);
+const EXTEND = knownKeys<SemaphoreExtendParams>()([...CALL_KEYS, ...UPDATE_KEYS, 'lock', 'locktimeout'], FIXED_PER_LOCK);
 
 /**
  * Creates a semaphore: at most `limit` permits of each document held at once.

@@ -6,7 +6,7 @@ import type { UsingBody } from './scoped-hold';
 import type { LockData, LockHandle } from './lock-handle';
 import type { PromiseOf } from '../common/promise-types';
 import { knownKeys } from '../common/known-keys';
-import { CALL_KEYS, FIXED_PER_LOCK, LOCK_OPTION_KEYS, readParams, type CallOptions, type DocumentOf, type DocumentOptionOf, type DocumentParams, type HoldParams, type LockFilter, type LockOptions, type PromiseLibrary, type UpdateParams } from '../common/options';
+import { CALL_KEYS, FIXED_PER_LOCK, LOCK_OPTION_KEYS, readParams, UPDATE_KEYS, type CallOptions, type DocumentOf, type DocumentOptionOf, type DocumentParams, type HoldParams, type LockFilter, type LockOptions, type PromiseLibrary, type UpdateParams } from '../common/options';
 import { expectFilter, expectMs, expectTimestamp } from '../common/validation';
 import { resolveTagRules } from './relationships';
 import type { WaitOptions } from '../waiting/wait-options';
@@ -58,11 +58,11 @@ const OPTIONS = knownKeys<WriteLockOptions>()([...LOCK_OPTION_KEYS, 'locktimeout
 });
 const ACQUIRE = knownKeys<WriteLockAcquireParams>()([...CALL_KEYS, ...WAIT_KEYS, 'document', 'locktimeout', 'owner'], FIXED_PER_LOCK);
 const USING = knownKeys<WriteLockAcquireParams & HoldParams>()([...CALL_KEYS, ...WAIT_KEYS, 'document', 'locktimeout', 'owner', 'maxHold'], FIXED_PER_LOCK);
-const RELEASE = knownKeys<WriteLockReleaseParams>()([...CALL_KEYS, 'update', 'timestamp', 'lock'], {
+const RELEASE = knownKeys<WriteLockReleaseParams>()([...CALL_KEYS, ...UPDATE_KEYS, 'timestamp', 'lock'], {
   ...FIXED_PER_LOCK,
   locktimeout: 'a release takes no lease (`locktimeout` is for acquire and extend)',
 });
-const EXTEND = knownKeys<WriteLockExtendParams>()([...CALL_KEYS, 'update', 'timestamp', 'lock', 'locktimeout'], FIXED_PER_LOCK);
+const EXTEND = knownKeys<WriteLockExtendParams>()([...CALL_KEYS, ...UPDATE_KEYS, 'timestamp', 'lock', 'locktimeout'], FIXED_PER_LOCK);
 
 /**
  * One exclusive lock per document; filters and updates are typed against the collection's schema

@@ -21,6 +21,10 @@ export interface ExtendRequest {
   readonly exp: Date;
   /** The caller's update, applied with the extension (checked as a commit is). */
   readonly update?: Document;
+  /** With `update`: what the document must also match (the array match of a positional `$` update). */
+  readonly match?: Document;
+  /** With `update`: the array filters of its `$[<identifier>]` paths. */
+  readonly arrayFilters?: readonly Document[];
   /** What the lock kind also writes (resource locks: the renewal time, the GC date). */
   readonly extension?: Document;
 }
@@ -39,7 +43,7 @@ export function extendOperation(request: ExtendRequest): LockOperation {
   const live = { $and: [entryLiveOnServer(paths, rule.tag, proof), stampWithin(at, request.tolerance)] };
   const others = [...request.tags].filter((other) => other !== rule.tag);
   return {
-    filter: allOf(request.target, [{ $expr: live }, ...onlyOne(paths, rule.tag, proof), ...(request.update ? commitConditions(paths, rule, proof) : [])]),
+    filter: allOf(request.target, [{ $expr: live }, ...onlyOne(paths, rule.tag, proof), ...(request.update ? [...commitConditions(paths, rule, proof), ...(request.match ? [request.match] : [])] : [])]),
     update: mergeUpdates(
       request.update,
       {
@@ -50,6 +54,6 @@ export function extendOperation(request: ExtendRequest): LockOperation {
       },
       request.extension,
     ),
-    arrayFilters: [arrayFilterOf('mine', proofMatch(proof))],
+    arrayFilters: [arrayFilterOf('mine', proofMatch(proof)), ...(request.update ? (request.arrayFilters ?? []) : [])],
   };
 }

@@ -14,6 +14,10 @@ export interface ReleaseRequest {
   readonly proof: Proof;
   /** The caller's final update, applied with the release (a commit). */
   readonly update?: Document;
+  /** With `update`: what the document must also match (the array match of a positional `$` update). */
+  readonly match?: Document;
+  /** With `update`: the array filters of its `$[<identifier>]` paths. */
+  readonly arrayFilters?: readonly Document[];
   /** The commit's record (for an id proof): how a commit whose reply was lost is settled. */
   readonly record?: StoredCommit;
   /** A plain release by id only: another tag the lock may be under (a conversion whose reply was lost). */
@@ -27,7 +31,9 @@ export interface ReleaseRequest {
  *
  * Commit (with `update`): the same update also applies the caller's final write and leaves the
  * commit's record, and matches only while the lock is unexpired by `$$NOW` and every tag it
- * asserts over is gone: the write and the release happen together or not at all.
+ * asserts over is gone, and the document matches the caller's `match`: the write and the release
+ * happen together or not at all. Its lock conditions are all in `$expr`, which matches no array
+ * element: a positional `$` in the caller's update names the element of the caller's `match`.
  *
  * With `alsoTag` (a plain release by id), the lock is removed from either tag: a conversion whose
  * reply was lost may have moved it.
@@ -44,10 +50,13 @@ export function releaseOperation(request: ReleaseRequest): LockOperation {
       update: { $pull: { [paths.tag(rule.tag)]: match, [paths.tag(alsoTag)]: match } },
     };
   }
-  const conditions = [hasEntry(paths, rule.tag, match), ...onlyOne(paths, rule.tag, proof), ...(update ? commitConditions(paths, rule, proof) : [])];
+  const conditions = update
+    ? [...onlyOne(paths, rule.tag, proof), ...commitConditions(paths, rule, proof), ...(request.match ? [request.match] : [])]
+    : [hasEntry(paths, rule.tag, match), ...onlyOne(paths, rule.tag, proof)];
   return {
     filter: allOf(request.target, conditions),
     update: mergeUpdates(update, { $pull: { [paths.tag(rule.tag)]: match } }, record && { $push: recordCommit(paths, record) }),
+    ...(update && request.arrayFilters && { arrayFilters: [...request.arrayFilters] }),
   };
 }
 

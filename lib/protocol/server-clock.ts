@@ -187,6 +187,11 @@ export class ServerClock {
     return Number.isFinite(lease) ? stamp + lease + 4 * this.skewMs : NEVER;
   }
 
+  /** The lease a lock stamped `stamp` and ending at `expiresAt` was given, in ms ({@link expiry} the other way round). */
+  leaseOf(stamp: number, expiresAt: number): number {
+    return expiresAt - stamp - 4 * this.skewMs;
+  }
+
   /** ms left of a lease ending at `expiresAt` before any clock that judges it may have reached its end (0 or less: it may have). */
   remaining(expiresAt: number): number {
     return expiresAt - this.upper() - this.skewMs;

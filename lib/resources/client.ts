@@ -4,7 +4,7 @@ import { withDbErrors } from '../common/errors';
 import type { Acquired } from '../engine/acquired';
 import { LockEngine } from '../engine/lock-engine';
 import { extensionOf, HANDLE_PARAMS, releaseUnclaimed, type Extension, type HandleOwner, type LockData } from '../locks/lock-handle';
-import { readParams, resolveCallOptions, resolveLockOptions, type PromiseLibrary, type ResolvedCallOptions } from '../common/options';
+import { readParams, resolveCallOptions, resolveLockOptions, UPDATE_KEYS, type PromiseLibrary, type ResolvedCallOptions } from '../common/options';
 import { expectMaxHold, expectFunction, expectMs, describe, expectObject } from '../common/validation';
 import { MAX_MS } from '../common/validation';
 import { resolveTagRules } from '../locks/relationships';
@@ -145,7 +145,7 @@ export class ResourceLockClient implements HandleOwner, ResourceAcquireSite {
   release(target: Document, lock: LockData, params: unknown): Promise<void> {
     return inPromiseLibrary(this.PromiseLib, async () => {
       const p = readParams('params', params, HANDLE_PARAMS);
-      if (p.update !== undefined) throw new TypeError('Expected no `params.update`: a resource document holds no data of yours to update');
+      refuseFinalWrite(p);
       const call = resolveCallOptions(p, this.defaults);
       await traced(
         'release',
@@ -159,7 +159,7 @@ export class ResourceLockClient implements HandleOwner, ResourceAcquireSite {
   extend(target: Document, lock: LockData, params: unknown, locktimeout: unknown): Promise<Extension> {
     return inPromiseLibrary(this.PromiseLib, async () => {
       const p = readParams('params', params, HANDLE_PARAMS);
-      if (p.update !== undefined) throw new TypeError('Expected no `params.update`: a resource document holds no data of yours to update');
+      refuseFinalWrite(p);
       const call = resolveCallOptions(p, this.defaults);
       const lease = locktimeout === undefined ? Infinity : expectMs('locktimeout', locktimeout);
       const extended = await traced(
@@ -181,6 +181,10 @@ export class ResourceLockClient implements HandleOwner, ResourceAcquireSite {
     return this.clock.remaining(lock.expiresAt);
   }
 
+  lease(lock: LockData): number {
+    return this.clock.leaseOf(lock.timestamp, lock.expiresAt);
+  }
+
   readParams(params: unknown): { p: Record<string, unknown>; call: ResolvedCallOptions; details: LockDetails } {
     const p = readParams('params', params, RESOURCE_LOCK_PARAMS);
     return { p, call: resolveCallOptions(p, this.defaults), details: readLockDetails(p) };
@@ -195,3 +199,8 @@ export class ResourceLockClient implements HandleOwner, ResourceAcquireSite {
   }
 }
 
+/** Refuses a release's or an extension's final write (and its transaction): a resource document holds no data of the caller's. */
+function refuseFinalWrite(params: Record<string, unknown>): void {
+  const given = UPDATE_KEYS.find((key) => params[key] !== undefined);
+  if (given) throw new TypeError(`Expected no \`params.${given}\`: a resource document holds no data of yours to update, nor joins a transaction`);
+}

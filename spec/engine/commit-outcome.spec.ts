@@ -107,7 +107,8 @@ describe('a commit whose outcome is not known at once', () => {
     await next.release();
   });
 
-  it('settles with a majority write and a majority read, on the primary', async function () {
+  for (const w of [1, 2] as const) {
+  it(`settles with a majority write and a majority read, on the primary (w: ${w}: a number of members below a majority of a set of five is never used for data)`, async function () {
     this.timeout(20_000);
     const client = await newClient({ monitorCommands: true });
     const seen: CommandStartedEvent[] = [];
@@ -115,12 +116,26 @@ describe('a commit whose outcome is not known at once', () => {
     const raw = await freshCollection([{ _id: 'acc', balance: 100, history: [] }]);
     const collection = client.db(raw.dbName).collection(raw.collectionName);
     const slow = delayedCollection(collection, { reply: (method, n) => (method === 'updateOne' && n === 1 ? new Promise(() => undefined) : 0) });
-    const accounts = writeLock({ collection: slow, locktimeout: 10_000, timeout: 500, w: 1 });
+    // What the lock asks for is recorded; a numeric w is sent as 1, which any test server can satisfy.
+    const asked: unknown[] = [];
+    const oneMember = new Proxy(slow, {
+      get(target, property, receiver) {
+        const value: unknown = Reflect.get(target, property, receiver);
+        if (property !== 'findOneAndUpdate' && property !== 'updateOne') return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
+        return (filter: unknown, update: unknown, options: { writeConcern?: { w?: unknown } }) => {
+          asked.push(options.writeConcern?.w);
+          const writeConcern = typeof options.writeConcern?.w === 'number' ? { ...options.writeConcern, w: 1 } : options.writeConcern;
+          return (value as (...a: unknown[]) => unknown).call(target, filter, update, { ...options, writeConcern });
+        };
+      },
+    });
+    const accounts = writeLock({ collection: oneMember, locktimeout: 10_000, timeout: 500, w });
     await accounts.using({ _id: 'acc' }, { document: { balance: 1 } }, (lock) => commit(debit(lock), 'ok'));
     const updates = seen.filter((event) => event.commandName === 'update').map((event) => (event.command.writeConcern as { w?: unknown }).w);
     const reads = seen.filter((event) => event.commandName === 'aggregate').map((event) => (event.command.readConcern as { level?: unknown } | undefined)?.level);
-    expect({ updates, reads }).to.deep.equal({ updates: ['majority', 'majority'], reads: ['majority'] });
+    expect({ asked, updates, reads }).to.deep.equal({ asked: [w, 'majority', 'majority'], updates: ['majority', 'majority'], reads: ['majority'] });
   });
+  }
 
   it('the handle of a lost acquisition (err.lock) never reports a commit it did not apply', async function () {
     this.timeout(20_000);

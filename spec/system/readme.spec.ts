@@ -4,7 +4,8 @@ import { dirname, join, relative } from 'node:path';
 import { promisify } from 'node:util';
 import { expect } from 'chai';
 import { renderTargets } from '../../bench/targets';
-import { mongoBackend } from '../support/fixture';
+import { mongoBackend, requireCapability } from '../support/fixture';
+import type { BackendCapabilities } from '../../support/mongo-backend';
 
 const run = promisify(execFile);
 const ROOT = join(__dirname, '..', '..');
@@ -108,6 +109,9 @@ describe('README', () => {
   for (const file of readdirSync(join(ROOT, 'examples')).filter((name) => name.endsWith('.ts'))) {
     it(`examples/${file} runs`, async function () {
       this.timeout(60_000);
+      // An example that needs what the backend lacks (`needs: transactions` in its header) is skipped, saying why.
+      const needs = /^\s*\* needs: (\w+)/m.exec(readFileSync(join(ROOT, 'examples', file), 'utf8'))?.[1];
+      if (needs) requireCapability(this, needs as keyof BackendCapabilities);
       const { stdout } = await run(process.execPath, ['--import', 'tsx', join('examples', file)], {
         cwd: ROOT,
         env: { ...process.env, MONGODB_URI: mongoBackend().uri },

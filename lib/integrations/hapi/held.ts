@@ -37,10 +37,10 @@ export function heldLock(lock: Handle, boom: BoomLike): Held {
     commit: async (result, beforeWrite) => {
       if (!(result instanceof CommitRequest)) throw boom.badImplementation('monglock: a route that locks one document ends with commit(update, value), not commitAll');
       beforeWrite();
-      await lock.release({ update: result.update });
+      await lock.release({ ...result.options, update: result.update });
     },
     keep(controller, maxHoldMs, onGiveUp) {
-      const leaseMs = lock.expiresAt - lock.timestamp;
+      const leaseMs = Handle.lease(lock);
       const giveUp = (): Promise<void> => {
         onGiveUp();
         return lock.release();

@@ -1,0 +1,74 @@
+import type { Document } from 'mongodb';
+import { isLockError, lockError, withDbErrors } from '../common/errors';
+import type { ResolvedCallOptions } from '../common/options';
+import { inTransaction, type FinalWrite } from '../common/write-params';
+import type { LockData, TagRule } from '../protocol/lock-data';
+import type { Proof } from '../protocol/proofs';
+import { forcedReleaseOperation, releaseOperation } from '../protocol/release';
+import { commitRecord, DATA_WRITE_CONCERN, settleCommit, settleTimestampCommit } from './commit-outcome';
+import type { EngineSettings } from './lock-engine';
+import { explainLostLock } from './refusals';
+
+/** What a release writes besides removing the lock: the caller's final write (a commit), and the group of a `commitAll`. */
+export interface ReleaseWrite extends Partial<FinalWrite> {
+  readonly group?: string;
+}
+
+/** A release to run: the document it addresses, the lock (its tag, its proof, its data if known), what it also writes. */
+export interface ReleaseRequest {
+  readonly target: Document;
+  readonly tag: string;
+  /** Its id or v2 timestamp; none: monglock v2's forced release. */
+  readonly proof: Proof | undefined;
+  readonly claimed: LockData | undefined;
+  readonly write: ReleaseWrite;
+}
+
+/**
+ * Release ({@link releaseOperation}, at `releaseW`), or commit (with `write.update`, at
+ * majority), or without a proof monglock v2's forced release ({@link forcedReleaseOperation}).
+ * A commit whose reply is lost is settled (see {@link settleCommit}); a group's commit records its
+ * `group`. Inside the caller's transaction (`call.session`), MongoDB's own error is passed on as it
+ * is: the transaction decides what lands, and `withTransaction` retries what it should.
+ */
+export async function releaseLock(settings: EngineSettings, rule: TagRule, request: ReleaseRequest, call: ResolvedCallOptions, readClock: () => Promise<void>): Promise<void> {
+  const { paths, store, clock, reportsReacquired } = settings;
+  const { target, tag, proof, claimed, write } = request;
+  const { update, group } = write;
+  if (!proof) {
+    const matched = await withDbErrors(call.boom, () => store.applyOne(forcedReleaseOperation(paths, target, tag), call, call.releaseW));
+    if (!matched) throw lockError('RessourceNotFound', call.boom, { detail: 'no document matches the filter' });
+    return;
+  }
+  const record = update && 'id' in proof ? commitRecord(proof.id, clock, call.timeout, group) : undefined;
+  const w = update ? DATA_WRITE_CONCERN : call.releaseW;
+  let matched: boolean;
+  try {
+    matched = await withDbErrors(call.boom, () =>
+      store.applyOne(releaseOperation({ paths, rule, target, proof, update, match: write.match, arrayFilters: write.arrayFilters, record, alsoTag: claimed?.maybeTag }), call, w),
+    );
+  } catch (error) {
+    if (inTransaction(call)) throw driverErrorOf(error);
+    if (!update || !isLockError(error, 'DbError')) throw error;
+    if (!record) return settleTimestampCommit(error, call);
+    const lock = claimed ?? { id: record.lock, tag, timestamp: 0, fence: 0, expiresAt: 0 };
+    return settleCommit({ store, paths, clock, w, readClock }, target, { lock, record }, error, call);
+  }
+  if (matched) return;
+  const seen = await withDbErrors(call.boom, () => store.inspect(target, call));
+  const lost = explainLostLock({ paths, rule, reportsReacquired, boom: call.boom, withUpdate: update !== undefined }, seen, claimed ?? { id: '', tag, timestamp: 0, fence: 0, expiresAt: 0 }, proof);
+  // The lock is live and asserts over nothing held: the document did not match the caller's `match`.
+  if (!lost.error && write.match) throw noMatch(call);
+  throw lost.error ?? lockError('LockNotFound', call.boom, { detail: 'the lock is not held' });
+}
+
+/** The error MongoDB answered a write inside the caller's transaction with (a `DbError`'s cause), as the transaction's code expects it. */
+export function driverErrorOf(error: unknown): unknown {
+  const cause = (error as { cause?: unknown }).cause;
+  return isLockError(error, 'DbError') && cause instanceof Error && cause.name.startsWith('Mongo') ? cause : error;
+}
+
+/** The refusal of a final write whose document did not match the caller's `match`. */
+export function noMatch(call: ResolvedCallOptions): Error {
+  return lockError('RessourceNotFound', call.boom, { detail: 'the document does not match params.match: nothing was written (the lock is still held)' });
+}

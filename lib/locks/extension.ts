@@ -1,0 +1,39 @@
+import type { Document } from 'mongodb';
+import { traced } from '../common/diagnostics';
+import type { ResolvedCallOptions } from '../common/options';
+import { finalWriteOf, inTransaction, sessionOf } from '../common/write-params';
+import type { Acquired } from '../engine/acquired';
+import type { LockEngine } from '../engine/lock-engine';
+import type { LockData } from '../protocol/lock-data';
+import type { Proof } from '../protocol/proofs';
+import type { ServerClock } from '../protocol/server-clock';
+
+/** What an extension needs from the lock it runs on (a {@link DocumentLock}). */
+export interface ExtensionSite {
+  readonly engine: LockEngine;
+  readonly clock: ServerClock;
+  readonly kindName: string;
+}
+
+/**
+ * Extends `lock` in the document `target` addresses to `lease` ms from the server's now, with the
+ * caller's final write (`params.update`, `match`, `arrayFilters`) and in its transaction
+ * (`params.session`), traced on `monglock:extend`. In a transaction, the new lease counts only once
+ * the transaction commits, which monglock cannot see: the lock it resolves keeps the lease it had.
+ */
+export async function extendLock(site: ExtensionSite, target: Document, lock: LockData, proof: Proof, lease: number, params: Record<string, unknown>, plain: ResolvedCallOptions): Promise<Acquired> {
+  const write = finalWriteOf(params, site.engine.field);
+  const session = sessionOf(params);
+  const call = session ? { ...plain, session } : plain;
+  const extended = await traced(
+    'extend',
+    () => ({ operation: 'extend', kind: site.kindName, namespace: site.engine.namespace, tag: lock.tag, lockId: lock.id || undefined, fence: lock.fence || undefined }),
+    () => site.clock.local(),
+    async (context) => {
+      const done = await site.engine.extend(target, lock, proof, lease, call, undefined, write);
+      if (context) context.expiresAt = done.lock.expiresAt;
+      return done;
+    },
+  );
+  return inTransaction(call) ? { ...extended, lock: { ...extended.lock, expiresAt: lock.expiresAt }, appliedAt: 0 } : extended;
+}
