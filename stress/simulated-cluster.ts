@@ -39,6 +39,8 @@ export interface ClusterOptions {
    * behind), with `$currentDate` left on the server's clock. @default true
    */
   readonly sharded?: boolean;
+  /** False: reading `config.collections` is refused (13 Unauthorized), as for a user without the privilege. @default true */
+  readonly readableMetadata?: boolean;
 }
 
 /** The server's clock (the test server runs on this machine): the shard's clock in the simulation. */
@@ -69,7 +71,7 @@ export function simulatedCluster(collection: Collection<Document>, options: Clus
   const sharded = options.sharded ?? true;
   const requireKey = sharded && (options.requireShardKey ?? true);
   let commands = 0;
-  const db = sharded ? clusterDb(collection, shardKey) : collection.db;
+  const db = sharded ? clusterDb(collection, shardKey, options.readableMetadata ?? true) : collection.db;
   return new Proxy(collection, {
     get(target, property, receiver) {
       if (property === 'db') return db;
@@ -125,12 +127,16 @@ function equalityOn(filter: Document, path: string): boolean {
 }
 
 /** The collection's database as seen through mongos: `hello` says so, and the config database knows the shard key. */
-function clusterDb(collection: Collection<Document>, shardKey: Readonly<Record<string, unknown>>): Collection<Document>['db'] {
+function clusterDb(collection: Collection<Document>, shardKey: Readonly<Record<string, unknown>>, readable: boolean): Collection<Document>['db'] {
   const real = collection.db;
   const namespace = `${collection.dbName}.${collection.collectionName}`;
+  const unauthorized = (): MongoServerError => new MongoServerError({ ok: 0, code: 13, codeName: 'Unauthorized', errmsg: 'not authorized on config to execute command { find: "collections" } (simulated)' });
   const config = {
     collection: (name: string) => ({
-      findOne: async (query: Document) => (name === 'collections' && query._id === namespace ? { _id: namespace, key: shardKey } : null),
+      findOne: async (query: Document) => {
+        if (!readable) throw unauthorized();
+        return name === 'collections' && query._id === namespace ? { _id: namespace, key: shardKey } : null;
+      },
     }),
   };
   const client = new Proxy(real.client, {

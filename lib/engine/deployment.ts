@@ -79,9 +79,19 @@ export class DeploymentProbe {
     const sharded = await isRouted(this.collection, timeoutMs);
     const maxClockSkew = this.given.maxClockSkew ?? (sharded ? SHARDED_CLOCK_SKEW : 0);
     if (this.given.shardKey !== undefined) return { sharded, shardKey: shardKeyFields(this.given.shardKey), maxClockSkew };
-    const key = sharded ? await shardKeyOf(this.collection, timeoutMs) : undefined;
+    const key = sharded ? await shardKeyOf(this.collection, timeoutMs).catch((error: unknown) => Promise.reject(unreadableShardKey(this.collection, error))) : undefined;
     return { sharded, shardKey: key ? shardKeyFields(key) : [], maxClockSkew };
   }
+}
+
+/** The error of a shard key that could not be read from the cluster's metadata: it says what to give instead. */
+function unreadableShardKey(collection: Collection<Document>, error: unknown): Error {
+  const message = error instanceof Error ? error.message : String(error);
+  return new Error(
+    `could not read the shard key of ${collection.dbName}.${collection.collectionName} from config.collections (${message}): ` +
+      'give the lock its `shardKey` option (the pattern sh.shardCollection took, `{ _id: 1 }` for a collection that is not sharded)',
+    { cause: error },
+  );
 }
 
 /** The fields of a shard key pattern. */

@@ -126,6 +126,18 @@ describe('a collection sharded on another key than _id', () => {
     expect((await raw.findOne({ _id: 'a' as never }))?.lock?.queue ?? []).to.satisfy((queue: Array<{ exp: Date }>) => queue.every((ticket) => ticket.exp.getTime() <= realNow()));
   });
 
+  it('a shard key the lock may not read from config.collections: the first call fails before writing, naming the shardKey option, which then makes it work', async () => {
+    const raw = await freshCollection([{ _id: 'a', region: 'eu' }]);
+    const routed = simulatedCluster(raw, { routers: [{ offsetMs: 0 }], shardKey: SHARD_KEY, readableMetadata: false });
+    const blind = writeLock({ collection: routed, maxClockSkew: 0 });
+    const error = await rejectionOf(blind.acquire({ _id: 'a', region: 'eu' }));
+    expect(error.subtype).to.equal('DbError');
+    expect(error.message).to.match(/could not read the shard key .* give the lock its `shardKey` option/);
+    expect(await liveEntries(raw, 'a')).to.have.length(0);
+    const told = writeLock({ collection: routed, maxClockSkew: 0, shardKey: SHARD_KEY });
+    await (await told.acquire({ _id: 'a', region: 'eu' })).extend(5_000).then((handle) => handle.release());
+  });
+
   it('a lock whose reply was lost is released by its id and the shard key values of the caller\'s filter', async function () {
     this.timeout(20_000);
     const { raw, routed } = await shardedCollection([{ _id: 'a', region: 'eu' }]);
