@@ -7,7 +7,7 @@ export type { Semaphore, SemaphoreOptions, SemaphoreAcquireParams, SemaphoreRele
 export { withOwner } from './locks/owner-context';
 export { MAX_HOLDS } from './protocol/reentry';
 export { LockHandle } from './locks/lock-handle';
-export { commit, Commit } from './locks/commit';
+export { commit, Commit, type CommitOptions } from './locks/commit';
 export type { HandleParams, LockData } from './locks/lock-handle';
 export type { PromiseLibraries, PromiseOf } from './common/promise-types';
 export { LockError, isLockError } from './common/errors';
@@ -24,6 +24,7 @@ export type {
   LockUpdate,
   PromiseLibrary,
   UpdateParams,
+  WriteOptions,
   WriteConcernW,
 } from './common/options';
 export type { LockRelationships, TagRelationship, TagLimits } from './locks/relationships';
@@ -47,3 +48,5 @@ export type { ClearV2LocksOptions, ClearedV2Locks } from './locks/v2-upgrade';
 export type { ResourceLocks, ResourceLocksOptions, ResourceLockParams, ResourceUsingParams, ResourceLockType, LockDetails, LockStatus, StatusFilter } from './resources/resource-locks';
 export { CHANNELS } from './common/diagnostics';
 export type { LockCallContext, LeaseLostEvent, LeaseLossCause, ExtensionFailedEvent, WaitEvent } from './common/diagnostics';
+export { doctor } from './integrations/cli/doctor';
+export type { DoctorOptions, DoctorReport, DoctorFinding, DoctorStatus, DoctorCheck } from './integrations/cli/doctor';

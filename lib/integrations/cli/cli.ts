@@ -3,12 +3,14 @@
  *   monglock status  --uri <uri> --db <db> --collection <name> [--field lock] [--resources] [--all] [--json]
  *   monglock watch   (same options) [--interval 1000]
  *   monglock release (same options) (--id <lockId> | --doc <_id> --tag <tag>) [--yes]
- * Exit codes: 0 done, 1 failed (MongoDB, nothing to release, not confirmed), 2 usage.
+ *   monglock doctor  --uri <uri> --db <db> --collection <name> [--field lock] [--filter <ejson>] [--max-clock-skew <ms>] [--json]
+ * Exit codes: 0 done, 1 failed (MongoDB, nothing to release, not confirmed, a failing doctor finding), 2 usage.
  */
 import { createInterface } from 'node:readline/promises';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 import { BSON, MongoClient, type Collection, type Document } from 'mongodb';
-import { documentLocks, listDocumentLocks, listResourceLocks, type ListedLock } from './lock-listing';
+import { documentLocks, listDocumentLocks, listResourceLocks, suggestedIndexCommand, untilIndexOf, type ListedLock } from './lock-listing';
+import { doctorCommand } from './doctor-command';
 import { SAFE_NAME } from '../../common/validation';
 import { resourceLocks } from '../../resources/resource-locks';
 import { LockPaths } from '../../protocol/stored-format';
@@ -108,13 +110,12 @@ async function status(target: Target): Promise<void> {
   console.log(render(rows, target.json));
 }
 
-/** Says on stderr which index lets `status` read only the documents that may hold a lock, when it is missing. */
+/** Says on stderr which index lets `status` read only the documents that may hold a lock, when it is missing or indexes every document. */
 async function hintIndex(collection: Collection<Document>, field: string): Promise<void> {
-  const path = `${field}.until`;
-  const indexes = await collection.indexes();
-  if (!indexes.some((index) => Object.keys(index.key)[0] === path)) {
-    console.error(`hint: without an index on ${path} (createIndex({ '${path}': 1 })), status reads every document that was ever locked`);
-  }
+  const found = untilIndexOf(await collection.indexes(), field);
+  const partial = suggestedIndexCommand(field);
+  if (!found) console.error(`hint: without an index on ${field}.until (${partial}), status reads every document that was ever locked`);
+  else if (found.kind === 'full') console.error(`hint: the index ${found.name} on ${field}.until indexes every document; a partial one (${partial}) indexes only those that ever held a lock`);
 }
 
 /** Prints what changed between two listings: `+` acquired or queued, `-` released or expired, `~` extended. */
@@ -246,6 +247,7 @@ export function program(): Command {
     .option('--tag <tag>', "the tag to release on --doc ('write' for a writeLock)")
     .option('-y, --yes', 'do not ask for confirmation')
     .action((options: Target & { id?: string; doc?: string; tag?: string; yes?: boolean }) => release(options));
+  doctorCommand(root.command('doctor'), withCollection, fieldName);
   return root;
 }
 

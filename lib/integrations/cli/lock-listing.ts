@@ -40,18 +40,61 @@ const CUTOFF_MARGIN_MS = 60_000;
 /**
  * The locks stored in `collection`'s documents under `field` (writeLock, multiLock), judged by
  * the server's clock (`$$NOW`, read with them), read on the primary. Without a cap: every
- * document whose `until` (the latest expiry written there) has not passed, which an index on
- * `<field>.until` serves; a document whose locks all ended long ago is not read. With `all`,
- * every document that ever held a lock is read (a collection scan), and expired entries nobody
- * released are listed too.
+ * document whose `until` (the latest expiry written there) has not passed, which the
+ * {@link suggestedIndex} serves; a document whose locks all ended long ago is not read. With
+ * `all`, every document that ever held a lock or a ticket is read (the whole index, or a
+ * collection scan without it), and expired entries nobody released are listed too.
  */
 export async function listDocumentLocks(collection: Collection<Document>, field: string, options: { all?: boolean } = {}): Promise<ListedLock[]> {
-  const paths = new LockPaths(field);
-  const match = options.all ? { [`${field}.tags`]: { $exists: true } } : { [paths.until]: { $gt: new Date((await serverTime(collection)).getTime() - CUTOFF_MARGIN_MS) } };
+  const match = options.all ? listingMatch(field) : listingMatch(field, new Date((await serverTime(collection)).getTime() - CUTOFF_MARGIN_MS));
   const rows: ListedLock[] = [];
   const cursor = collection.aggregate([{ $match: match }, { $project: { [field]: 1, now: '$$NOW' } }], { readPreference: 'primary' });
   for await (const doc of cursor) rows.push(...locksOf(doc, field, options.all === true));
   return rows;
+}
+
+/**
+ * What `status` matches: documents whose `until` is after `cutoff`, or with no cutoff (`--all`)
+ * every document that has an `until` (every write that leaves a lock or a ticket sets it). Both
+ * imply the {@link suggestedIndex}'s partial filter (a `$gt` on a date implies `$exists: true`),
+ * so mongod can serve them from that index.
+ */
+export function listingMatch(field: string, cutoff?: Date): Document {
+  const until = new LockPaths(field).until;
+  return { [until]: cutoff === undefined ? { $exists: true } : { $gt: cutoff } };
+}
+
+/**
+ * The index that lets `status` read only the documents that may hold a lock: `{ '<field>.until': 1 }`,
+ * partial on `'<field>.until': { $exists: true }`, so that only documents that ever held a lock
+ * (or a ticket) are indexed, not every document of the collection.
+ */
+export function suggestedIndex(field: string): { readonly key: Document; readonly options: { readonly partialFilterExpression: Document } } {
+  const until = new LockPaths(field).until;
+  return { key: { [until]: 1 }, options: { partialFilterExpression: { [until]: { $exists: true } } } };
+}
+
+/** The suggested index as a shell command (`createIndex(...)`). */
+export function suggestedIndexCommand(field: string): string {
+  const path = new LockPaths(field).until;
+  return `createIndex({ '${path}': 1 }, { partialFilterExpression: { '${path}': { $exists: true } } })`;
+}
+
+/**
+ * Which index led by `<field>.until` `indexes` (as `collection.indexes()` lists them) hold:
+ * `partial` (the suggested one, or a sparse one, which indexes the same documents), `full` (one
+ * that indexes every document: it serves, at the cost of an entry per document of the
+ * collection), or undefined (none, or only ones with another partial filter).
+ */
+export function untilIndexOf(indexes: readonly Document[], field: string): { readonly kind: 'partial' | 'full'; readonly name: string } | undefined {
+  const { key, options } = suggestedIndex(field);
+  const path = Object.keys(key)[0]!;
+  const leading = indexes.filter((index) => Object.keys((index.key ?? {}) as Document)[0] === path);
+  const wanted = JSON.stringify(options.partialFilterExpression);
+  const partial = leading.find((index) => (index.partialFilterExpression === undefined ? index.sparse === true : JSON.stringify(index.partialFilterExpression) === wanted));
+  if (partial) return { kind: 'partial', name: String(partial.name) };
+  const full = leading.find((index) => index.partialFilterExpression === undefined);
+  return full ? { kind: 'full', name: String(full.name) } : undefined;
 }
 
 /** The locks of one document (its lock property and `now`, the server's clock), live ones only unless `all`. */
