@@ -9,10 +9,16 @@
  * 2. fencing: of two holders of one target whose intervals follow each other, at least one of
  *    them exclusive, the later one has the larger token (also across purge and re-creation);
  * 3. no leak: once every call has settled and background releases had time to land, no target
- *    holds an unexpired lock (every holder has given up);
+ *    holds an unexpired lock (every holder has given up; a lock that a write applied late, after
+ *    its caller was told it failed, wrote included);
  * 4. liveness: every call settled;
  * 5. limits: the holders of a semaphore's target (holds with `permits`) never hold more than its
- *    `limit` permits at once.
+ *    `limit` permits at once;
+ * 6. guarded writes: each holder writes to its target through a filter that matches only while it
+ *    holds the lock, logging `{ holder, fence, mode }` in the target itself; in that log, in the
+ *    order the server applied the writes, no holder's write comes after a write of a holder with a
+ *    larger token (a later holder), unless both holds are shared. This needs no clock at all: it is
+ *    an independent proof of exclusion (and of fencing) in the server's own order.
  *
  * All times are one machine's clock in ms (the test server runs on the same machine, so it is also
  * the server's clock).
@@ -46,14 +52,33 @@ export interface SettledEvent {
 /** One recorded event. */
 export type HistoryEvent = HoldEvent | SettledEvent;
 
-/** The stored state at the end: unexpired lock entries left per target. */
+/** A lock entry as stored: its target, its tag, its id and when it expires (ms). */
+export interface StoredEntry {
+  readonly target: string;
+  readonly tag: string;
+  readonly id: string;
+  readonly exp: number;
+}
+
+/** What a holder logged with one guarded write, in its target's log. */
+export interface GuardedWrite {
+  /** The holder, as in its hold events (with `fence`, it names one holder). */
+  readonly holder: string;
+  readonly fence: number;
+  readonly mode: 'exclusive' | 'shared';
+}
+
+/** The stored state at the end. */
 export interface FinalState {
-  readonly liveEntries: ReadonlyArray<{ readonly target: string; readonly tag: string; readonly id: string; readonly exp: number }>;
+  /** Unexpired lock entries left per target. */
+  readonly liveEntries: readonly StoredEntry[];
+  /** Each target's log of guarded writes, in the order the server applied them. */
+  readonly guardedLogs?: ReadonlyArray<{ readonly target: string; readonly entries: readonly GuardedWrite[] }>;
 }
 
 /** One broken invariant, in words. */
 export interface Violation {
-  readonly rule: 'exclusion' | 'fencing' | 'leak' | 'liveness' | 'limit';
+  readonly rule: 'exclusion' | 'fencing' | 'leak' | 'liveness' | 'limit' | 'guarded';
   readonly detail: string;
 }
 
@@ -98,8 +123,28 @@ export function checkHistory(events: readonly HistoryEvent[], final: FinalState)
   for (const entry of final.liveEntries) {
     violations.push({ rule: 'leak', detail: `${entry.target}: ${entry.tag} lock ${entry.id} still held (expires ${new Date(entry.exp).toISOString()}) after every holder gave up` });
   }
+  for (const log of final.guardedLogs ?? []) violations.push(...guardedWriteViolations(log.target, log.entries));
   for (const event of events) {
     if (event.type === 'settled' && event.outcome === 'unsettled') violations.push({ rule: 'liveness', detail: `call ${event.op} (${event.kind}) never settled` });
+  }
+  return violations;
+}
+
+/**
+ * Rule 6 on one target's log: of two guarded writes of different holders (holder and fence), not
+ * both shared, the one the server applied first has the smaller token. A write of a holder after
+ * a later holder's write means both held the target at once by the server's own judgement.
+ */
+export function guardedWriteViolations(target: string, log: readonly GuardedWrite[]): Violation[] {
+  const violations: Violation[] = [];
+  const same = (a: GuardedWrite, b: GuardedWrite): boolean => a.holder === b.holder && a.fence === b.fence;
+  for (let j = 1; j < log.length; j++) {
+    const b = log[j]!;
+    // The first earlier write (of another holder, not both shared) with a token at least b's: one violation per late write.
+    const i = log.slice(0, j).findIndex((a) => !same(a, b) && !(a.mode === 'shared' && b.mode === 'shared') && a.fence >= b.fence);
+    if (i < 0) continue;
+    const a = log[i]!;
+    violations.push({ rule: 'guarded', detail: `${target}: ${b.mode} ${b.holder} (fence ${b.fence}) wrote (log #${j}) after ${a.mode} ${a.holder} (fence ${a.fence}) had written (log #${i})` });
   }
   return violations;
 }

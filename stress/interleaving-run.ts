@@ -1,16 +1,21 @@
 /**
  * Runs one generated history (see interleaving-scenario.ts) against a real MongoDB and records,
  * append-only, what each holder believed and how each call ended, for the independent checker
- * (history-checker.ts).
+ * (history-checker.ts). Every holder also writes to its document through `handle.guard()` at the
+ * start and the end of its hold (a `$push` of `{ holder, fence, mode }` to the document's `log`),
+ * through its client's collection: the logs show, in the server's order, whose guarded writes landed.
+ * A history on a sharded cluster reaches every collection through simulated routers
+ * (simulated-cluster.ts); a client's late acquisitions fail at once and land later (server-faults.ts).
  */
 import { request as httpRequest } from 'node:http';
 import Hapi from '@hapi/hapi';
 import type { Collection, Db, Document, MongoClient } from 'mongodb';
 import { commit, isLockError, multiLock, resourceLocks, semaphore, usingAll, writeLock, type GroupRequest, type LockHandle } from '../lib';
 import { lockOf, monglockPlugin } from '../lib/hapi';
-import { delayedCollection, isHandOverCall, type DelayPlan } from './delayed-collection';
-import type { FinalState, HistoryEvent } from './history-checker';
-import type { ClientPlan, GroupMember, Operation, Scenario } from './interleaving-scenario';
+import { assumedSkew, clientCollection, deploymentOptions, quiescenceBound, quiescentState, type HistoryDeployment, type LateLandingCounts } from '../spec/support/interleaving-deployment';
+import { isHandOverCall, type DelayPlan } from './delayed-collection';
+import type { FinalState, GuardedWrite, HistoryEvent } from './history-checker';
+import { mulberry32, type ClientPlan, type GroupMember, type Operation, type Scenario } from './interleaving-scenario';
 
 /** What a history needs: driver clients (shared by the scenario's clients, round robin) and a database. */
 export interface RunContext {
@@ -24,26 +29,25 @@ export interface RunResult {
   readonly final: FinalState;
   /** How the calls ended, by outcome. */
   readonly outcomes: Record<string, number>;
+  /** What became of the acquisitions made to land late. */
+  readonly lateLandings: LateLandingCounts;
+  /** Writes the simulated routers refused for want of the shard key (none expected). */
+  readonly refusals: readonly string[];
 }
 
-/** Call `timeout` of every client, in ms: above every injected delay. */
-const CALL_TIMEOUT = 3_000;
-/** How long a call may take before it counts as never settled, in ms. */
-const SETTLE_BOUND = 20_000;
-/** How long background releases get to land once every call settled, in ms. */
-const QUIESCENCE = 4_000;
+/** Call `timeout` of every client, in ms (above every injected delay), and how long a call may take before it counts as never settled. */
+const [CALL_TIMEOUT, SETTLE_BOUND] = [3_000, 20_000];
 /** The limit of the semaphore on `s0`. */
 const LIMIT = 3;
-const RW = {
-  locktimeouts: { read: 800, write: 1_200 },
-  lockRelationships: { read: { cooperative: ['write'] }, write: { cooperative: ['write'], assertive: ['read'] } },
-};
+const RW = { locktimeouts: { read: 800, write: 1_200 }, lockRelationships: { read: { cooperative: ['write'] }, write: { cooperative: ['write'], assertive: ['read'] } } };
 
 /** The test machine's clock, which is also the test server's: every recorded time comes from it. */
 export const realNow = (): number => performance.timeOrigin + performance.now();
 
 /** Hand-overs sent by the clients of every history so far (a release giving the lock to a waiter of its client in one write). */
 export const handOversSent = { count: 0 };
+/** Guarded writes of every history so far that matched nothing: the holder's lock had ended (or was taken over) by the server's clock. */
+export const guardedWritesRefused = { count: 0 };
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -55,7 +59,8 @@ export async function runScenario(scenario: Scenario, context: RunContext): Prom
   await docs.insertMany(['w0', 'w1', 'g0', 'm0', 'h0', 'b0', 's0', 'o0'].map((id) => ({ _id: id as never })));
   const events: HistoryEvent[] = [];
   const outcomes: Record<string, number> = {};
-  const clients = scenario.clients.map((plan, i) => clientLocks(plan, scenario.seed + i, context.clients[i % context.clients.length]!, docs, lockCollection));
+  const deployment: HistoryDeployment = { cluster: scenario.cluster, landed: [], refusals: [] };
+  const clients = scenario.clients.map((plan, i) => clientLocks(plan, scenario.seed + i, context.clients[i % context.clients.length]!, docs, lockCollection, deployment));
   const hapi = await hapiServer(docs, events);
   try {
     await Promise.all(
@@ -66,8 +71,9 @@ export async function runScenario(scenario: Scenario, context: RunContext): Prom
         events.push({ type: 'settled', op, kind: operation.kind, outcome, at: realNow() });
       }),
     );
-    const final = await quiescentState([docs, lockCollection]);
-    return { events, final, outcomes };
+    const latestLanding = Math.max(0, ...scenario.clients.map((plan) => plan.lateByMs));
+    const { final, lateLandings } = await quiescentState([docs, lockCollection], deployment.landed, latestLanding, quiescenceBound(assumedSkew(scenario.cluster), CALL_TIMEOUT));
+    return { events, final, outcomes, lateLandings, refusals: deployment.refusals };
   } finally {
     await hapi.server.stop({ timeout: 500 });
     await Promise.all([docs.drop(), lockCollection.drop()].map((p) => p.catch(() => undefined)));
@@ -76,7 +82,7 @@ export async function runScenario(scenario: Scenario, context: RunContext): Prom
 
 type ClientLocks = ReturnType<typeof clientLocks>;
 
-function clientLocks(plan: ClientPlan, seed: number, client: MongoClient, docs: Collection<Document>, locks: Collection<Document>) {
+function clientLocks(plan: ClientPlan, seed: number, client: MongoClient, docs: Collection<Document>, locks: Collection<Document>, deployment: HistoryDeployment) {
   const random = mulberry32(seed);
   const delay = (max: number): DelayPlan => () => (max > 0 && random() < plan.delayShare ? Math.floor(random() * max) : 0);
   const requestDelay = delay(plan.requestDelayMs);
@@ -85,28 +91,39 @@ function clientLocks(plan: ClientPlan, seed: number, client: MongoClient, docs: 
     return requestDelay(method, n, args);
   };
   const delays = { request: counting, reply: delay(plan.replyDelayMs) };
+  let collections = 0;
   const own = (collection: Collection<Document>): Collection<Document> =>
-    delayedCollection(client.db(collection.dbName).collection(collection.collectionName), delays);
-  const common = { clock: () => realNow() + plan.skewMs, timeout: CALL_TIMEOUT };
+    clientCollection(client.db(collection.dbName).collection(collection.collectionName), plan, seed * 8 + collections++, deployment, delays);
+  const common = { clock: () => realNow() + plan.skewMs, timeout: CALL_TIMEOUT, ...deploymentOptions(deployment.cluster) };
+  const [write, multi, permits, resources] = [own(docs), own(docs), own(docs), own(locks)] as const;
   return {
-    write: writeLock({ collection: own(docs), locktimeout: 600, ...common }),
-    multi: multiLock({ collection: own(docs), ...RW, ...common }),
-    permits: semaphore({ collection: own(docs), limit: LIMIT, locktimeout: 700, ...common }),
-    resources: resourceLocks({ collection: own(locks), ...common }),
+    write: writeLock({ collection: write, locktimeout: 600, ...common }),
+    multi: multiLock({ collection: multi, ...RW, ...common }),
+    permits: semaphore({ collection: permits, limit: LIMIT, locktimeout: 700, ...common }),
+    resources: resourceLocks({ collection: resources, ...common }),
+    /** Where a holder's guarded writes go: the client's collections (through its routers and its delays, as its locks). */
+    logs: { docs: write, resources },
   };
+}
+
+/** A holder's guarded write: `{ holder, fence, mode }` pushed to its document's `log` only while its lock is held (a failure is the holder's, not the history's). */
+async function guardedWrite(collection: Collection<Document>, handle: LockHandle, entry: GuardedWrite): Promise<void> {
+  const written = await collection.updateOne(handle.guard(), { $push: { log: entry } } as Document).catch(() => undefined);
+  if (written?.matchedCount === 0) guardedWritesRefused.count++;
 }
 
 async function runOperation(operation: Operation, op: number, clients: readonly ClientLocks[], hapi: HapiTarget, events: HistoryEvent[]): Promise<unknown> {
   if (operation.kind === 'hapi') return hapi.request(operation);
   const locks = clients[operation.client]!;
   if (operation.kind === 'purge') return locks.resources.purge();
+  const docs = locks.logs.docs;
   const controller = new AbortController();
   const timer = operation.abortAfter === undefined ? undefined : setTimeout(() => controller.abort(new Error('aborted by the scenario')), operation.abortAfter);
   const params = { wait: operation.wait, signal: controller.signal };
   try {
     switch (operation.kind) {
       case 'writeLock': {
-        const body = hold(events, operation.doc, 'exclusive', operation.holdMs);
+        const body = hold(events, docs, operation.doc, 'exclusive', operation.holdMs);
         const options = { ...params, locktimeout: operation.lease, ...(operation.mode === 'fair' ? { fair: true } : {}) };
         if (operation.mode !== 'folded') return await locks.write.using({ _id: operation.doc }, options, body);
         // Folded: the section ends with a write of the document applied by the release itself.
@@ -119,7 +136,7 @@ async function runOperation(operation: Operation, op: number, clients: readonly 
         // Each wait of the burst holds for a share of holdMs; the signal (if it aborts) aborts them all.
         const settled = await Promise.allSettled(
           Array.from({ length: operation.size }, (_, i) =>
-            locks.write.using({ _id: 'b0' }, { ...params, locktimeout: 600, fair: operation.fair }, hold(events, 'b0', 'exclusive', Math.floor(operation.holdMs / (i + 1)))),
+            locks.write.using({ _id: 'b0' }, { ...params, locktimeout: 600, fair: operation.fair }, hold(events, docs, 'b0', 'exclusive', Math.floor(operation.holdMs / (i + 1)))),
           ),
         );
         const failed = settled.find((outcome): outcome is PromiseRejectedResult => outcome.status === 'rejected');
@@ -127,14 +144,14 @@ async function runOperation(operation: Operation, op: number, clients: readonly 
         return undefined;
       }
       case 'multiLock':
-        return await locks.multi.using({ _id: 'm0' }, { ...params, tag: operation.tag }, hold(events, 'm0', operation.tag === 'read' ? 'shared' : 'exclusive', operation.holdMs));
+        return await locks.multi.using({ _id: 'm0' }, { ...params, tag: operation.tag }, hold(events, docs, 'm0', operation.tag === 'read' ? 'shared' : 'exclusive', operation.holdMs));
       case 'semaphore':
-        return await locks.permits.using({ _id: 's0' }, { ...params, permits: operation.permits }, hold(events, 's0', 'shared', operation.holdMs, { permits: operation.permits, limit: LIMIT }));
+        return await locks.permits.using({ _id: 's0' }, { ...params, permits: operation.permits }, hold(events, docs, 's0', 'shared', operation.holdMs, { permits: operation.permits, limit: LIMIT }));
       case 'reentrant':
         // The owner's outer hold, and a nested one inside: one holder (its owner) for the checker.
         return await locks.write.using({ _id: 'o0' }, { ...params, owner: operation.owner, locktimeout: 600 }, async (outer, signal) => {
           await locks.write.using({ _id: 'o0' }, { wait: 0, owner: operation.owner, signal, locktimeout: 600 }, (inner, innerSignal) =>
-            hold(events, 'o0', 'exclusive', operation.holdMs, { holder: operation.owner, fence: outer.fence === inner.fence ? inner.fence : -1 })(inner, innerSignal),
+            hold(events, docs, 'o0', 'exclusive', operation.holdMs, { holder: operation.owner, fence: outer.fence === inner.fence ? inner.fence : -1 })(inner, innerSignal),
           );
         });
       case 'upgrade':
@@ -148,7 +165,7 @@ async function runOperation(operation: Operation, op: number, clients: readonly 
             },
           );
           if (!upgraded) return;
-          await hold(events, 'm0', 'exclusive', operation.holdMs)(handle, signal);
+          await hold(events, docs, 'm0', 'exclusive', operation.holdMs)(handle, signal);
           if (!signal.aborted) await handle.convert('read');
         });
       case 'group':
@@ -157,15 +174,14 @@ async function runOperation(operation: Operation, op: number, clients: readonly 
           operation.members.map((member) => groupRequest(locks, member)),
           params,
           async (group, signal) => {
-            const { start, end } = await heldSpan(operation.holdMs, signal);
-            operation.members.forEach((member, i) => {
-              const { target, mode, more } = memberHold(member);
-              events.push({ type: 'hold', target, holder: group[i]!.id, mode, fence: group[i]!.fence, start, end, ...more });
-            });
+            const held = operation.members.map((member, i) => ({ handle: group[i]!, ...memberHold(member) }));
+            const write = (): Promise<void> => Promise.all(held.map(({ handle, mode }) => guardedWrite(docs, handle, { holder: handle.id, fence: handle.fence, mode }))).then(() => undefined);
+            const { start, end } = await guardedSpan(operation.holdMs, signal, write);
+            for (const { handle, target, mode, more } of held) events.push({ type: 'hold', target, holder: handle.id, mode, fence: handle.fence, start, end, ...more });
           },
         );
       case 'resource':
-        return await locks.resources.using('r0', `op-${op}`, { ...params, ttl: operation.ttl, shared: operation.type === 'shared' }, hold(events, 'r0', operation.type, operation.holdMs));
+        return await locks.resources.using('r0', `op-${op}`, { ...params, ttl: operation.ttl, shared: operation.type === 'shared' }, hold(events, locks.logs.resources, 'r0', operation.type, operation.holdMs));
     }
   } finally {
     clearTimeout(timer);
@@ -189,29 +205,34 @@ function memberHold(member: GroupMember): { target: string; mode: 'exclusive' | 
 
 /**
  * A `using()` body: holds for `holdMs`, and records the span during which it believed the lock
- * protected it: from its start until it ended or its signal aborted, whichever came first.
+ * protected it: from its start until it ended or its signal aborted, whichever came first. It
+ * writes to its document in `log` through `guard()` when it starts and when it ends.
  */
-function hold(events: HistoryEvent[], target: string, mode: 'exclusive' | 'shared', holdMs: number, more: { permits?: number; limit?: number; holder?: string; fence?: number } = {}) {
+function hold(events: HistoryEvent[], log: Collection<Document>, target: string, mode: 'exclusive' | 'shared', holdMs: number, more: { permits?: number; limit?: number; holder?: string; fence?: number } = {}) {
   return async (handle: LockHandle, signal: AbortSignal): Promise<void> => {
-    const { start, end } = await heldSpan(holdMs, signal);
     const { holder = handle.id, fence = handle.fence, ...limits } = more;
+    const { start, end } = await guardedSpan(holdMs, signal, () => guardedWrite(log, handle, { holder, fence, mode }));
     events.push({ type: 'hold', target, holder, mode, fence, start, end, ...limits });
   };
+}
+
+/** {@link heldSpan}, with a guarded write sent as it starts and one once it ended (still inside the hold: before the release). */
+async function guardedSpan(holdMs: number, signal: AbortSignal, write: () => Promise<void>): Promise<{ start: number; end: number }> {
+  const first = write();
+  const span = await heldSpan(holdMs, signal);
+  await first;
+  await write();
+  return span;
 }
 
 /** Holds for `holdMs`; resolves the span during which the holder believed itself protected: until then, or until `signal` aborted. */
 async function heldSpan(holdMs: number, signal: AbortSignal): Promise<{ start: number; end: number }> {
   const start = realNow();
-  let abortedAt: number | undefined;
-  const aborted = new Promise<void>((resolve) => {
-    const onAbort = (): void => {
-      abortedAt = realNow();
-      resolve();
-    };
-    if (signal.aborted) onAbort();
-    else signal.addEventListener('abort', onAbort, { once: true });
+  const aborted = new Promise<number>((resolve) => {
+    if (signal.aborted) resolve(realNow());
+    else signal.addEventListener('abort', () => resolve(realNow()), { once: true });
   });
-  await Promise.race([sleep(holdMs), aborted]);
+  const abortedAt = await Promise.race([sleep(holdMs).then(() => undefined), aborted]);
   return { start, end: abortedAt ?? realNow() };
 }
 
@@ -227,9 +248,8 @@ async function hapiServer(docs: Collection<Document>, events: HistoryEvent[]): P
   const lock = writeLock({ collection: docs, locktimeout: 3_000, timeout: CALL_TIMEOUT });
   const run = async (request: Hapi.Request, ms: number): Promise<void> => {
     const { lock: held } = lockOf(request);
-    const start = realNow();
-    await sleep(ms);
-    events.push({ type: 'hold', target: 'h0', holder: held.id, mode: 'exclusive', fence: held.fence, start, end: realNow() });
+    const { start, end } = await guardedSpan(ms, new AbortController().signal, () => guardedWrite(docs, held, { holder: held.id, fence: held.fence, mode: 'exclusive' }));
+    events.push({ type: 'hold', target: 'h0', holder: held.id, mode: 'exclusive', fence: held.fence, start, end });
   };
   for (const timeout of [undefined, 60, 150]) {
     server.route({
@@ -277,42 +297,4 @@ async function settleWithin(promise: Promise<unknown>, ms: number): Promise<stri
   } finally {
     clearTimeout(timer);
   }
-}
-
-/**
- * The unexpired lock entries left in `collections` by the server's clock, once background
- * releases had up to {@link QUIESCENCE} ms to land.
- */
-async function quiescentState(collections: ReadonlyArray<Collection<Document>>): Promise<FinalState> {
-  const deadline = realNow() + QUIESCENCE;
-  for (;;) {
-    const liveEntries = (await Promise.all(collections.map(liveEntriesIn))).flat();
-    if (liveEntries.length === 0 || realNow() > deadline) return { liveEntries };
-    await sleep(100);
-  }
-}
-
-async function liveEntriesIn(collection: Collection<Document>): Promise<FinalState['liveEntries'][number][]> {
-  const docs = await collection.aggregate([{ $addFields: { serverNow: '$$NOW' } }]).toArray();
-  return docs.flatMap((doc) => {
-    const now = (doc.serverNow as Date).getTime();
-    const tags = (doc.lock?.tags ?? {}) as Record<string, Array<{ id: string; exp: Date }>>;
-    // A pending upgrade's mark left live counts as a leak too: it refuses new locks.
-    const marks = ((doc.lock?.upgrade ?? []) as Array<{ id: string; tag: string; exp: Date }>).map((mark) => [`upgrade to ${mark.tag}`, [mark]] as const);
-    return [...Object.entries(tags), ...marks].flatMap(([tag, entries]) =>
-      (entries ?? []).filter((entry) => entry.exp.getTime() > now).map((entry) => ({ target: String(doc._id), tag, id: entry.id, exp: entry.exp.getTime() })),
-    );
-  });
-}
-
-/** A small seeded PRNG, so that a scenario's delays repeat with its seed. */
-function mulberry32(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
-  };
 }

@@ -3,7 +3,9 @@
  * clock skew and its own delays on requests and replies, running scoped locks of every kind with
  * random hold times, waits and aborts (semaphore permits, reentrant nested holds, read locks
  * upgraded to write, and groups of several documents in random order included), purges of resource documents, and hapi requests with
- * slow pre methods, server timeouts and client disconnects.
+ * slow pre methods, server timeouts and client disconnects. Some histories run on a simulated
+ * sharded cluster (routers whose clocks are ahead of or behind the shard's), and a client may have
+ * a share of its acquisitions land late (failed at once, applied later).
  */
 import fc from 'fast-check';
 
@@ -17,6 +19,33 @@ export interface ClientPlan {
   readonly replyDelayMs: number;
   /** Share of calls that are delayed (0..1). */
   readonly delayShare: number;
+  /**
+   * Share of its acquisitions that land late (0..1): the caller is answered with a network error
+   * at once, and the command is applied {@link lateByMs} later, with `$$NOW` fixed when it was sent
+   * (a command blocked on the server).
+   */
+  readonly lateShare: number;
+  /** How much later such an acquisition is applied, in ms: within the call's timeout. */
+  readonly lateByMs: number;
+}
+
+/**
+ * A sharded cluster: every client reaches its collections through simulated routers (mongos)
+ * whose clocks differ from the shard's, one picked per command, with the shard key `{ _id: 1 }`.
+ */
+export interface ClusterPlan {
+  /** Each router's clock minus the shard's, in ms (within ±1,000). */
+  readonly routers: readonly number[];
+  /**
+   * The `maxClockSkew` every lock is given: `tight`, the largest |offset| rounded up to 100 ms;
+   * `default`, none (monglock assumes 1,000 ms on a sharded cluster, which covers every offset).
+   */
+  readonly skew: 'tight' | 'default';
+}
+
+/** The `maxClockSkew` option the locks of `cluster` get (undefined: the default). */
+export function clusterSkew(cluster: ClusterPlan): number | undefined {
+  return cluster.skew === 'default' ? undefined : Math.ceil(Math.max(0, ...cluster.routers.map(Math.abs)) / 100) * 100;
 }
 
 /** What every scoped operation has. */
@@ -62,6 +91,8 @@ export type Operation =
 export interface Scenario {
   /** Seeds the per-call delays. */
   readonly seed: number;
+  /** Undefined: one server, one clock (as before); else a simulated sharded cluster. */
+  readonly cluster: ClusterPlan | undefined;
   readonly clients: readonly ClientPlan[];
   readonly operations: readonly Operation[];
 }
@@ -81,7 +112,17 @@ export const clientPlan: fc.Arbitrary<ClientPlan> = fc.record({
   requestDelayMs: delays,
   replyDelayMs: delays,
   delayShare: fc.constantFrom(0, 0.2, 0.5, 1),
+  lateShare: fc.constantFrom(0, 0, 0, 0.15, 0.4),
+  lateByMs: fc.constantFrom(100, 300, 600),
 });
+
+const routerOffsets = fc.constantFrom(0, 40, -40, 300, -300, 700, -700, 1_000, -1_000);
+
+/** Arbitrary of the deployment: one server in about half the histories, else a cluster of 1 to 3 routers. */
+export const clusterPlan: fc.Arbitrary<ClusterPlan | undefined> = fc.option(
+  fc.record({ routers: fc.array(routerOffsets, { minLength: 1, maxLength: 3 }), skew: fc.constantFrom('tight', 'default' as const) }),
+  { nil: undefined, freq: 2 },
+);
 
 function timed(clients: number): fc.Arbitrary<Timed> {
   return fc.record({
@@ -136,8 +177,21 @@ export function scenario(size: ScenarioSize): fc.Arbitrary<Scenario> {
   return fc.integer({ min: 2, max: size.maxClients }).chain((clients) =>
     fc.record({
       seed: fc.nat(),
+      cluster: clusterPlan,
       clients: fc.array(clientPlan, { minLength: clients, maxLength: clients }),
       operations: fc.array(operation(clients), { minLength: Math.min(6, size.maxOperations), maxLength: size.maxOperations, size: 'max' }),
     }),
   );
+}
+
+/** A small seeded PRNG, so that a scenario's delays, late landings and router picks repeat with its seed. */
+export function mulberry32(seed: number): () => number {
+  let state = seed >>> 0;
+  return () => {
+    state = (state + 0x6d2b79f5) >>> 0;
+    let t = state;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
+  };
 }

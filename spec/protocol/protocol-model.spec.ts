@@ -14,13 +14,26 @@
  * Fair waiters (`fair: true` with `wait`) run in the background from two more lock objects; after
  * each command, those the model lets win must win, in an order it allows, and the others still wait.
  *
+ * Failovers with rollback: every lock writes through a simulated replica set
+ * (spec/support/replica-set.ts), and a `failover` puts the documents back to the last majority
+ * commit point, losing the writes the primary alone acknowledged after it (plain and forced
+ * releases at `releaseW` 1, acquisitions sent with `w: 1`, fair tickets). The documents must then
+ * be in a state the model went through since the last write a majority acknowledged to its caller
+ * (spec/support/protocol-rollback.ts: no resolved commit is lost, nothing never written appears,
+ * no second holder), and the model goes on from there: a release rolled back leaves its lock held
+ * until its lease ends, a lock acquired at `w: 1` and rolled back is gone. Fencing tokens are never
+ * held by two locks of a document, except a token of an acquisition the rollback lost.
+ *
  * MONGLOCK_MODEL_SEED=<seed> repeats a run (the seed is printed), MONGLOCK_MODEL_RUNS sets how many
  * sequences (default 40), MONGLOCK_MODEL_COMMANDS the longest sequence (default 25).
  */
 import { expect } from 'chai';
 import fc from 'fast-check';
-import { Acquire, Commit, Continue, Convert, Expire, Extend, ForceRelease, Release, StartWaiter, type Command, type Via } from '../support/protocol-commands';
+import { Acquire, Commit, Continue, Convert, Extend, ForceRelease, Release, type Command } from '../support/protocol-commands';
+import { Expire, Failover, StartWaiter } from '../support/protocol-environment';
 import { setup, stats, teardown } from '../support/protocol-harness';
+import type { Via } from '../support/protocol-picks';
+import { rollbackStats } from '../support/protocol-rollback';
 import type { Fault, Tag, Target, Waiter } from '../support/protocol-model';
 
 const faults = fc.oneof(
@@ -32,9 +45,14 @@ const targets = fc.constantFrom<Target>('a', 'a', 'a', 'b', 'b', 'b', 'any', 'mi
 const picks = fc.nat({ max: 1_000 });
 const vias = fc.constantFrom<Via>('handle', 'handle', 'lock', 'json');
 
-const acquireWrite = fc.tuple(targets, fc.boolean(), faults, fc.boolean()).map(([target, fair, fault, withDocument]): Command => new Acquire('writeLock', 'write', target, fair, fault, withDocument));
-const acquireMulti = fc.tuple(fc.constantFrom<Tag>('read', 'write'), targets, fc.boolean(), faults, fc.boolean()).map(([tag, target, fair, fault, withDocument]): Command => new Acquire('multiLock', tag, target, fair, fault, withDocument));
-const acquirePermits = fc.tuple(targets, fc.constantFrom(1, 1, 2), faults, fc.boolean()).map(([target, permits, fault, withDocument]): Command => new Acquire('semaphore', 'permit', target, false, fault, withDocument, permits));
+/** One acquisition in four is sent with `w: 1` (as a folded section may be): a failover can roll it back. */
+const w1 = fc.constantFrom(false, false, false, true);
+const acquireWrite = fc.tuple(targets, fc.boolean(), faults, fc.boolean(), w1).map(([target, fair, fault, withDocument, w]): Command => new Acquire('writeLock', 'write', target, fair, fault, withDocument, 1, w));
+const acquireMulti = fc
+  .tuple(fc.constantFrom<Tag>('read', 'write'), targets, fc.boolean(), faults, fc.boolean(), w1)
+  .map(([tag, target, fair, fault, withDocument, w]): Command => new Acquire('multiLock', tag, target, fair, fault, withDocument, 1, w));
+const acquirePermits = fc.tuple(targets, fc.constantFrom(1, 1, 2), faults, fc.boolean(), w1).map(([target, permits, fault, withDocument, w]): Command => new Acquire('semaphore', 'permit', target, false, fault, withDocument, permits, w));
+const failover = fc.constant<Command>(new Failover());
 const startWaiter = fc.tuple(fc.constantFrom<Waiter['owner']>('fairWriteLock', 'fairMultiLock'), fc.constantFrom<'a' | 'b'>('a', 'b')).map(([owner, doc]): Command => new StartWaiter(owner, doc));
 const commandArbitraries: Array<fc.Arbitrary<Command>> = [
   acquireWrite,
@@ -59,6 +77,8 @@ const commandArbitraries: Array<fc.Arbitrary<Command>> = [
   startWaiter,
   startWaiter,
   startWaiter,
+  failover,
+  failover,
 ];
 
 /** The seed: `MONGLOCK_MODEL_SEED`, else a fresh one (always printed). */
@@ -93,12 +113,16 @@ describe('the protocol model (fast-check command sequences against the real libr
       throw error;
     } finally {
       console.log(`      ${stats.sequences} sequences (shrinking included), ${stats.operations} operations, ${stats.faultsFired} lost requests/replies, ${stats.waitersWon} fair waiters won (${stats.contestedHandOvers} hand-overs with several queued; ${stats.waitersReordered} dropped: ticket stamped out of order), ${stats.inconclusive} stopped inconclusive, in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+      console.log(
+        `      ${rollbackStats.failovers} failovers: ${rollbackStats.lostWrites} lost writes acknowledged below majority, ${rollbackStats.heldAgain} locks held again (their release rolled back), ${rollbackStats.rolledBackLocks} locks acquired at w: 1 rolled back`,
+      );
       console.log(`      outcomes ${JSON.stringify(stats.outcomes)}`);
     }
     expect(stats.operations, 'the sequences ran operations').to.be.greaterThan(runs);
     if (runs >= 20) {
       expect(stats.faultsFired, 'some requests or replies were lost').to.be.greaterThan(0);
       expect(stats.waitersWon, 'some fair waiters won').to.be.greaterThan(0);
+      expect(rollbackStats.lostWrites, 'some failovers lost writes').to.be.greaterThan(0);
     }
   });
 });
