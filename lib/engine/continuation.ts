@@ -28,12 +28,12 @@ export function continueRegistration(
       const operation = continueOperation({ paths, tags: engine.tags, target, tag: lock.tag, id: lock.id, at: new Date(stamp), tolerance });
       const reply = await store.apply(operation, call, call.w, document);
       if (!reply.value) return undefined;
-      const now = engine.observeWrite(reply.value, reply);
+      engine.observeWrite(reply.value, reply);
       await engine.deployment.refuseSkewed(call);
       const stored = paths.read(reply.value);
       const own = stored.tags?.[lock.tag]?.find((entry) => entry.id === lock.id);
       const data: LockData = { ...lock, expiresAt: own?.exp.getTime() ?? lock.expiresAt };
-      return withDocument(engine.assertiveOutcome(data, engine.deployment.addressOf(reply.value), stored, now), reply.value, paths.field, document, store.shardKey);
+      return withDocument(engine.assertiveOutcome(data, engine.deployment.addressOf(reply.value), stored, stamp), reply.value, paths.field, document, store.shardKey);
     },
     explain: (seen, stamp, tolerance) => explainLostLock({ paths, rule, reportsReacquired, boom: call.boom }, seen, lock, { id: lock.id }, stamp, tolerance, rule.lease),
   });

@@ -140,7 +140,7 @@ export class LockEngine {
         if (!rule.exclusive && hasExpiredEntries(lock, tag, now)) await this.pruneOwnTag(pruneTagOperation(paths, target, tag, new Date(now)), call);
         const data: LockData = { id, tag, timestamp: stamp, fence: fenceOf(lock), expiresAt: entry.exp.getTime(), ...(permits && { permits }), ...(owned && { owner: owned.owner }) };
         await this.deployment.refuseSkewed(call, () => this.release(target, tag, { id }, data, call));
-        return withDocument(this.assertiveOutcome(data, target, lock, now), reply.value, paths.field, extras.document, store.shardKey);
+        return withDocument(this.assertiveOutcome(data, target, lock, stamp), reply.value, paths.field, extras.document, store.shardKey);
       },
       explain: extras.explain === false ? null : (seen, stamp, tolerance) => explainRefusedAcquisition(context, seen, stamp, tolerance),
       unexplained: () => unexplainedRefusal(lockError(conflict, call.boom, { detail: 'still held' })),
@@ -225,9 +225,13 @@ export class LockEngine {
     return observeWrite(this.settings, doc, reply);
   }
 
-  /** The outcome of a write that registered `data`: pending while a tag it asserts over is live in `lock` at `now`. */
-  assertiveOutcome(data: LockData, target: Document, lock: StoredLock, now: number): Acquired | AssertivePending {
-    const blockedBy = this.rule(data.tag).assertive.filter((other) => liveEntries(lock, other, now).length > 0);
+  /**
+   * The outcome of a write that registered `data`, judged at its checked `stamp`: pending while a
+   * tag it asserts over has an entry unexpired at it. The write pruned the entries expired by then
+   * and raised `judged` to it, so none it counts as gone can be extended by a late command.
+   */
+  assertiveOutcome(data: LockData, target: Document, lock: StoredLock, stamp: number): Acquired | AssertivePending {
+    const blockedBy = this.rule(data.tag).assertive.filter((other) => liveEntries(lock, other, stamp).length > 0);
     return blockedBy.length > 0 ? new AssertivePending(data, target, blockedBy) : { lock: data, target };
   }
 

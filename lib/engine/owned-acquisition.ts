@@ -4,7 +4,7 @@ import type { ResolvedCallOptions } from '../common/options';
 import type { LockData } from '../protocol/lock-data';
 import { newLockId } from '../protocol/lock-ids';
 import { holdFenceOperation, holdsOf, MAX_HOLDS, reenterOperation } from '../protocol/reentry';
-import { liveEntries } from '../protocol/stored-format';
+import { undeadEntries } from '../protocol/stored-format';
 import { landing, withDocument, type Acquired, type AssertivePending } from './acquired';
 import type { AcquireExtras, LockEngine } from './lock-engine';
 import { noDocument, ownerMayRetry } from './refusals';
@@ -112,7 +112,7 @@ async function reenter(engine: LockEngine, target: Document, tag: string, owner:
       if (holds.length >= MAX_HOLDS) {
         return { retry: false, error: lockError('TooManyHolds', call.boom, { detail: `owner ${owner} holds ${holds.length} nested locks of tag ${tag}, the most allowed (${MAX_HOLDS}): is a release missing?` }) };
       }
-      const asserted = rule.assertive.filter((other) => liveEntries(stored, other, now).length > 0);
+      const asserted = rule.assertive.filter((other) => undeadEntries(stored, other).length > 0);
       if (asserted.length > 0) return { retry: false, error: lockError(engine.conflict, call.boom, { detail: `owner ${owner}'s lock still waits for tag ${asserted.join(', ')}` }) };
       const latest = rule.exclusive ? Math.max(0, ...(stored.recent?.[tag] ?? []).map((date) => date.getTime())) : 0;
       if (latest > stamp) return laterStampVerdict(seen, latest, lockError(engine.conflict, call.boom, { detail: 'held when the update ran' }));

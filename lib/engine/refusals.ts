@@ -5,7 +5,7 @@ import { isLimited, isUnlimitedShared, usedPermits } from '../protocol/permits';
 import { holdsOf, type OwnedAcquisition } from '../protocol/reentry';
 import { pendingUpgrade } from '../protocol/convert';
 import { ambiguous, matchesProof, type Proof } from '../protocol/proofs';
-import { earlierTickets, liveEntries, type LockPaths, type StoredLock } from '../protocol/stored-format';
+import { earlierTickets, liveEntries, undeadEntries, type LockPaths, type StoredLock } from '../protocol/stored-format';
 import { refusedBy } from './acquired';
 import { laterStampVerdict, stampLag, stampRefused, type Verdict } from './stamp-refusals';
 import type { Inspection } from './store';
@@ -116,10 +116,10 @@ export function explainLostLock(context: LostContext, seen: Inspection, lock: Lo
     return { retry: false, error: lockError('LockNotFound', boom, { detail }) };
   }
   const own = (stored.tags?.[lock.tag] ?? []).find((entry) => matchesProof(entry, proof));
-  const ownLive = own !== undefined && seen.serverNow !== undefined && own.exp.getTime() > seen.serverNow.getTime();
+  const ownLive = own !== undefined && seen.serverNow !== undefined && liveEntries(stored, lock.tag, seen.serverNow.getTime()).includes(own);
   // A write with an update also needs the tags this lock asserts over gone; an expired lock is reported as expired first.
   if (ownLive && withUpdate) {
-    const asserted = rule.assertive.filter((other) => liveEntries(stored, other, seen.serverNow?.getTime() ?? 0).length > 0);
+    const asserted = rule.assertive.filter((other) => undeadEntries(stored, other).length > 0);
     if (asserted.length > 0) {
       const detail = `the update was not applied: tag ${asserted.join(', ')}, which this lock asserts over, is still held (continue the acquisition first)`;
       return { retry: false, error: lockError('AssertiveLock', boom, { detail }) };

@@ -11,6 +11,7 @@ import {
   noLiveEntry,
   pruneCommits,
   pruneTags,
+  recordJudged,
   recordStamp,
   stampNotBeforeRecent,
   stampWithin,
@@ -71,7 +72,7 @@ export interface AcquireRequest {
  * Writes the entry (replacing an exclusive tag's array, whose entries the filter proved expired;
  * with its `permits` and the limit for a limited tag),
  * +1 on the fence, the server's clock (`$currentDate` of `now`), the latest expiry (`$max` of
- * `until`), and prunes the expired entries of the other tags and the commit records past their
+ * `until`), the stamp as `judged` (every entry it counted as expired is dead), and prunes the expired entries of the other tags and the commit records past their
  * time (at the stamp, which the server has passed); in fair mode, it takes the waiter's ticket
  * and the expired tickets out of the queue.
  *
@@ -99,7 +100,7 @@ export function acquireOperation(request: AcquireRequest): LockOperation {
     {
       $inc: { [paths.fence]: 1 },
       $currentDate: { [paths.now]: true },
-      $max: { [paths.until]: entry.exp },
+      $max: { [paths.until]: entry.exp, ...recordJudged(paths, at) },
       ...(rule.exclusive ? { $set: { [paths.tag(tag)]: [stored] }, $push: recordStamp(paths, tag, at) } : { $push: { [paths.tag(tag)]: stored } }),
       $pull: { ...pruneTags(paths, others, at), ...pruneCommits(paths, at), ...queue },
     },

@@ -1,6 +1,6 @@
 import type { Document } from 'mongodb';
 import type { LockOperation } from './operation';
-import { allOf, entryLiveOnServer, pruneTags, stampWithin, type LockPaths } from './stored-format';
+import { allOf, entryLiveOnServer, pruneTags, recordJudged, stampWithin, type LockPaths } from './stored-format';
 
 /** A continuation of an assertive registration to send. */
 export interface ContinueRequest {
@@ -30,6 +30,6 @@ export function continueOperation(request: ContinueRequest): LockOperation {
   const { paths, at } = request;
   return {
     filter: allOf(request.target, [{ $expr: { $and: [entryLiveOnServer(paths, request.tag, { id: request.id }), stampWithin(at, request.tolerance)] } }]),
-    update: { $pull: pruneTags(paths, request.tags, at), $currentDate: { [paths.now]: true } },
+    update: { $pull: pruneTags(paths, request.tags, at), $currentDate: { [paths.now]: true }, $max: recordJudged(paths, at) },
   };
 }

@@ -8,6 +8,7 @@ import {
   noLiveEntry,
   pruneCommits,
   pruneTags,
+  recordJudged,
   recordStamp,
   stampNotBeforeRecent,
   stampWithin,
@@ -94,7 +95,7 @@ export function convertOperation(request: ConvertRequest): LockOperation {
       {
         $inc: { [paths.fence]: 1 },
         $currentDate: { [paths.now]: true },
-        $max: { [paths.until]: entry.exp },
+        $max: { [paths.until]: entry.exp, ...recordJudged(paths, at) },
         ...(to.exclusive ? { $set: { [paths.tag(to.tag)]: [stored] }, $push: recordStamp(paths, to.tag, at) } : { $push: { [paths.tag(to.tag)]: stored } }),
         $pull: { [paths.tag(from.tag)]: { id: entry.id }, [paths.upgrade]: { id: entry.id }, ...pruneTags(paths, others, at), ...pruneCommits(paths, at) },
       },

@@ -3,7 +3,7 @@ import type { TagRule } from './lock-data';
 import { arrayFilterOf, mergeUpdates, type LockOperation } from './operation';
 import { proofMatch, type Proof } from './proofs';
 import { commitConditions, onlyOne } from './release';
-import { allOf, entryLiveOnServer, pruneCommits, pruneTags, stampWithin, type LockPaths } from './stored-format';
+import { allOf, entryLiveOnServer, pruneCommits, pruneTags, recordJudged, stampWithin, type LockPaths } from './stored-format';
 
 /** An extension to send. */
 export interface ExtendRequest {
@@ -49,7 +49,7 @@ export function extendOperation(request: ExtendRequest): LockOperation {
       {
         $set: { [`${paths.tag(rule.tag)}.$[mine].exp`]: exp },
         $currentDate: { [paths.now]: true },
-        $max: { [paths.until]: exp },
+        $max: { [paths.until]: exp, ...recordJudged(paths, at) },
         $pull: { ...pruneTags(paths, others, at), ...pruneCommits(paths, at) },
       },
       request.extension,

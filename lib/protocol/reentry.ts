@@ -1,7 +1,7 @@
 import type { Document } from 'mongodb';
 import type { TagRule } from './lock-data';
 import { mergeUpdates, type LockOperation } from './operation';
-import { allOf, noEntryLiveOnServer, pruneCommits, pruneTags, recordStamp, stampNotBeforeRecent, stampWithin, type LockPaths, type StoredEntry, type StoredLock } from './stored-format';
+import { allOf, everyEntryDead, pruneCommits, pruneTags, recordJudged, recordStamp, stampNotBeforeRecent, stampWithin, type LockPaths, type StoredEntry, type StoredLock } from './stored-format';
 
 /**
  * Reentrant locks, keyed by an owner (a string the caller chooses). Each hold of an owner is an
@@ -85,7 +85,7 @@ function ownerHolds(paths: LockPaths, tag: string, owner: string, fence: number)
 export function reenterOperation(request: ReenterRequest): LockOperation {
   const { paths, rule, entry } = request;
   const held = ownerHolds(paths, rule.tag, request.owner, request.fence);
-  const asserted = rule.assertive.map((other) => noEntryLiveOnServer(paths, other));
+  const asserted = rule.assertive.map((other) => everyEntryDead(paths, other));
   const others = [...request.tags].filter((other) => other !== rule.tag);
   const stored: StoredEntry = { ...entry, owner: request.owner, fence: request.fence };
   return {
@@ -96,7 +96,7 @@ export function reenterOperation(request: ReenterRequest): LockOperation {
     update: mergeUpdates({
       $push: { [paths.tag(rule.tag)]: stored, ...(rule.exclusive ? recordStamp(paths, rule.tag, entry.at) : {}) },
       $currentDate: { [paths.now]: true },
-      $max: { [paths.until]: entry.exp },
+      $max: { [paths.until]: entry.exp, ...recordJudged(paths, entry.at) },
       $pull: { ...pruneTags(paths, others, entry.at), ...pruneCommits(paths, entry.at) },
     }),
   };

@@ -2,7 +2,7 @@ import type { Document } from 'mongodb';
 import type { TagRule } from './lock-data';
 import { mergeUpdates, type LockOperation } from './operation';
 import { proofMatch, type Proof } from './proofs';
-import { allOf, entryLiveOnServer, hasEntry, noEntryLiveOnServer, recordCommit, timestampUnique, type LockPaths, type StoredCommit } from './stored-format';
+import { allOf, entryLiveOnServer, hasEntry, everyEntryDead, recordCommit, timestampUnique, type LockPaths, type StoredCommit } from './stored-format';
 
 /** A release to send, with or without the caller's final update (a commit). */
 export interface ReleaseRequest {
@@ -83,7 +83,7 @@ export function withdrawOperation(paths: LockPaths, target: Document, tag: strin
  * write under them).
  */
 export function commitConditions(paths: LockPaths, rule: TagRule, proof: Proof): Document[] {
-  const asserted = rule.assertive.map((other) => noEntryLiveOnServer(paths, other));
+  const asserted = rule.assertive.map((other) => everyEntryDead(paths, other));
   const live = entryLiveOnServer(paths, rule.tag, proof);
   return [{ $expr: asserted.length > 0 ? { $and: [live, ...asserted] } : live }];
 }

@@ -17,6 +17,8 @@ import type { Document } from 'mongodb';
  *   limits: { permit: 4 },          // tags with a limit (semaphores): the limit their permits were judged by
  *   until: ISODate,                 // the latest expiry ever written (locks and tickets): a document
  *                                   // whose until has passed holds nothing live (the CLI lists by it)
+ *   judged: ISODate,                // the latest stamp a write judged entries at ($max): an entry
+ *                                   // that expired by it is dead, whatever lands later
  *   tags: {
  *     write: [ { id: '9f…', at: ISODate, exp: ISODate } ],   // one array per tag
  *     read:  [ { id: '1c…', at: ISODate, exp: ISODate }, … ],
@@ -94,6 +96,8 @@ export interface StoredLock {
   limits?: Record<string, number | undefined>;
   /** The latest expiry written (`$max`), of a lock or a ticket: nothing in the document is live once the server's clock passes it. */
   until?: Date;
+  /** The latest stamp at which a write judged the entries (`$max`): an entry that expired by it is dead (see {@link entryLiveOnServer}). */
+  judged?: Date;
   tags?: Record<string, StoredEntry[] | undefined>;
 }
 
@@ -102,7 +106,7 @@ export interface StoredLock {
  * `active`/`timestamp`). monglock v2 stored a tag's entries at `lock.<tag>`, so a v2 document with
  * a tag of one of these names collides with this layout (an acquisition fails with DbError).
  */
-export const RESERVED_TAG_NAMES: ReadonlySet<string> = new Set(['fence', 'now', 'recent', 'born', 'queue', 'committed', 'until', 'tags', 'limits', 'upgrade', 'active', 'timestamp']);
+export const RESERVED_TAG_NAMES: ReadonlySet<string> = new Set(['fence', 'now', 'recent', 'born', 'queue', 'committed', 'until', 'judged', 'tags', 'limits', 'upgrade', 'active', 'timestamp']);
 
 /** Dot paths into the stored lock property. */
 export class LockPaths {
@@ -112,6 +116,7 @@ export class LockPaths {
   readonly queue: string;
   readonly committed: string;
   readonly until: string;
+  readonly judged: string;
   readonly upgrade: string;
   /** The projection of a write's reply: every part of the lock but the commit records, which only settling reads. */
   readonly reply: Readonly<Record<string, 1>>;
@@ -125,9 +130,10 @@ export class LockPaths {
     this.queue = `${field}.queue`;
     this.committed = `${field}.committed`;
     this.until = `${field}.until`;
+    this.judged = `${field}.judged`;
     this.upgrade = `${field}.upgrade`;
     this.token = { [this.fence]: 1, [this.born]: 1, [this.now]: 1 };
-    this.reply = Object.fromEntries([this.fence, this.now, this.born, this.queue, this.until, `${field}.recent`, `${field}.tags`, `${field}.limits`, this.upgrade].map((path) => [path, 1]));
+    this.reply = Object.fromEntries([this.fence, this.now, this.born, this.queue, this.until, this.judged, `${field}.recent`, `${field}.tags`, `${field}.limits`, this.upgrade].map((path) => [path, 1]));
   }
 
   /** The last two acquisition stamps of an exclusive tag. */
@@ -152,11 +158,17 @@ export class LockPaths {
   }
 }
 
-/** Entries of `tag` in `lock` that are unexpired at `stamp` (ms). */
+/** Entries of `tag` in `lock` that are unexpired at `stamp` (ms), and not dead by its `judged` stamp. */
 export function liveEntries(lock: StoredLock, tag: string, stamp: number): StoredEntry[] {
   const entries = lock.tags?.[tag];
   if (!Array.isArray(entries)) return [];
-  return entries.filter((entry) => entry.exp instanceof Date && entry.exp.getTime() > stamp);
+  const after = Math.max(stamp, lock.judged instanceof Date ? lock.judged.getTime() : 0);
+  return entries.filter((entry) => entry.exp instanceof Date && entry.exp.getTime() > after);
+}
+
+/** Entries of `tag` in `lock` that its `judged` stamp has not killed: what {@link everyEntryDead} refuses. */
+export function undeadEntries(lock: StoredLock, tag: string): StoredEntry[] {
+  return liveEntries(lock, tag, 0);
 }
 
 /** True when `tag`'s array holds an entry that expired at or before `stamp`. */
@@ -179,8 +191,25 @@ export function hasEntry(paths: LockPaths, tag: string, match: Document): Docume
 }
 
 /**
+ * The document's `judged` stamp, as an `$expr` operand (the epoch when none was written). Every
+ * write that judges entries at a stamp (an acquisition, conversion, re-entry, continuation or
+ * extension) raises it to that stamp: an entry that expired by it may have been counted as free,
+ * and a command sent while the entry was live that lands later (its `$$NOW` fixed when it started)
+ * must not extend it, write under it or count it as held. Removing every such entry would say the
+ * same, but a shared tag's own entries cannot be removed by the update that pushes onto its array.
+ */
+function judgedStamp(paths: LockPaths): Document {
+  return { $ifNull: [`$${paths.judged}`, new Date(0)] };
+}
+
+/** Update (`$max`): records `stamp`, at which the write judged the entries (see {@link judgedStamp}). */
+export function recordJudged(paths: LockPaths, stamp: Date): Document {
+  return { [paths.judged]: stamp };
+}
+
+/**
  * `$expr` operand: `tag` holds the entry identified by `proof` (its id, or its acquisition ms),
- * unexpired by the server's clock (`$$NOW`).
+ * unexpired by the server's clock (`$$NOW`) and not dead by the document's `judged` stamp.
  */
 export function entryLiveOnServer(paths: LockPaths, tag: string, proof: { id: string } | { timestamp: number }): Document {
   const identifies =
@@ -194,7 +223,7 @@ export function entryLiveOnServer(paths: LockPaths, tag: string, proof: { id: st
         $map: {
           input: { $ifNull: [`$${paths.tag(tag)}`, []] },
           as: 'entry',
-          in: { $and: [identifies, { $gt: ['$$entry.exp', '$$NOW'] }] },
+          in: { $and: [identifies, { $gt: ['$$entry.exp', '$$NOW'] }, { $gt: ['$$entry.exp', judgedStamp(paths)] }] },
         },
       },
     ],
@@ -231,9 +260,14 @@ export function timestampUnique(paths: LockPaths, tag: string, timestamp: number
   return { $lt: [{ $size: sameMs }, 2] };
 }
 
-/** `$expr` operand: no entry of `tag` is unexpired by the server's clock (`$$NOW`). */
-export function noEntryLiveOnServer(paths: LockPaths, tag: string): Document {
-  return { $not: [{ $anyElementTrue: [{ $map: { input: { $ifNull: [`$${paths.tag(tag)}`, []] }, as: 'entry', in: { $gt: ['$$entry.exp', '$$NOW'] } } }] }] };
+/**
+ * `$expr` operand: every entry of `tag` is dead by the document's `judged` stamp: an earlier
+ * stamped write judged it expired (a continuation does for the tags an assertive lock waits for),
+ * so no late command can make it live again. Stricter than "expired by `$$NOW`", which a late
+ * extension could undo.
+ */
+export function everyEntryDead(paths: LockPaths, tag: string): Document {
+  return { $not: [{ $anyElementTrue: [{ $map: { input: { $ifNull: [`$${paths.tag(tag)}`, []] }, as: 'entry', in: { $gt: ['$$entry.exp', judgedStamp(paths)] } } }] }] };
 }
 
 /** `$expr` operand: the stamp lies within `[$$NOW - toleranceMs, $$NOW]` by the server's clock. */

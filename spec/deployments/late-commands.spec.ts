@@ -1,0 +1,136 @@
+/**
+ * A command's `$$NOW` is fixed when it starts; one blocked on the server (behind a transaction, a
+ * prepare conflict, a full ticket queue) lands later, judging by that stale clock. An extension or
+ * a guarded write sent while its lock was live may so land after the lock expired and another
+ * caller was admitted in its place. Where the new holder's write replaces the old entry (an
+ * exclusive tag) or prunes it (another tag), the late command finds nothing; where it cannot (a
+ * shared tag's own entries: a semaphore's permits, the readers an upgrade waited for), the
+ * document's `judged` stamp says the entry is dead. Simulated: the old holder's command is held
+ * back with `$$NOW` fixed when it was sent, and applied once the new holder is in.
+ */
+import { expect } from 'chai';
+import type { Collection, Document } from 'mongodb';
+import { multiLock, semaphore, type LockHandle } from '../../lib';
+import { withNowFixed } from '../../stress/simulated-cluster';
+import { realNow } from '../support/clock';
+import { freshCollection } from '../support/fixture';
+
+const LEASE = 1_500;
+const METHODS = new Set(['findOneAndUpdate', 'updateOne']);
+
+/** A server on which the old holder's next command picked by `blockNext` is blocked, and lands right after the new holder's acquisition has. */
+class BlockedCommand {
+  #pick: ((args: readonly unknown[]) => boolean) | undefined;
+  #land = (): void => {};
+  #landed = Promise.resolve();
+
+  constructor(private readonly raw: Collection<Document>) {}
+
+  /** The old holder's collection: the picked command is sent with `$$NOW` fixed at once, and applied when the new holder's acquisition has landed. */
+  get oldHolders(): Collection<Document> {
+    return through(this.raw, (args, send) => {
+      if (!this.#pick?.(args)) return send(args);
+      this.#pick = undefined;
+      const sent = args.map((arg) => withNowFixed(arg, new Date(realNow())));
+      let landed = (): void => {};
+      this.#landed = new Promise((resolve) => (landed = resolve));
+      return new Promise<void>((resolve) => (this.#land = resolve)).then(() => send(sent)).finally(landed);
+    });
+  }
+
+  /** The new holder's collection: once its acquisition has landed, the blocked command lands, before the acquisition's reply. */
+  get newHolders(): Collection<Document> {
+    return through(this.raw, async (args, send) => {
+      const reply = await send(args);
+      if (reply && ((args[1] ?? {}) as Document).$inc !== undefined) {
+        this.#land();
+        await this.#landed;
+      }
+      return reply;
+    });
+  }
+
+  blockNext(pick: (args: readonly unknown[]) => boolean): void {
+    this.#pick = pick;
+  }
+}
+
+/** `raw` whose writes go through `route`. */
+function through(raw: Collection<Document>, route: (args: unknown[], send: (args: unknown[]) => Promise<unknown>) => Promise<unknown>): Collection<Document> {
+  return new Proxy(raw, {
+    get(target, property, receiver) {
+      const value: unknown = Reflect.get(target, property, receiver);
+      if (typeof value !== 'function') return value;
+      const method = value as (...args: unknown[]) => Promise<unknown>;
+      if (!METHODS.has(String(property))) return method.bind(target);
+      return (...args: unknown[]) => route(args, (sent) => method.apply(target, sent));
+    },
+  });
+}
+
+/** True for an extension of a lock entry (it sets the entry's expiry). */
+function isExtension(args: readonly unknown[]): boolean {
+  const update = (args[1] ?? {}) as Document;
+  return Object.keys((update.$set ?? {}) as Document).some((path) => path.endsWith('.$[mine].exp'));
+}
+
+/** Entries of `tag` in document `a` unexpired now. */
+async function liveEntries(raw: Collection<Document>, tag: string): Promise<number> {
+  const doc = await raw.findOne({ _id: 'a' as never });
+  return ((doc?.lock?.tags?.[tag] ?? []) as Array<{ exp: Date }>).filter((entry) => entry.exp.getTime() > realNow()).length;
+}
+
+/** Sends `command` from the old holder near the end of its lease, blocked on the server until the new holder's acquisition has landed. */
+async function lateBehind<T>(held: LockHandle, command: () => Promise<T>, newHolder: () => Promise<LockHandle>): Promise<{ late: T | Error; next: LockHandle }> {
+  await new Promise((resolve) => setTimeout(resolve, Math.max(0, held.remaining() - 300)));
+  const late = command().catch((error: Error) => error);
+  const next = await newHolder();
+  return { late: await late, next };
+}
+
+describe('a command of a lock that lands after the lock expired and another caller was admitted', () => {
+  it('a one-permit semaphore: the old holder\'s late extension does not renew the permit the new holder took', async function () {
+    this.timeout(20_000);
+    const raw = await freshCollection([{ _id: 'a' }]);
+    const server = new BlockedCommand(raw);
+    const old = await semaphore({ collection: server.oldHolders, limit: 1, locktimeout: LEASE }).acquire({ _id: 'a' });
+    server.blockNext(isExtension);
+    const waiter = semaphore({ collection: server.newHolders, limit: 1, locktimeout: LEASE });
+    const { late, next } = await lateBehind(old, () => old.extend(), () => waiter.acquire({ _id: 'a' }, { wait: 10_000 }));
+    const both = `old holder's extension: ${late instanceof Error ? late.message : 'resolved'}, remaining() ${old.remaining()} ms; new holder's remaining() ${next.remaining()} ms`;
+    expect(await liveEntries(raw, 'permit'), both).to.equal(1);
+    expect(late, both).to.be.an('error');
+    expect(old.remaining() > 0 && next.remaining() > 0, both).to.equal(false);
+  });
+
+  it('a one-permit semaphore: the old holder\'s late guarded write does not land under the new holder', async function () {
+    this.timeout(20_000);
+    const raw = await freshCollection([{ _id: 'a' }]);
+    const server = new BlockedCommand(raw);
+    const old = await semaphore({ collection: server.oldHolders, limit: 1, locktimeout: LEASE }).acquire({ _id: 'a' });
+    server.blockNext((args) => ((args[1] ?? {}) as Document).$set?.writtenBy !== undefined);
+    const waiter = semaphore({ collection: server.newHolders, limit: 1, locktimeout: LEASE });
+    const write = (): Promise<number> => server.oldHolders.updateOne(old.guard(), { $set: { writtenBy: 'old' } }).then((result) => result.modifiedCount);
+    const { late } = await lateBehind(old, write, () => waiter.acquire({ _id: 'a' }, { wait: 10_000 }));
+    const doc = await raw.findOne({ _id: 'a' as never });
+    expect(late, `the late write ${late instanceof Error ? late.message : `matched ${late}`}; the document says written by ${String(doc?.writtenBy)}`).to.equal(0);
+  });
+
+  it('an upgrade to write that waited for a reader: the reader\'s late extension does not renew its read lock beside the writer', async function () {
+    this.timeout(20_000);
+    const raw = await freshCollection([{ _id: 'a' }]);
+    const server = new BlockedCommand(raw);
+    const options = {
+      locktimeouts: { read: LEASE, write: LEASE },
+      lockRelationships: { read: { cooperative: ['write'] }, write: { cooperative: ['write', 'read'] } },
+    };
+    const reader = await multiLock({ collection: server.oldHolders, ...options }).acquire({ _id: 'a' }, { tag: 'read' });
+    const upgrader = await multiLock({ collection: server.newHolders, ...options }).acquire({ _id: 'a' }, { tag: 'read', locktimeout: 10_000 });
+    server.blockNext(isExtension);
+    const { late, next } = await lateBehind(reader, () => reader.extend(), () => upgrader.convert('write', { wait: 10_000 }));
+    const both = `reader's extension: ${late instanceof Error ? late.message : 'resolved'}, remaining() ${reader.remaining()} ms; writer's remaining() ${next.remaining()} ms`;
+    expect(next.tag, both).to.equal('write');
+    expect(await liveEntries(raw, 'read'), both).to.equal(0);
+    expect(reader.remaining() > 0 && next.remaining() > 0, both).to.equal(false);
+  });
+});
