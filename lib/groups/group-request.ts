@@ -80,10 +80,11 @@ export function readGroupRequests(requests: unknown): Member[] {
 
 /**
  * Resolves each member to the one document its filter selects, reading only for filters that do
- * not name a plain `_id` (one read each, all at once), and sorts them in the canonical order every
- * process computes alike: namespace, then `_id` in BSON order, then lock field. A filter that
- * selects no document is `RessourceNotFound` (404), one that selects several, or two requests on
- * one lock of one document, a TypeError: all before anything is locked.
+ * not name a plain `_id` (and the shard key's values, if any: one read each, all at once), and
+ * sorts them in the canonical order every process computes alike: namespace, then `_id` in BSON
+ * order, then lock field. A filter that selects no document is `RessourceNotFound` (404), one
+ * that selects several, or two requests on one lock of one document, a TypeError: all before
+ * anything is locked.
  */
 export async function locateMembers(members: readonly Member[], call: (member: Member) => ResolvedCallOptions): Promise<Located[]> {
   const located = await Promise.all(
@@ -91,9 +92,14 @@ export async function locateMembers(members: readonly Member[], call: (member: M
       if (namesOneDocument(member.filter)) return { ...member, id: member.filter._id, target: member.filter };
       const options = call(member);
       const { boom } = options;
-      const ids = await withDbErrors(boom, () => member.core.engine.store.idsMatching(member.filter, options)).catch((error: unknown) => {
+      const { engine } = member.core;
+      const failed = (error: unknown): never => {
         throw ofRequest(error, member.index, member.core.namespace);
-      });
+      };
+      // `{ _id }` with shard key values names one document too: the shard key is known once the deployment is.
+      await engine.deployment.ready(options)?.catch(failed);
+      if (namesOneDocument(member.filter, engine.store.shardKey)) return { ...member, id: member.filter._id, target: member.filter };
+      const ids = await withDbErrors(boom, () => engine.store.idsMatching(member.filter, options)).catch(failed);
       if (ids.length === 0) throw ofRequest(lockError('RessourceNotFound', boom, { detail: 'no document matches the filter' }), member.index, member.core.namespace);
       if (ids.length > 1) throw new TypeError(`Expected \`requests[${member.index}].filter\` to select one document of ${member.core.namespace}: it selects several (a group locks one document per request; name its \`_id\`)`);
       return { ...member, id: ids[0], target: { $and: [member.filter, { _id: ids[0] }] } };

@@ -4,15 +4,18 @@
  * (simulated: stress/simulated-cluster.ts). Every write to a locked document after its acquisition
  * (extensions, continuations, conversions, fair tickets, hand-overs, nested holds, the release of
  * a lock whose reply was lost) names the document's shard key values, read from the acquisition's
- * reply, or, when no reply came, from the caller's filter.
+ * reply, or, when no reply came, from the caller's filter (its top level and its top-level `$and`,
+ * where mongos finds them).
  */
 import { expect } from 'chai';
-import type { Collection, Document } from 'mongodb';
-import { commit, isLockError, multiLock, writeLock, type LockHandle } from '../../lib';
+import { MongoServerError, type Collection, type Document } from 'mongodb';
+import { acquireAll, commit, isLockError, multiLock, writeLock, type LockHandle } from '../../lib';
+import { addressFromFilter } from '../../lib/engine/address';
 import { delayedCollection } from '../../stress/delayed-collection';
+import { failingAfterLanding } from '../../stress/server-faults';
 import { simulatedCluster } from '../../stress/simulated-cluster';
 import { realNow } from '../support/clock';
-import { freshCollection, rejectionOf, sleep } from '../support/fixture';
+import { commandsSentBy, freshCollection, rejectionOf, sleep } from '../support/fixture';
 
 const SHARD_KEY = { region: 1, _id: 1 } as const;
 
@@ -23,6 +26,18 @@ let refused: string[] = [];
 async function shardedCollection(docs: Document[]): Promise<{ raw: Collection<Document>; routed: Collection<Document> }> {
   const raw = await freshCollection(docs);
   return { raw, routed: simulatedCluster(raw, { routers: [{ offsetMs: 0 }], shardKey: SHARD_KEY, onRefusal: (method, error) => refused.push(`${method}: ${error.message}`) }) };
+}
+
+/** `collection` whose first findOneAndUpdate lands and then fails as the driver's retry of it would (462, a rate limit): a lost reply. */
+function retryRefused(collection: Collection<Document>): Collection<Document> {
+  const error = (): MongoServerError => new MongoServerError({ ok: 0, code: 462, codeName: 'IngressRequestRateLimitExceeded', errmsg: 'rate limited (simulated retry)' });
+  return failingAfterLanding(collection, (method, _args, n) => method === 'findOneAndUpdate' && n === 1, error);
+}
+
+/** Resolves once the document `_id` holds no live entry of `tag`, or after `ms` (the caller checks which). */
+async function untilUnlocked(collection: Collection<Document>, id: string, ms: number, tag = 'write'): Promise<void> {
+  const deadline = realNow() + ms;
+  while ((await liveEntries(collection, id, tag)).length > 0 && realNow() < deadline) await sleep(50);
 }
 
 /** The unexpired entries of `tag` in the document `_id` (read directly). */
@@ -150,5 +165,51 @@ describe('a collection sharded on another key than _id', () => {
     const deadline = realNow() + 5_000;
     while ((await liveEntries(raw, 'a')).length > 0 && realNow() < deadline) await sleep(50);
     expect(await liveEntries(raw, 'a'), 'the written lock was released').to.have.length(0);
+  });
+
+  it('a lost reply of an acquisition whose filter names the shard key inside a top-level $and (mongos routes it): the lock it wrote is released by the values found there', async function () {
+    this.timeout(30_000);
+    const { raw, routed } = await shardedCollection([{ _id: 'a', region: 'eu' }]);
+    const lock = writeLock({ collection: retryRefused(routed), maxClockSkew: 0, locktimeout: 30_000, timeout: 1_000 });
+    const error = await rejectionOf(lock.acquire({ $and: [{ _id: 'a' }, { $and: [{ region: 'eu' }] }] }));
+    expect(error.subtype).to.equal('DbError');
+    expect(error.lock, 'the lock it may hold').to.be.an('object');
+    expect(await liveEntries(raw, 'a'), 'the first attempt landed').to.have.length(1);
+    await untilUnlocked(raw, 'a', 10_000);
+    expect(await liveEntries(raw, 'a'), `the lock is released (of its 30 s lease); refused: ${JSON.stringify(refused)}`).to.have.length(0);
+  });
+
+  it('acquireAll: a member whose filter is { _id, region } is locked by that filter, without a read first, and released when its reply was lost', async function () {
+    this.timeout(30_000);
+    const { raw, routed } = await shardedCollection([{ _id: 'a', region: 'eu' }]);
+    const lock = writeLock({ collection: retryRefused(routed), maxClockSkew: 0, locktimeout: 30_000, timeout: 1_000 });
+    const { error, commands } = await commandsSentBy(() => acquireAll([{ lock, filter: { _id: 'a', region: 'eu' } }]));
+    expect((error as Error & { subtype?: string }).subtype, String(error)).to.equal('DbError');
+    expect(commands, 'no read of the document before it is locked').to.not.include('find');
+    await untilUnlocked(raw, 'a', 10_000);
+    expect(await liveEntries(raw, 'a'), `the member's lock is released (of its 30 s lease); refused: ${JSON.stringify(refused)}`).to.have.length(0);
+  });
+
+  it('acquireAll: a member selected by other fields is locked through its filter and its _id, and released by the shard key named there when its reply was lost', async function () {
+    this.timeout(30_000);
+    const { raw, routed } = await shardedCollection([{ _id: 'a', region: 'eu', name: 'alpha' }]);
+    const lock = writeLock({ collection: retryRefused(routed), maxClockSkew: 0, locktimeout: 30_000, timeout: 1_000 });
+    const error = await rejectionOf(acquireAll([{ lock, filter: { name: 'alpha', region: 'eu' } }]));
+    expect(error.subtype, error.message).to.equal('DbError');
+    expect(await liveEntries(raw, 'a'), 'the first attempt landed').to.have.length(1);
+    await untilUnlocked(raw, 'a', 10_000);
+    expect(await liveEntries(raw, 'a'), `the member's lock is released (of its 30 s lease); refused: ${JSON.stringify(refused)}`).to.have.length(0);
+  });
+
+  it('the address of a lock whose reply was lost holds only equalities the filter implies on the exact shard key paths', () => {
+    const key = ['region', '_id'];
+    expect(addressFromFilter({ _id: 'a', $and: [{ region: { $eq: 'eu' } }] }, key)).to.deep.equal({ region: 'eu', _id: 'a' });
+    expect(addressFromFilter({ $and: [{ $and: [{ _id: 'a' }] }, { region: null }] }, key)).to.deep.equal({ region: null, _id: 'a' });
+    // Not equalities, or not on the exact path: nothing.
+    expect(addressFromFilter({ _id: 'a', $or: [{ region: 'eu' }] }, key)).to.deep.equal({ _id: 'a' });
+    expect(addressFromFilter({ _id: { $in: ['a'] }, $and: [{ region: /eu/ }, { region: { $gte: 'eu' } }] }, key)).to.deep.equal({});
+    expect(addressFromFilter({ meta: { region: 'eu' }, $and: [{ 'meta.region': { $eq: { $ne: 'us' } } }] }, ['meta.region'])).to.deep.equal({});
+    // Equalities that disagree match no document: no address is made of either.
+    expect(addressFromFilter({ _id: 'a', region: 'eu', $and: [{ region: 'us' }] }, key)).to.deep.equal({ _id: 'a' });
   });
 });
