@@ -1,7 +1,7 @@
 import type { Document } from 'mongodb';
 import { isLockError } from '../common/errors';
 import type { LockData } from '../protocol/lock-data';
-import { namesField } from './store';
+import { documentAsAsked } from './reply-projection';
 
 /** A lock an acquisition wrote, with the filter that addresses its document (`{ _id }`). */
 export interface Acquired {
@@ -62,28 +62,12 @@ export function refusedDocumentOf(error: unknown): unknown {
 }
 
 /**
- * `outcome` carrying the locked document, as the caller asked for it (see {@link documentAsAsked}):
- * without the shard key fields (`added`) that the reply carried only to address the document.
+ * `outcome` carrying the locked document, as the caller asked for it ({@link documentAsAsked}):
+ * without what the reply carried only to address the document (the `shardKey` paths).
  */
-export function withDocument(outcome: Acquired | AssertivePending, doc: Document, field: string, asked: Document | true | undefined, added: readonly string[] = []): Acquired | AssertivePending {
+export function withDocument(outcome: Acquired | AssertivePending, doc: Document, field: string, asked: Document | true | undefined, shardKey: readonly string[] = []): Acquired | AssertivePending {
   if (asked === undefined) return outcome;
-  const document = documentAsAsked(doc, field, asked, added);
+  const document = documentAsAsked(doc, field, asked, shardKey);
   if (outcome instanceof AssertivePending) return new AssertivePending(outcome.lock, outcome.target, outcome.blockedBy, document);
   return { ...outcome, document };
-}
-
-/**
- * The document as the caller asked for it: without the lock's `field` unless its projection names
- * it, without `_id` if it excluded it, and without the fields of `added` (top-level shard key
- * fields) that an inclusion projection did not name or an exclusion named.
- */
-function documentAsAsked(doc: Document, field: string, asked: Document | true, added: readonly string[]): Document {
-  const rest: Document = { ...doc };
-  if (asked === true || !Object.entries(asked).some(([path, mode]) => mode && namesField(path, field))) delete rest[field];
-  if (asked !== true && '_id' in asked && !asked._id) delete rest._id;
-  if (asked !== true) {
-    const inclusion = Object.entries(asked).some(([path, mode]) => mode && path !== '_id');
-    for (const path of added) if (!path.includes('.') && (inclusion ? !asked[path] : path in asked)) delete rest[path];
-  }
-  return rest;
 }

@@ -2,6 +2,7 @@ import type { ClientSession, Collection, Document, UpdateFilter, WriteConcernSet
 import type { LockOperation } from '../protocol/operation';
 import type { ResolvedCallOptions } from '../common/options';
 import { LockPaths } from '../protocol/stored-format';
+import { replyProjection, withShardKey } from './reply-projection';
 
 /** A database call that outlived its `timeout`: the client-side deadline fired first. */
 export class DeadlineExceededError extends Error {
@@ -139,35 +140,14 @@ export class Store {
     return docs.map((doc) => doc._id);
   }
 
-  /**
-   * The projection option: the lock only, the whole document, or the caller's projection with the
-   * lock; always with `_id`, which addresses the locked document afterwards (a caller who excluded
-   * it gets its document without it), and never with the commit records (only a settling read
-   * needs them), unless the caller's projection names the lock field itself.
-   */
+  /** The projection option of a reply for a caller's `document` option ({@link replyProjection}). */
   private projection(document: Document | true | undefined): { projection: Document } {
-    const { reply, committed } = this.paths;
-    if (document === undefined) return { projection: this.withShardKey(reply) };
-    if (document === true) return { projection: { [committed]: 0 } };
-    const asked = { ...document };
-    if ('_id' in asked && !asked._id) delete asked._id;
-    // The shard key addresses the locked document afterwards: never excluded (the document handed back leaves it out again).
-    for (const path of this.#shardKey) if (path in asked && !asked[path]) delete asked[path];
-    const modes = Object.values(asked);
-    if (modes.length === 0) return { projection: { [committed]: 0 } };
-    if (modes.every((mode) => !mode)) return { projection: { ...asked, [committed]: 0 } };
-    const others = Object.entries(asked).filter(([path]) => !namesField(path, this.field));
-    const namesLock = others.length < modes.length;
-    // The whole lock when the caller asked for part of it (a path and its parent may not both be projected).
-    return { projection: this.withShardKey(namesLock ? { ...Object.fromEntries(others), [this.field]: 1 } : { ...asked, ...reply }) };
+    return { projection: replyProjection(document, this.paths, this.#shardKey) };
   }
 
-  /** `projection` (an inclusion) with the shard key fields, unless it includes them or a parent of them already. */
+  /** `projection` (an inclusion) with the shard key paths ({@link withShardKey}). */
   private withShardKey(projection: Readonly<Record<string, unknown>>): Document {
-    if (this.#shardKey.length === 0) return projection;
-    const included = Object.keys(projection).filter((path) => projection[path]);
-    const missing = this.#shardKey.filter((path) => !included.some((kept) => path === kept || path.startsWith(`${kept}.`)));
-    return { ...projection, ...Object.fromEntries(missing.map((path) => [path, 1])) };
+    return withShardKey(projection, this.#shardKey);
   }
 
   /** Runs `operation` within the call's deadline and notes when it left and when its reply arrived. */
@@ -176,11 +156,6 @@ export class Store {
     const value = await withDeadline(name, call.timeout, operation);
     return { value, sentAt, arrivedAt: this.localNow() };
   }
-}
-
-/** True when `path` is `field` or a path inside it. */
-export function namesField(path: string, field: string): boolean {
-  return path === field || path.startsWith(`${field}.`);
 }
 
 /** The write concern of a lock write: `w` (the call's, unless given), and `wtimeoutMS` bounded by the call's timeout. */

@@ -4,8 +4,8 @@
  * (simulated: stress/simulated-cluster.ts). Every write to a locked document after its acquisition
  * (extensions, continuations, conversions, fair tickets, hand-overs, nested holds, the release of
  * a lock whose reply was lost) names the document's shard key values, read from the acquisition's
- * reply, or, when no reply came, from the caller's filter (its top level and its top-level `$and`,
- * where mongos finds them).
+ * reply (which carries them whatever the caller's `document` projection says), or, when no reply
+ * came, from the caller's filter (its top level and its top-level `$and`, where mongos finds them).
  */
 import { expect } from 'chai';
 import { MongoServerError, type Collection, type Document } from 'mongodb';
@@ -211,5 +211,47 @@ describe('a collection sharded on another key than _id', () => {
     expect(addressFromFilter({ meta: { region: 'eu' }, $and: [{ 'meta.region': { $eq: { $ne: 'us' } } }] }, ['meta.region'])).to.deep.equal({});
     // Equalities that disagree match no document: no address is made of either.
     expect(addressFromFilter({ _id: 'a', region: 'eu', $and: [{ region: 'us' }] }, key)).to.deep.equal({ _id: 'a' });
+  });
+
+  it('a dotted shard key and a `document` projection that leaves it out: every write after the acquisition names it, and handle.document is as projected', async function () {
+    this.timeout(30_000);
+    const raw = await freshCollection([{ _id: 'a', meta: { region: 'eu', notes: 'large' }, n: 0 }]);
+    const routed = simulatedCluster(raw, { routers: [{ offsetMs: 0 }], shardKey: { 'meta.region': 1 }, onRefusal: (method, error) => refused.push(`${method}: ${error.message}`) });
+    const lock = writeLock({ collection: routed, maxClockSkew: 0, locktimeout: 10_000 });
+    const filter = { _id: 'a', 'meta.region': 'eu' };
+    const seen: unknown[] = [];
+    const result = await lock.using(filter, { document: { meta: 0 } }, async (held) => {
+      seen.push(held.document);
+      await held.extend(10_000);
+      return commit({ $inc: { n: 1 } }, 'committed');
+    });
+    expect(result).to.equal('committed');
+    expect(seen).to.deep.equal([{ _id: 'a', n: 0 }]);
+    expect((await raw.findOne({ _id: 'a' as never }))?.n, 'the commit landed').to.equal(1);
+    expect(await liveEntries(raw, 'a'), 'the lock was released').to.have.length(0);
+  });
+
+  it('a dotted shard key: handle.document is exactly what the caller\'s projection selects, whichever way it names the key\'s parent, the key or a path inside it', async function () {
+    this.timeout(30_000);
+    const meta = { region: { zone: 'eu-1', dc: 'x' }, notes: 'large' };
+    const raw = await freshCollection([{ _id: 'a', meta, n: 0 }]);
+    const routed = simulatedCluster(raw, { routers: [{ offsetMs: 0 }], shardKey: { 'meta.region': 1 }, onRefusal: (method, error) => refused.push(`${method}: ${error.message}`) });
+    const lock = writeLock({ collection: routed, maxClockSkew: 0, locktimeout: 10_000 });
+    const filter = { _id: 'a', 'meta.region': meta.region };
+    const cases: Array<[Record<string, 0 | 1>, Document]> = [
+      [{ meta: 0 }, { _id: 'a', n: 0 }],
+      [{ 'meta.region': 0 }, { _id: 'a', meta: { notes: 'large' }, n: 0 }],
+      [{ 'meta.region.dc': 0, _id: 0 }, { meta: { region: { zone: 'eu-1' }, notes: 'large' }, n: 0 }],
+      [{ n: 1 }, { _id: 'a', n: 0 }],
+      [{ 'meta.notes': 1, _id: 0 }, { meta: { notes: 'large' } }],
+      [{ 'meta.region.zone': 1 }, { _id: 'a', meta: { region: { zone: 'eu-1' } } }],
+      [{ meta: 1 }, { _id: 'a', meta }],
+    ];
+    for (const [document, expected] of cases) {
+      const held = await lock.acquire(filter, { document });
+      expect(held.document, JSON.stringify(document)).to.deep.equal(expected);
+      await (await held.extend(10_000)).release();
+      expect(await liveEntries(raw, 'a'), `released, after ${JSON.stringify(document)}`).to.have.length(0);
+    }
   });
 });
