@@ -142,6 +142,9 @@ export async function shardKeyOf(collection: Collection<Document>, timeoutMs: nu
  * and the refusal of a skew beyond the one assumed.
  */
 export class DeploymentView {
+  /** Whether the clock and the store run with what the deployment says (set in the same turn as it is first seen known). */
+  #adopted = false;
+
   constructor(
     private readonly probe: DeploymentProbe,
     private readonly clock: ServerClock,
@@ -151,11 +154,15 @@ export class DeploymentView {
   }
 
   /**
-   * Resolves once the deployment is known (the first call of a lock asks the server). Undefined
-   * when it is known already: no turn is spent, so the order of callers that come together is kept.
+   * Resolves once the deployment is known and adopted (the first call of a lock asks the server).
+   * Undefined when it is already: no turn is spent, so the order of callers that come together is
+   * kept. A caller that finds it known but not yet adopted (the probe answered, and the callers
+   * that waited for it have not run yet) adopts it itself, before it sends anything.
    */
   ready(call: ResolvedCallOptions): Promise<void> | undefined {
-    if (this.probe.known) return undefined;
+    if (this.#adopted) return undefined;
+    const known = this.probe.known;
+    if (known) return this.adopt(known);
     return this.probe.resolve(call.timeout).then(
       (known) => this.adopt(known),
       (error: unknown) => {
@@ -189,8 +196,11 @@ export class DeploymentView {
   }
 
   /** Takes what the deployment says: its clocks' skew into the clock bounds, its shard key into the replies. */
-  private adopt(known: Deployment): void {
+  private adopt(known: Deployment): undefined {
+    if (this.#adopted) return undefined;
     this.clock.assumeSkew(known.maxClockSkew, known.sharded);
     this.store.shardKey = known.shardKey;
+    this.#adopted = true;
+    return undefined;
   }
 }
