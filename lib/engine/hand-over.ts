@@ -41,8 +41,9 @@ export class HandOverFailed extends Error {
  * waiter of this process in one update ({@link handOverOperation}), stamped from the lower bound of
  * the server's clock: resolves the waiter's lock, or undefined when the update matched nothing
  * (the holder's lock is gone, a fair ticket came first, or the stamp was refused: the holder then
- * releases as usual). Nothing is read to explain a miss. A write that failed rejects with
- * {@link HandOverFailed}.
+ * releases as usual), also without sending anything when the replies show clocks further apart
+ * than assumed (the waiter's own acquisition then says so). Nothing is read to explain a miss. A
+ * write that failed rejects with {@link HandOverFailed}.
  */
 export async function handOver(
   settings: WriteSettings,
@@ -54,6 +55,7 @@ export async function handOver(
   call: ResolvedCallOptions,
 ): Promise<Acquired | undefined> {
   const { paths, clock, store } = settings;
+  if (clock.excessSkew() !== undefined) return undefined;
   const stamp = clock.stamp();
   const tolerance = clock.tolerance(terms.lease);
   const entry = { id: newLockId(), at: new Date(stamp), exp: new Date(clock.expiry(stamp, terms.lease)) };

@@ -1,5 +1,5 @@
 import type { Document } from 'mongodb';
-import { lockError, withDbErrors, type ConflictSubtype } from '../common/errors';
+import { lockError, type ConflictSubtype } from '../common/errors';
 import type { ResolvedCallOptions } from '../common/options';
 import { acquireOperation, type AcquireExtension } from '../protocol/acquire';
 import { extendOperation } from '../protocol/extend';
@@ -18,7 +18,7 @@ import { handOver, withdrawHandOver, type GranteeTerms } from './hand-over';
 import { DATA_WRITE_CONCERN } from './commit-outcome';
 import { driverErrorOf, noMatch, releaseLock, type ReleaseWrite } from './release';
 import { explainLostLock, explainRefusedAcquisition, unexplainedRefusal, type AcquireContext } from './refusals';
-import { observeWrite, runStamped, type StampedWrite } from './stamped-write';
+import { observeWrite, readClock, runStamped, type StampedWrite } from './stamped-write';
 import type { Inspection, Store, Timed } from './store';
 import { failedAcquisition } from './write-failures';
 import { inTransaction, type FinalWrite } from '../common/write-params';
@@ -196,11 +196,12 @@ export class LockEngine {
     return inTransaction(call) ? extending.catch((error: unknown) => Promise.reject(driverErrorOf(error))) : extending;
   }
 
-  /** Reads the first document `target` selects (its lock) and the server's clock (`$$NOW`), on the primary, into the bounds. */
-  async read(target: Document, call: ResolvedCallOptions): Promise<Inspection> {
-    const seen = await withDbErrors(call.boom, () => this.settings.store.inspect(target, call));
-    if (seen.serverNow) this.settings.clock.observe(seen.serverNow, seen.sentAt, seen.arrivedAt, 'read');
-    return seen;
+  /**
+   * Reads the first document `target` selects (its lock) and the server's clock (`$$NOW`), on the
+   * primary, into the bounds; fails when the skew between clocks is beyond the one assumed ({@link readClock}).
+   */
+  read(target: Document, call: ResolvedCallOptions): Promise<Inspection> {
+    return readClock(this.settings.clock, this.settings.store, call, target);
   }
 
   /** Reads the server's clock into the bounds (see {@link read}). */

@@ -4,7 +4,8 @@ import type { ServerClock } from '../protocol/server-clock';
 import type { Verdict } from './stamp-refusals';
 import type { Document } from 'mongodb';
 import type { Inspection, Store, Timed } from './store';
-import type { LockPaths } from '../protocol/stored-format';
+import { LockPaths } from '../protocol/stored-format';
+import { clockStampOperation } from '../protocol/clock-stamp';
 
 /** How many times a stamped write is tried before the refusal is reported. */
 const STAMP_ATTEMPTS = 3;
@@ -26,16 +27,17 @@ export interface StampedWrite<T> {
  * Runs a stamped write: stamps from the lower bound of the server's clock, which the server checks
  * in the same update. When it matches nothing, reads the document and the server's clock (which
  * also tightens the bounds); `explain` says which error that is, or that the stamp was refused, in
- * which case the write is tried again with a fresh stamp and the wide tolerance. Where the
- * deployment has several clocks, a stamp is never a guess: the server's clock is read first, and a
- * skew beyond what is assumed fails the write ({@link skewError}).
+ * which case the write is tried again with a fresh stamp and the wide tolerance. Where a skew
+ * between clocks is assumed, a stamp is never a guess ({@link observeBeforeStamping}), and a skew
+ * beyond it that the replies show fails the write before every stamp ({@link skewError}).
  */
 export async function runStamped<T>(clock: ServerClock, store: Store, call: ResolvedCallOptions, stamped: StampedWrite<T>): Promise<T> {
   let relaxed = false;
   let minStamp = 0;
   let waited = 0;
-  if (clock.skew > 0 && !clock.synchronized) await readClock(clock, store, call, stamped.target);
+  await observeBeforeStamping(clock, store, call, stamped.target);
   for (let attempt = 1; ; attempt++) {
+    refuseExcessSkew(clock, call);
     const stamp = Math.max(clock.stamp(), minStamp);
     const tolerance = clock.tolerance(stamped.lease, relaxed);
     const result = await withDbErrors(call.boom, () => stamped.write(stamp, tolerance));
@@ -71,13 +73,42 @@ function clockBehindError(behindMs: number, call: ResolvedCallOptions): Error {
   });
 }
 
-/** Reads the document `target` selects and the server's clock (`$$NOW`) into the bounds; throws when the skew between clocks is beyond what is assumed. */
-async function readClock(clock: ServerClock, store: Store, call: ResolvedCallOptions, target: Document): Promise<Inspection> {
+/**
+ * What a stamped write observes before its first stamp, where a skew between clocks is assumed
+ * (none is on a standalone server or a replica set, nor with `maxClockSkew: 0`: nothing then, the
+ * server checks the stamp). With several clocks (a sharded cluster): a router's (a read's `$$NOW`)
+ * and the clock of the shard holding the document (a write of its clock), at once, until both were
+ * seen, so that a skew beyond the one assumed fails the call before any write judges a lock by
+ * it. With one clock: the server's clock.
+ */
+async function observeBeforeStamping(clock: ServerClock, store: Store, call: ResolvedCallOptions, target: Document): Promise<void> {
+  if (clock.skew === 0) return;
+  if (clock.severalClocks && !clock.sawBothClocks) await Promise.all([readClock(clock, store, call, target), stampClock(clock, store, call, target)]);
+  else if (!clock.synchronized) await readClock(clock, store, call, target);
+}
+
+/** Reads the document `target` selects and the server's clock (`$$NOW`) into the bounds, on the primary; throws when the skew between clocks is beyond what is assumed. */
+export async function readClock(clock: ServerClock, store: Store, call: ResolvedCallOptions, target: Document): Promise<Inspection> {
   const seen = await withDbErrors(call.boom, () => store.inspect(target, call));
   if (seen.serverNow) clock.observe(seen.serverNow, seen.sentAt, seen.arrivedAt, 'read');
+  refuseExcessSkew(clock, call);
+  return seen;
+}
+
+/**
+ * Writes the server's clock into the document `target` selects ({@link clockStampOperation}, at
+ * `w: 1`: nothing depends on it lasting), and takes it into the bounds: a shard's clock.
+ */
+async function stampClock(clock: ServerClock, store: Store, call: ResolvedCallOptions, target: Document): Promise<void> {
+  const paths = new LockPaths(store.field);
+  const reply = await withDbErrors(call.boom, () => store.applyForToken(clockStampOperation(paths, target), call, 1));
+  if (reply.value) observeWrite({ paths, clock }, reply.value, reply);
+}
+
+/** Throws {@link skewError} when the replies so far show clocks further apart than the skew assumed. */
+export function refuseExcessSkew(clock: ServerClock, call: Pick<ResolvedCallOptions, 'boom'>): void {
   const skew = clock.excessSkew();
   if (skew !== undefined) throw skewError(skew, clock.skew, call);
-  return seen;
 }
 
 /** The `DbError` of a deployment whose clocks are further apart than `maxClockSkew` says. */

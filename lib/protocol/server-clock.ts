@@ -51,7 +51,9 @@ import { NEVER } from './lock-data';
  * With one clock (a standalone server or a replica set: `$$NOW` and `$currentDate` are the
  * primary's) `D` is 0 and none of this costs anything. Replies that show a router's `$$NOW` (a
  * read) and a shard's `$currentDate` (a write) are also kept apart, unwidened, so that a skew the
- * assumption does not cover is noticed ({@link excessSkew}).
+ * assumption does not cover is noticed ({@link excessSkew}). A router's clock enters the bounds
+ * only within `D` of a shard's: a read beyond it is kept apart only, and what reads said before
+ * the first write is replaced by that write, so that no stamp comes from a clock beyond `D`.
  */
 export class ServerClock {
   /** The lower bound's anchor: the server read `server` (ms) no later than local time `local`. */
@@ -104,10 +106,22 @@ export class ServerClock {
     return this.low !== undefined;
   }
 
+  /** Whether a read's `$$NOW` and a write's `$currentDate` may come from different clocks (a sharded cluster). */
+  get severalClocks(): boolean {
+    return this.twoClocks;
+  }
+
+  /** True once replies showed both a router's clock (a read's `$$NOW`) and a shard's (a write's `$currentDate`). */
+  get sawBothClocks(): boolean {
+    return this.raw.read !== undefined && this.raw.write !== undefined;
+  }
+
   /**
    * Learns from a reply carrying the server's time `serverNow`, sent at `sentAt` and arrived at
    * `arrivedAt` (local ms): a write's `$currentDate` (`source` `write`: the clock of the server that
    * applied it) or a read's `$$NOW` (`read`: on a sharded cluster, the routing mongos's clock).
+   * With several clocks, a read further than the skew assumed from the shards' clocks is kept
+   * apart only, and the first write replaces what reads alone said.
    */
   observe(serverNow: Date, sentAt: number, arrivedAt: number, source: ClockSource = 'write'): void {
     const server = serverNow.getTime();
@@ -117,7 +131,11 @@ export class ServerClock {
     const rtt = arrivedAt - sentAt;
     this.smoothedRtt = this.smoothedRtt === undefined ? rtt : this.smoothedRtt + (rtt - this.smoothedRtt) / 8;
     const seen: Bounds = { low: { server, local: arrivedAt }, high: { server: server + 1, local: sentAt } };
+    const firstShardClock = this.twoClocks && source === 'write' && !this.raw.write;
     this.raw[source] = tightest(this.raw[source], seen, now);
+    // A router's clock beyond the skew assumed stays out of the bounds (excessSkew reports it); reads alone give way to a shard's clock.
+    if (this.twoClocks && source === 'read' && this.raw.write && this.excessSkew() !== undefined) return;
+    if (firstShardClock) this.low = this.high = undefined;
     const widened = tightest(
       this.low && this.high ? { low: this.low, high: this.high } : undefined,
       { low: { server: server - this.skewMs, local: arrivedAt }, high: { server: server + 1 + this.skewMs, local: sentAt } },

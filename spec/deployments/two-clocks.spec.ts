@@ -118,7 +118,7 @@ describe('a sharded cluster: routers whose clocks differ from the shard\'s', () 
   it('a skew between a router and the shard beyond maxClockSkew fails the call with DbError naming it, and locks nothing', async () => {
     const collection = await freshCollection([{ _id: 'doc' }]);
     const lock = writeLock({ collection: simulatedCluster(collection, { routers: [{ offsetMs: 3_000 }] }), locktimeout: 5_000, maxClockSkew: 500 });
-    // Its first stamp comes from a read of the router's clock; its write's reply shows the shard's, 3 s behind.
+    // Before its first stamp it reads the router's clock and writes the shard's, 3 s behind: it sends no acquisition.
     const error = await rejectionOf(lock.acquire({ _id: 'doc' }));
     expect(error).to.include({ subtype: 'DbError' });
     expect(error.message).to.match(/clocks are at least \d+ ms apart.*maxClockSkew/);

@@ -1,0 +1,88 @@
+/**
+ * A sharded cluster whose clocks are further apart than `maxClockSkew` (a misconfigured host): a
+ * router's `$$NOW` against the `$currentDate` of the shard that holds the document. monglock cannot
+ * see a router that has not answered yet; what it promises is that a skew the replies show is
+ * refused before any write judges a lock by it (docs/guarantees.md, "Several clocks").
+ *
+ * Simulated (stress/simulated-cluster.ts): routers whose `$$NOW` is their own clock.
+ */
+import { expect } from 'chai';
+import type { Collection, Document } from 'mongodb';
+import { multiLock, writeLock, type LockHandle, type MultiLock } from '../../lib';
+import { simulatedCluster } from '../../stress/simulated-cluster';
+import { commandsSentBy, freshCollection, rejectionOf } from '../support/fixture';
+
+const LEASE = 10_000;
+const RW = {
+  locktimeouts: { read: LEASE, write: LEASE },
+  lockRelationships: { read: { cooperative: ['write'] }, write: { cooperative: ['write', 'read'] } },
+};
+
+/** A multiLock on `raw` through one router whose clock is the shard's plus `offsetMs()`. */
+function lockThrough(raw: Collection<Document>, offsetMs: () => number, maxClockSkew?: number): MultiLock {
+  const collection = simulatedCluster(raw, { routers: [{ offsetMs }] });
+  return multiLock({ collection, ...RW, ...(maxClockSkew !== undefined && { maxClockSkew }) });
+}
+
+/** Whether the entry of `handle` is still in its document. */
+async function entryKept(raw: Collection<Document>, handle: LockHandle): Promise<boolean> {
+  const doc = await raw.findOne({ _id: 'doc' as never });
+  return ((doc?.lock?.tags?.[handle.tag] ?? []) as Array<{ id: string }>).some((entry) => entry.id === handle.id);
+}
+
+/** A writer through a router on the shard's clock, after the skewed call: refused while the holder holds. */
+async function secondWriter(raw: Collection<Document>, holder: LockHandle, maxClockSkew?: number): Promise<string | undefined> {
+  const second = await lockThrough(raw, () => 0, maxClockSkew).acquire({ _id: 'doc' }, { tag: 'write' }).catch(() => undefined);
+  return second && `a second writer got the lock (fence ${second.fence}) while the first one's remaining() was ${holder.remaining()} ms`;
+}
+
+describe('a sharded cluster whose clocks are further apart than maxClockSkew', () => {
+  // A router far enough ahead that a stamp from its clock would judge the holder's fresh entry expired.
+  const LAYOUTS = [
+    { skew: 100, routerAhead: 15_000, said: 'maxClockSkew 100' },
+    { skew: undefined, routerAhead: 20_000, said: 'the default maxClockSkew (1 s, learned from hello)' },
+  ] as const;
+
+  for (const { skew, routerAhead, said } of LAYOUTS) {
+    it(`${said}: a lock's first call through a router ${routerAhead / 1_000} s ahead is refused before it writes, and the holder keeps its lock`, async function () {
+      this.timeout(30_000);
+      const raw = await freshCollection([{ _id: 'doc' }]);
+      const holder = await lockThrough(raw, () => 0, skew).acquire({ _id: 'doc' }, { tag: 'write' });
+      const detection = await rejectionOf(lockThrough(raw, () => routerAhead, skew).acquire({ _id: 'doc' }, { tag: 'read' }));
+      expect(await entryKept(raw, holder), `the holder's entry is in its document (the skewed call said: ${detection.message})`).to.equal(true);
+      expect(await secondWriter(raw, holder, skew)).to.equal(undefined);
+      expect(detection.subtype, detection.message).to.equal('DbError');
+      expect(detection.message).to.match(/clocks are at least \d+ ms apart.*maxClockSkew/);
+      expect(holder.remaining(), 'the holder still counts on its lease').to.be.greaterThan(0);
+    });
+  }
+
+  it('a router that steps ahead after the lock saw both clocks: its read is refused, and no later stamp comes from it', async function () {
+    this.timeout(30_000);
+    const raw = await freshCollection([{ _id: 'doc' }]);
+    let ahead = 0;
+    const stepping = lockThrough(raw, () => ahead, 100);
+    await (await stepping.acquire({ _id: 'doc' }, { tag: 'read' })).release(); // both clocks seen, within the skew
+    const holder = await lockThrough(raw, () => 0, 100).acquire({ _id: 'doc' }, { tag: 'write' });
+    ahead = 15_000;
+    const inspected = await stepping.inspect({ _id: 'doc' }).then(() => 'resolved', (error: Error) => error.message);
+    const acquired = await rejectionOf(stepping.acquire({ _id: 'doc' }, { tag: 'read' }));
+    expect(await entryKept(raw, holder), `the holder's entry is in its document (the acquisition said: ${acquired.message})`).to.equal(true);
+    expect(await secondWriter(raw, holder, 100)).to.equal(undefined);
+    expect(acquired.message).to.match(/clocks are at least \d+ ms apart/);
+    expect(inspected, 'the read through the router ahead').to.match(/DbError: the deployment's clocks are at least \d+ ms apart/);
+  });
+
+  it('what it costs: a lock\'s first call reads a router\'s clock and writes the shard\'s at once, before its write; later calls, and every call on one clock, send their write alone', async () => {
+    const raw = await freshCollection([{ _id: 'a' }, { _id: 'b' }, { _id: 'c' }]);
+    const oneClock = await commandsSentBy(() => writeLock({ collection: raw, locktimeout: LEASE }).acquire({ _id: 'c' }));
+    expect(oneClock.commands, 'a first call on one clock (this server, not routed)').to.deep.equal(['findAndModify']);
+    const lock = writeLock({ collection: simulatedCluster(raw, { routers: [{ offsetMs: 0 }] }), locktimeout: LEASE });
+    const first = await commandsSentBy(() => lock.acquire({ _id: 'a' }));
+    expect(first.error).to.equal(undefined);
+    expect(first.commands.slice(0, 2).sort(), 'before the acquisition').to.deep.equal(['aggregate', 'findAndModify']);
+    expect(first.commands.slice(2)).to.deep.equal(['findAndModify']);
+    const later = await commandsSentBy(() => lock.acquire({ _id: 'b' }));
+    expect(later.commands).to.deep.equal(['findAndModify']);
+  });
+});
