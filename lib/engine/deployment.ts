@@ -195,6 +195,15 @@ export class DeploymentView {
     throw skewError(skew, this.clock.skew, call);
   }
 
+  /**
+   * {@link refuseSkewed} after a write that landed with the caller's update (an extension's): the
+   * update stays applied, and the error says so (`data.applied: true`).
+   */
+  refuseSkewedAfterUpdate(call: ResolvedCallOptions): void {
+    const skew = this.clock.excessSkew();
+    if (skew !== undefined) throw skewError(skew, this.clock.skew, call, true);
+  }
+
   /** Takes what the deployment says: its clocks' skew into the clock bounds, its shard key into the replies. */
   private adopt(known: Deployment): undefined {
     if (this.#adopted) return undefined;

@@ -184,7 +184,9 @@ export class LockEngine {
         const reply = await store.apply(operation, call, update ? DATA_WRITE_CONCERN : call.w);
         if (!reply.value) return undefined;
         const appliedAt = this.observeWrite(reply.value, reply);
-        await this.deployment.refuseSkewed(call);
+        // The update landed: a skew shown now is reported with it applied, never as a plain failure.
+        if (update) this.deployment.refuseSkewedAfterUpdate(call);
+        else await this.deployment.refuseSkewed(call);
         return { lock: { ...lock, expiresAt: exp.getTime() }, target: this.deployment.addressOf(reply.value), appliedAt };
       },
       explain: (seen, stamp, tolerance) => {

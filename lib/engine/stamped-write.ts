@@ -111,13 +111,21 @@ export function refuseExcessSkew(clock: ServerClock, call: Pick<ResolvedCallOpti
   if (skew !== undefined) throw skewError(skew, clock.skew, call);
 }
 
-/** The `DbError` of a deployment whose clocks are further apart than `maxClockSkew` says. */
-export function skewError(measured: number, assumed: number, call: Pick<ResolvedCallOptions, 'boom'>): Error {
+/**
+ * The `DbError` of a deployment whose clocks are further apart than `maxClockSkew` says. With
+ * `updateApplied`, the write that showed it had landed with the caller's update (an extension's):
+ * the error says so (`data.applied: true`), as a commit's outcome does.
+ */
+export function skewError(measured: number, assumed: number, call: Pick<ResolvedCallOptions, 'boom'>, updateApplied = false): Error {
+  const outcome = updateApplied
+    ? 'the extension had landed with your update, which is applied (the handle keeps the lease it had)'
+    : 'so nothing is locked';
   return lockError('DbError', call.boom, {
     detail:
       `the deployment's clocks are at least ${Math.abs(measured)} ms apart (a mongos's $$NOW is ${measured > 0 ? 'ahead of' : 'behind'} ` +
       `the $currentDate of the shard that holds the document), more than the ${assumed} ms that maxClockSkew assumes: ` +
-      `a lease judged on one clock could end early on the other, so nothing is locked. Fix the servers' time (NTP), or raise maxClockSkew (monglock doctor measures it)`,
+      `a lease judged on one clock could end early on the other, ${outcome}. Fix the servers' time (NTP), or raise maxClockSkew (monglock doctor measures it)`,
+    ...(updateApplied && { data: { applied: true } }),
   });
 }
 

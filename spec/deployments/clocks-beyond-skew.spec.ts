@@ -2,14 +2,17 @@
  * A sharded cluster whose clocks are further apart than `maxClockSkew` (a misconfigured host): a
  * router's `$$NOW` against the `$currentDate` of the shard that holds the document. monglock cannot
  * see a router that has not answered yet; what it promises is that a skew the replies show is
- * refused before any write judges a lock by it (docs/guarantees.md, "Several clocks").
+ * refused before any write judges a lock by it, and that a write which carried the caller's update
+ * and then showed it is reported with the update applied (docs/guarantees.md, "Several clocks").
  *
- * Simulated (stress/simulated-cluster.ts): routers whose `$$NOW` is their own clock.
+ * Simulated (stress/simulated-cluster.ts): routers whose `$$NOW` is their own clock, and below a
+ * shard whose primary's clock steps (every `$currentDate` it applies is written as its time).
  */
 import { expect } from 'chai';
 import type { Collection, Document } from 'mongodb';
 import { multiLock, writeLock, type LockHandle, type MultiLock } from '../../lib';
 import { simulatedCluster } from '../../stress/simulated-cluster';
+import { realNow } from '../support/clock';
 import { commandsSentBy, freshCollection, rejectionOf } from '../support/fixture';
 
 const LEASE = 10_000;
@@ -22,6 +25,25 @@ const RW = {
 function lockThrough(raw: Collection<Document>, offsetMs: () => number, maxClockSkew?: number): MultiLock {
   const collection = simulatedCluster(raw, { routers: [{ offsetMs }] });
   return multiLock({ collection, ...RW, ...(maxClockSkew !== undefined && { maxClockSkew }) });
+}
+
+/** `collection` on a shard whose primary's clock is the server's plus `offsetMs()`: each `$currentDate` it applies writes that time. */
+function onShardClock(collection: Collection<Document>, offsetMs: () => number): Collection<Document> {
+  const shardTime = (update: Document): Document => {
+    const { $currentDate, ...rest } = update as { $currentDate?: Document; $set?: Document };
+    if (!$currentDate) return update;
+    const now = new Date(realNow() + offsetMs());
+    return { ...rest, $set: { ...rest.$set, ...Object.fromEntries(Object.keys($currentDate).map((path) => [path, now])) } };
+  };
+  return new Proxy(collection, {
+    get(target, property, receiver) {
+      const value: unknown = Reflect.get(target, property, receiver);
+      if (typeof value !== 'function') return value;
+      const method = value as (...a: unknown[]) => unknown;
+      if (property !== 'findOneAndUpdate' && property !== 'updateOne') return method.bind(target);
+      return (filter: Document, update: Document, ...rest: unknown[]) => method.call(target, filter, shardTime(update), ...rest);
+    },
+  });
 }
 
 /** Whether the entry of `handle` is still in its document. */
@@ -71,6 +93,22 @@ describe('a sharded cluster whose clocks are further apart than maxClockSkew', (
     expect(await secondWriter(raw, holder, 100)).to.equal(undefined);
     expect(acquired.message).to.match(/clocks are at least \d+ ms apart/);
     expect(inspected, 'the read through the router ahead').to.match(/DbError: the deployment's clocks are at least \d+ ms apart/);
+  });
+
+  it('an extension with an update whose own reply shows the skew (the shard\'s clock stepped back): the update is reported applied', async function () {
+    this.timeout(30_000);
+    const raw = await freshCollection([{ _id: 'doc', n: 0 }]);
+    let shardOffset = 0;
+    const lock = writeLock({ collection: simulatedCluster(onShardClock(raw, () => shardOffset), { routers: [{ offsetMs: 0 }] }), locktimeout: LEASE, maxClockSkew: 100 });
+    const held = await lock.acquire({ _id: 'doc' });
+    shardOffset = -1_000; // the shard's primary fails over to a member whose clock is 1 s behind
+    const outcome = await held.extend(LEASE, { update: { $inc: { n: 1 } } }).then(
+      () => ({ said: 'resolved', applied: true as unknown }),
+      (error: Error & { data?: { applied?: unknown } }) => ({ said: error.message, applied: error.data?.applied }),
+    );
+    const n = (await raw.findOne({ _id: 'doc' as never }))?.n as unknown;
+    expect(n, 'the update landed').to.equal(1);
+    expect(outcome.applied, `the update landed, and the call said: ${outcome.said} (data.applied: ${String(outcome.applied)})`).to.equal(true);
   });
 
   it('what it costs: a lock\'s first call reads a router\'s clock and writes the shard\'s at once, before its write; later calls, and every call on one clock, send their write alone', async () => {
