@@ -3,21 +3,20 @@ import { queuedBehind, type Ticket, type TagRule } from './lock-data';
 import { clearLimit, isLimited, isUnlimitedShared, noStoredLimit, permitConditions, recordLimit } from './permits';
 import { counterIs, ownerHoldsNone, type OwnedAcquisition } from './reentry';
 import { noPendingUpgrade } from './convert';
+import { noEarlierTicket } from './tickets';
 import { mergeUpdates, type LockOperation } from './operation';
 import {
   allOf,
   hasEntry,
-  noEarlierTicket,
   noLiveEntry,
   pruneCommits,
   pruneTags,
   recordJudged,
-  recordStamp,
-  stampNotBeforeRecent,
   stampWithin,
   type LockPaths,
   type StoredEntry,
 } from './stored-format';
+import { recordStamp, stampNotBeforeRecent } from './recent-stamps';
 
 /** What a lock kind adds to an acquisition (resource locks: owner details, a limit, a GC date). */
 export interface AcquireExtension {

@@ -9,14 +9,13 @@ import {
   pruneCommits,
   pruneTags,
   recordJudged,
-  recordStamp,
-  stampNotBeforeRecent,
   stampWithin,
   type LockPaths,
   type StoredEntry,
   type StoredLock,
   type StoredUpgrade,
 } from './stored-format';
+import { recordStamp, stampNotBeforeRecent } from './recent-stamps';
 
 /**
  * Converting a held multiLock lock to another tag (read → write, write → read) in one update, and

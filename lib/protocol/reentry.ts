@@ -1,7 +1,8 @@
 import type { Document } from 'mongodb';
 import type { TagRule } from './lock-data';
 import { mergeUpdates, type LockOperation } from './operation';
-import { allOf, everyEntryDead, pruneCommits, pruneTags, recordJudged, recordStamp, stampNotBeforeRecent, stampWithin, type LockPaths, type StoredEntry, type StoredLock } from './stored-format';
+import { allOf, everyEntryDead, pruneCommits, pruneTags, recordJudged, stampWithin, type LockPaths, type StoredEntry, type StoredLock } from './stored-format';
+import { recordStamp, stampNotBeforeRecent } from './recent-stamps';
 
 /**
  * Reentrant locks, keyed by an owner (a string the caller chooses). Each hold of an owner is an

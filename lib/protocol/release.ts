@@ -2,7 +2,8 @@ import type { Document } from 'mongodb';
 import type { TagRule } from './lock-data';
 import { mergeUpdates, type LockOperation } from './operation';
 import { proofMatch, type Proof } from './proofs';
-import { allOf, entryLiveOnServer, hasEntry, everyEntryDead, recordCommit, timestampUnique, type LockPaths, type StoredCommit } from './stored-format';
+import { allOf, entryLiveOnServer, hasEntry, everyEntryDead, recordCommit, type LockPaths, type StoredCommit } from './stored-format';
+import { timestampUnique } from './recent-stamps';
 
 /** A release to send, with or without the caller's final update (a commit). */
 export interface ReleaseRequest {

@@ -96,7 +96,7 @@ export interface StoredLock {
   limits?: Record<string, number | undefined>;
   /** The latest expiry written (`$max`), of a lock or a ticket: nothing in the document is live once the server's clock passes it. */
   until?: Date;
-  /** The latest stamp at which a write judged the entries (`$max`): an entry that expired by it is dead (see {@link entryLiveOnServer}). */
+  /** The latest stamp at which a write judged the entries (`$max`): an entry that expired by it is dead, whatever command lands later. */
   judged?: Date;
   tags?: Record<string, StoredEntry[] | undefined>;
 }
@@ -231,36 +231,6 @@ export function entryLiveOnServer(paths: LockPaths, tag: string, proof: { id: st
 }
 
 /**
- * Filter: `stamp` is not earlier than the exclusive `tag`'s previous acquisition, so that its
- * stamps never decrease and all acquisitions stamped in one ms are consecutive (see
- * {@link timestampUnique}).
- */
-export function stampNotBeforeRecent(paths: LockPaths, tag: string, stamp: Date): Document {
-  return { [paths.recent(tag)]: { $not: { $elemMatch: { $gt: stamp } } } };
-}
-
-/** Update: records `stamp` as the exclusive `tag`'s newest acquisition, keeping the last two. */
-export function recordStamp(paths: LockPaths, tag: string, stamp: Date): Document {
-  return { [paths.recent(tag)]: { $each: [stamp], $slice: -2 } };
-}
-
-/**
- * `$expr` operand: at most one acquisition of the exclusive `tag` was stamped in the ms
- * `timestamp`. Stamps never decrease, so two locks of one ms are the last two acquisitions;
- * a monglock v2 timestamp proof is accepted only when it names exactly one lock.
- */
-export function timestampUnique(paths: LockPaths, tag: string, timestamp: number): Document {
-  const sameMs = {
-    $filter: {
-      input: { $ifNull: [`$${paths.recent(tag)}`, []] },
-      as: 'stamp',
-      cond: { $and: [{ $gte: ['$$stamp', new Date(timestamp)] }, { $lt: ['$$stamp', new Date(timestamp + 1)] }] },
-    },
-  };
-  return { $lt: [{ $size: sameMs }, 2] };
-}
-
-/**
  * `$expr` operand: every entry of `tag` is dead by the document's `judged` stamp: an earlier
  * stamped write judged it expired (a continuation does for the tags an assertive lock waits for),
  * so no late command can make it live again. Stricter than "expired by `$$NOW`", which a late
@@ -300,23 +270,4 @@ export function pruneCommits(paths: LockPaths, stamp: Date): Document {
 /** Update (`$push`): records a commit, keeping the records sorted by `exp` and at most {@link COMMIT_RECORDS}. */
 export function recordCommit(paths: LockPaths, record: StoredCommit): Document {
   return { [paths.committed]: { $each: [record], $sort: { exp: 1 }, $slice: -COMMIT_RECORDS } };
-}
-
-/**
- * Filter: no live ticket (unexpired at `stamp`) of any of `tags` came before `mine` (by `at`, then
- * `id`); without `mine`, no live ticket of `tags` at all, so a newcomer queues behind every waiter.
- */
-export function noEarlierTicket(paths: LockPaths, tags: readonly string[], stamp: Date, mine?: { id: string; at: Date }): Document {
-  const earlier = mine ? { $or: [{ at: { $lt: mine.at } }, { at: mine.at, id: { $lt: mine.id } }] } : {};
-  return { [paths.queue]: { $not: { $elemMatch: { tag: { $in: [...tags] }, exp: { $gt: stamp }, ...earlier } } } };
-}
-
-/** The live tickets of `tags` in `lock` that came before `mine` (all live ones without `mine`), at server time `now` (ms). */
-export function earlierTickets(lock: StoredLock, tags: readonly string[], now: number, mine?: { id: string; at: Date }): StoredTicket[] {
-  return (lock.queue ?? []).filter(
-    (ticket) =>
-      tags.includes(ticket.tag) &&
-      ticket.exp.getTime() > now &&
-      (!mine || ticket.at.getTime() < mine.at.getTime() || (ticket.at.getTime() === mine.at.getTime() && ticket.id < mine.id)),
-  );
 }

@@ -6,7 +6,7 @@ import type { LockEngine } from '../engine/lock-engine';
 import { unexplainedRefusal } from '../engine/refusals';
 import { queuedBehind, type Ticket } from '../protocol/lock-data';
 import { newTicketId, ticketNumber } from '../protocol/lock-ids';
-import { earlierTickets } from '../protocol/stored-format';
+import { earlierTickets } from '../protocol/tickets';
 import { QueuePosition } from './queue-position';
 
 /** How long a fair waiter's ticket lives unless renewed, in ms: a crashed waiter leaves the queue by then. */
