@@ -2,8 +2,9 @@ import type { Document } from 'mongodb';
 import { acquireOnDocument, type AcquireSite } from './document-acquire';
 import { convertTraced } from './conversion';
 import { isTraced, traced } from '../common/diagnostics';
-import { isLockError, type ConflictSubtype } from '../common/errors';
+import type { ConflictSubtype } from '../common/errors';
 import { finalWriteOf, inTransaction, sessionOf } from '../common/write-params';
+import { TransactionWrites } from './transaction-writes';
 import { extendLock } from './extension';
 import type { KnownKeys } from '../common/known-keys';
 import type { Acquired } from '../engine/acquired';
@@ -49,6 +50,8 @@ export class DocumentLock implements HandleOwner, AcquireSite {
   readonly waiters: LocalWaiters;
   readonly fair: boolean;
   readonly kindName: string;
+  /** What the caller's transactions wrote of the locks `using()` keeps. */
+  readonly transactionWrites = new TransactionWrites();
 
   constructor(options: unknown, kind: DocumentLockKind) {
     const resolved = resolveLockOptions(options, kind.options);
@@ -119,16 +122,19 @@ export class DocumentLock implements HandleOwner, AcquireSite {
     const maxHoldMs = expectMaxHold('params.maxHold', params === undefined ? undefined : expectObject('params', params).maxHold, DEFAULT_MAX_HOLD);
     const handle = await this.acquire(filter, tag, params, lock, cancellation);
     const { params: p, call } = this.callOptions(params);
-    return holdWhile(
-      handle,
-      {
-        leaseMs: this.leaseOf(handle.tag, p),
-        callParams: { timeout: call.timeout, w: call.w, releaseW: call.releaseW, boom: call.boom },
-        outerSignals: [readWaitParams(p).signal, cancellation?.signal],
-        boom: call.boom,
-        maxHoldMs,
-      },
-      work,
+    return this.transactionWrites.keeping(handle, (ending) =>
+      holdWhile(
+        handle,
+        {
+          leaseMs: this.leaseOf(handle.tag, p),
+          callParams: { timeout: call.timeout, w: call.w, releaseW: call.releaseW, boom: call.boom },
+          outerSignals: [readWaitParams(p).signal, cancellation?.signal],
+          boom: call.boom,
+          maxHoldMs,
+          ending,
+        },
+        work,
+      ),
     );
   }
 
@@ -155,11 +161,13 @@ export class DocumentLock implements HandleOwner, AcquireSite {
     if (write && !proof) throw new TypeError('Expected `params.lock` (or `params.timestamp`) with `params.update`: a forced release applies no update');
     if (session && !proof) throw new TypeError('Expected `params.lock` (or `params.timestamp`) with `params.session`: a forced release joins no transaction');
     const call = session ? { ...plain, session } : plain;
+    const inside = proof && inTransaction(call) ? proof : undefined;
+    if (inside) this.transactionWrites.wrote(inside, call);
     const release = (): Promise<void> => this.engine.release(filter, tag, proof, claimed, call, { ...write, group });
     const released = (): void => this.released(filter, tag, proof && 'id' in proof ? proof.id : undefined, claimed?.permits);
     // A release in a transaction is not handed over: the waiter's lock would be the transaction's until it commits.
     await releaseHandingOver(this.engine, this.waiters, filter, write || session || !proof || !('id' in proof) ? undefined : claimed, call, release, released);
-    if (inTransaction(call) && proof) void releaseAfterTransaction(() => this.engine.release(filter, tag, proof, claimed, plain), plain.timeout);
+    if (inside) this.transactionWrites.released(inside, () => this.engine.release(filter, tag, inside, claimed, plain), plain.timeout);
   }
 
   /**
@@ -230,27 +238,5 @@ export class DocumentLock implements HandleOwner, AcquireSite {
   /** Releases a lock an abandoned acquisition wrote. */
   async releaseWritten(written: Acquired, call: ResolvedCallOptions): Promise<void> {
     await this.engine.release(written.target, written.lock.tag, { id: written.lock.id }, written.lock, call);
-  }
-}
-
-/** How often, and how long apart at the least (ms), the release that follows a release in a transaction is tried while that transaction runs. */
-const AFTER_TRANSACTION_TRIES = 6;
-
-/**
- * After a release (or a commit) in the caller's transaction: the same release outside it, in the
- * background. MongoDB holds it until the transaction ends (a write outside a transaction waits
- * for the one that holds the document): if the transaction committed, it finds nothing; if it
- * aborted, it releases the lock, which would otherwise be held by nobody until its lease ends. It
- * is tried again while its `maxTimeMS` runs out before the transaction ends (60 s by default).
- */
-async function releaseAfterTransaction(release: () => Promise<void>, timeoutMs: number): Promise<void> {
-  for (let tried = 1; ; tried++) {
-    try {
-      await release();
-      return;
-    } catch (error) {
-      if (!isLockError(error, 'DbError') || tried === AFTER_TRANSACTION_TRIES) return; // not held: the transaction took it out
-      await new Promise((resolve) => setTimeout(resolve, Math.min(timeoutMs, 1_000)));
-    }
   }
 }

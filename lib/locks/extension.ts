@@ -7,24 +7,28 @@ import type { LockEngine } from '../engine/lock-engine';
 import type { LockData } from '../protocol/lock-data';
 import type { Proof } from '../protocol/proofs';
 import type { ServerClock } from '../protocol/server-clock';
+import type { TransactionWrites } from './transaction-writes';
 
 /** What an extension needs from the lock it runs on (a {@link DocumentLock}). */
 export interface ExtensionSite {
   readonly engine: LockEngine;
   readonly clock: ServerClock;
   readonly kindName: string;
+  readonly transactionWrites: TransactionWrites;
 }
 
 /**
  * Extends `lock` in the document `target` addresses to `lease` ms from the server's now, with the
  * caller's final write (`params.update`, `match`, `arrayFilters`) and in its transaction
  * (`params.session`), traced on `monglock:extend`. In a transaction, the new lease counts only once
- * the transaction commits, which monglock cannot see: the lock it resolves keeps the lease it had.
+ * the transaction commits, which monglock cannot see: the lock it resolves keeps the lease it had;
+ * and a `using()` keeping it releases it after that transaction.
  */
 export async function extendLock(site: ExtensionSite, target: Document, lock: LockData, proof: Proof, lease: number, params: Record<string, unknown>, plain: ResolvedCallOptions): Promise<Acquired> {
   const write = finalWriteOf(params, site.engine.field);
   const session = sessionOf(params);
   const call = session ? { ...plain, session } : plain;
+  if (inTransaction(call)) site.transactionWrites.wrote(proof, call);
   const extended = await traced(
     'extend',
     () => ({ operation: 'extend', kind: site.kindName, namespace: site.engine.namespace, tag: lock.tag, lockId: lock.id || undefined, fence: lock.fence || undefined }),

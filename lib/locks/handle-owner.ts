@@ -40,14 +40,3 @@ export interface HandleOwner {
 export function extensionOf(extended: { readonly lock: LockData; readonly appliedAt?: number }): Extension {
   return { expiresAt: extended.lock.expiresAt, appliedAt: extended.appliedAt ?? 0 };
 }
-
-/**
- * Handles whose release (or commit) in the caller's transaction resolved: the transaction decides,
- * and monglock releases the lock after it whatever its outcome, so `using()` sends no release of its own.
- */
-export const releasedInTransaction = new WeakSet<object>();
-
-/** Notes `handle` in {@link releasedInTransaction} when `params` (a release's) carried a session in a transaction. */
-export function noteTransaction(handle: object, params: unknown): void {
-  if ((params as { session?: { inTransaction?: () => boolean } } | undefined)?.session?.inTransaction?.() === true) releasedInTransaction.add(handle);
-}

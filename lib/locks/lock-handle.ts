@@ -6,8 +6,8 @@ import type { PromiseOf } from '../common/promise-types';
 import type { ConvertParams } from './conversion';
 
 export type { LockData } from '../protocol/lock-data';
-export { extensionOf, HANDLE_PARAMS, releasedInTransaction, type Extension, type HandleOwner, type HandleParams } from './handle-owner';
-import { noteTransaction, type Extension, type HandleOwner, type HandleParams } from './handle-owner';
+export { extensionOf, HANDLE_PARAMS, type Extension, type HandleOwner, type HandleParams } from './handle-owner';
+import type { Extension, HandleOwner, HandleParams } from './handle-owner';
 
 /** The locked document as a collection of `TSchema` stores it: `WithId<TSchema>`, or any document for an untyped collection. */
 export type SchemaDocument<TSchema extends Document> = Document extends TSchema ? Document : WithId<TSchema>;
@@ -199,7 +199,7 @@ export class Handle implements LockHandle<Document, unknown, Document> {
 
   /** Releases this lock (see {@link LockHandle.release}); `group` (internal): the `commitAll` it is part of. */
   release(params?: HandleParams, group?: string): Promise<void> {
-    const released = this.#followingConversions(() => this.#owner.release(this.#target, Handle.claim(this), params, group)).then(() => noteTransaction(this, params));
+    const released = this.#followingConversions(() => this.#owner.release(this.#target, Handle.claim(this), params, group));
     // A lock whose reply was lost may never have been written: not finding it is no failure,
     // unless the release carries an update, which must never be reported applied when it was not.
     if (!this.#unconfirmed || (params as { update?: unknown } | undefined)?.update !== undefined) return released;

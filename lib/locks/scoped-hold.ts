@@ -4,7 +4,8 @@ import type { BoomLike } from '../common/errors';
 import { isLockError } from '../common/errors';
 import { keptLease, LeaseKeeper } from './lease-keeper';
 import { NEVER } from '../protocol/lock-data';
-import { Handle, releasedInTransaction, type LockHandle } from './lock-handle';
+import { Handle, type LockHandle } from './lock-handle';
+import { releaseAfterTransaction, type HoldEnd } from './transaction-writes';
 import { linkSignals } from '../waiting/wait-options';
 
 /**
@@ -21,12 +22,14 @@ export interface HoldSettings {
   /** Lease to extend to, in ms; `Infinity` for a lock without expiry (never extended). */
   readonly leaseMs: number;
   /** Options passed to `extend` and `release`. */
-  readonly callParams: object;
+  readonly callParams: { readonly timeout: number; readonly [key: string]: unknown };
   /** The caller's signals (its `signal`, a promise cancellation) whose abort is forwarded to the body's. */
   readonly outerSignals: ReadonlyArray<AbortSignal | undefined>;
   readonly boom: BoomLike | undefined;
   /** ms after which renewal stops, the body's signal aborts (`MaxHoldExceeded`) and the lock is released. */
   readonly maxHoldMs: number;
+  /** How the hold ends, by what the caller's transaction wrote of the lock (a document lock's); default: released. */
+  readonly ending?: () => HoldEnd;
 }
 
 /**
@@ -36,7 +39,8 @@ export interface HoldSettings {
  * Resolves the body's result; a body error is never masked by a release failure; a failed
  * release after a successful body rejects (the lock was lost), except `RessourceNotFound` (the
  * body may delete the document). A body that returns a {@link Commit} has its update applied by
- * the release (rejecting if it could not be). No timer is left afterwards.
+ * the release (rejecting if it could not be). No timer is left afterwards. A lock the body wrote in
+ * the caller's transaction is not released inside it (see {@link HoldEnd}).
  */
 export async function holdWhile<T, H extends Handle>(handle: H, settings: HoldSettings, body: UsingBody<T, H, Document>): Promise<T> {
   const controller = new AbortController();
@@ -45,6 +49,7 @@ export async function holdWhile<T, H extends Handle>(handle: H, settings: HoldSe
   if (outer.signal?.aborted) forward();
   else outer.signal?.addEventListener('abort', forward, { once: true });
   const started = Date.now();
+  const ending = (): HoldEnd => settings.ending?.() ?? 'release';
   // A keeper started later (a renew gave a lock without expiry one) keeps the same maxHold.
   const keep = (leaseMs: number): LeaseKeeper =>
     new LeaseKeeper(keptLease(handle, leaseMs, settings.boom, settings.callParams), leaseMs, controller, settings.maxHoldMs, Date.now() - started);
@@ -55,14 +60,17 @@ export async function holdWhile<T, H extends Handle>(handle: H, settings: HoldSe
     if (keeper) keeper.replan();
     else if (handle.expiresAt < NEVER) keeper = keep(Math.max(1, handle.remaining()));
   });
+  const release = async (end: HoldEnd): Promise<void> => {
+    if (end === 'release') await handle.release(settings.callParams);
+    else if (end === 'after-transaction') void releaseAfterTransaction(() => handle.release(settings.callParams), settings.callParams.timeout);
+  };
   const finish = async (commit?: { update: Document; options: object }): Promise<void> => {
     unwatch();
     await keeper?.stop();
     outer.signal?.removeEventListener('abort', forward);
     outer.dispose();
     if (commit) return handle.release({ ...settings.callParams, ...commit.options, update: commit.update });
-    // The body released it in its transaction: monglock releases it after that transaction, whatever its outcome.
-    if (!releasedInTransaction.has(handle)) await handle.release(settings.callParams);
+    await release(ending());
   };
   let result: T | Commit<T, Document>;
   try {
@@ -83,7 +91,7 @@ export async function holdWhile<T, H extends Handle>(handle: H, settings: HoldSe
     try {
       await finish(result);
     } catch (error) {
-      if (!isLockError(error, 'LockNotFound') && !isLockError(error, 'LockWasReacquired')) await handle.release(settings.callParams).catch(() => undefined);
+      if (!isLockError(error, 'LockNotFound') && !isLockError(error, 'LockWasReacquired')) await release(ending()).catch(() => undefined);
       throw error;
     }
     return result.value;

@@ -2,16 +2,19 @@
  * A commit, release or extension inside the caller's transaction (`session`): it joins the
  * transaction, is applied with it only if the lock is still held, MongoDB's own errors are passed
  * on unchanged (so that `withTransaction` retries what it should), and the lock is released
- * whether the transaction commits or aborts. Acquisitions never join one.
+ * whether the transaction commits or aborts. Acquisitions never join one. `using()` run inside the
+ * transaction sends nothing that waits for it, whichever way its body wrote the lock there.
  *
  * No backend here runs transactions (the offline server has no sessions): what monglock controls
  * is checked at the driver's API, by a collection that records the session and write concern of
  * every call and forwards it without the session; a transaction that aborts is simulated by not
- * applying the writes made in it. What MongoDB then does is the manual's (docs/backends.md).
+ * applying the writes made in it. As MongoDB does, that collection holds a write outside the
+ * transaction while a transaction that wrote is open, until it ends or the write's `maxTimeMS`
+ * passes (then code 50). What MongoDB then does is the manual's (docs/backends.md).
  */
 import { expect } from 'chai';
 import { MongoServerError, type ClientSession, type Collection, type Document } from 'mongodb';
-import { commit, isLockError, multiLock, resourceLocks, writeLock } from '../../lib';
+import { commit, isLockError, multiLock, resourceLocks, writeLock, type LockData, type LockHandle, type WriteLock } from '../../lib';
 import { realNow } from '../support/clock';
 import { freshCollection, mongoClient, rejectionOf, sleep, snapshotOf } from '../support/fixture';
 
@@ -23,32 +26,54 @@ interface Call {
   readonly w: unknown;
 }
 
-/** What happens to a write made in the transaction: applied (it commits), dropped (it aborts), or failed with an error. */
+/** What happens to a write made in the transaction: applied (it commits), undone at once (it aborts), or failed with an error. */
 type InTransaction = 'commit' | 'abort' | (() => Error);
 
 /** `collection` whose calls are recorded and forwarded without their session (see the file's comment). */
 function transactional(collection: Collection<Document>, calls: Call[], inTransaction: () => InTransaction): Collection<Document> {
+  /** The transactions that wrote: a write outside them waits while one is open. */
+  const writers = new Set<ClientSession>();
   return new Proxy(collection, {
     get(target, property, receiver) {
       const value: unknown = Reflect.get(target, property, receiver);
       if (typeof value !== 'function') return value;
       const method = String(property);
       if (!['findOneAndUpdate', 'updateOne', 'aggregate'].includes(method)) return (value as (...a: unknown[]) => unknown).bind(target);
-      return (...args: unknown[]) => {
+      return async (...args: unknown[]) => {
         const at = method === 'aggregate' ? 1 : 2;
-        const { session, ...options } = (args[at] ?? {}) as { session?: ClientSession; writeConcern?: { w?: unknown } };
+        const { session, ...options } = (args[at] ?? {}) as { session?: ClientSession; writeConcern?: { w?: unknown }; maxTimeMS?: number };
         const inside = session?.inTransaction() === true;
         calls.push({ method, inTransaction: inside, session: session !== undefined, w: options.writeConcern?.w });
-        const forwarded = [...args.slice(0, at), options];
+        const forward = (): Promise<unknown> => (value as (...a: unknown[]) => Promise<unknown>).apply(target, [...args.slice(0, at), options]);
         if (inside && method !== 'aggregate') {
           const fate = inTransaction();
-          if (fate === 'abort') return Promise.resolve({ acknowledged: true, matchedCount: 1, modifiedCount: 1, upsertedCount: 0, upsertedId: null });
-          if (fate !== 'commit') return Promise.reject(fate());
-        }
-        return (value as (...a: unknown[]) => unknown).apply(target, forwarded);
+          if (fate !== 'commit' && fate !== 'abort') throw fate();
+          writers.add(session);
+          if (fate === 'abort') return undone(target, forward);
+        } else if (method !== 'aggregate') await behind(writers, options.maxTimeMS ?? 60_000);
+        return forward();
       };
     },
   });
+}
+
+/** Waits while a transaction of `writers` is open, at most `maxTimeMS` (then fails as MongoDB does). */
+async function behind(writers: Set<ClientSession>, maxTimeMS: number): Promise<void> {
+  const deadline = realNow() + maxTimeMS;
+  const open = (): boolean => [...writers].some((writer) => writer.inTransaction());
+  while (open() && realNow() < deadline) await sleep(10);
+  if (open()) throw new MongoServerError({ ok: 0, code: 50, codeName: 'MaxTimeMSExpired', errmsg: 'operation exceeded time limit (simulated: held behind the open transaction that wrote the document)' });
+}
+
+/** Runs `write`, then puts the collection back as it was: what a transaction that aborts leaves (outside writes wait meanwhile). */
+async function undone<T>(collection: Collection<Document>, write: () => Promise<T>): Promise<T> {
+  const before = await collection.find({}).toArray();
+  try {
+    return await write();
+  } finally {
+    await collection.deleteMany({});
+    if (before.length > 0) await collection.insertMany(before);
+  }
 }
 
 /** Unexpired lock entries of the document `_id`. */
@@ -62,7 +87,21 @@ async function until(condition: () => Promise<boolean>, ms = 5_000): Promise<voi
   while (!(await condition()) && realNow() < deadline) await sleep(20);
 }
 
-describe('a commit inside the caller\'s transaction', () => {
+const DEBIT = { $inc: { balance: -30 } };
+
+/** A writeLock on `{ _id: 'acc', balance: 100 }` through {@link transactional}: its writes in the transaction have `fate`. */
+async function accountsIn(fate: InTransaction, options: { locktimeout?: number; timeout?: number } = {}): Promise<{ raw: Collection<Document>; calls: Call[]; lock: WriteLock }> {
+  const raw = await freshCollection([{ _id: 'acc', balance: 100 }]);
+  const calls: Call[] = [];
+  return { raw, calls, lock: writeLock({ collection: transactional(raw, calls, () => fate), locktimeout: 5_000, ...options }) };
+}
+
+async function balance(raw: Collection<Document>): Promise<unknown> {
+  return (await raw.findOne({ _id: 'acc' as never }))?.balance;
+}
+
+/** A session with a transaction started before each test (by hand: what `withTransaction` does around its callback), ended after it. */
+function transactionPerTest(): () => ClientSession {
   let session: ClientSession;
   beforeEach(() => {
     session = mongoClient().startSession();
@@ -72,59 +111,63 @@ describe('a commit inside the caller\'s transaction', () => {
     if (session.inTransaction()) await session.abortTransaction().catch(() => undefined);
     await session.endSession().catch(() => undefined);
   });
+  return () => session;
+}
+
+describe('a commit inside the caller\'s transaction', () => {
+  const current = transactionPerTest();
+  let session: ClientSession;
+  beforeEach(() => {
+    session = current();
+  });
 
   it('lock outside, commit inside: only the commit carries the session (no write concern of its own), then the release runs outside it', async () => {
-    const raw = await freshCollection([{ _id: 'acc', balance: 100 }]);
-    const calls: Call[] = [];
-    const accounts = writeLock({ collection: transactional(raw, calls, () => 'commit'), locktimeout: 5_000 });
-    const value = await accounts.using({ _id: 'acc' }, { document: { balance: 1 } }, (held) => commit({ $inc: { balance: -30 } }, held.document?.balance, { session }));
+    const { raw, calls, lock: accounts } = await accountsIn('commit');
+    const value = await accounts.using({ _id: 'acc' }, { document: { balance: 1 } }, (held) => commit(DEBIT, held.document?.balance, { session }));
     expect(value).to.equal(100);
+    await session.commitTransaction();
     await until(async () => calls.filter((call) => call.method === 'updateOne').length >= 2);
     const writes = calls.filter((call) => call.method !== 'aggregate');
     expect(writes[0], 'the acquisition').to.deep.include({ method: 'findOneAndUpdate', session: false, w: 'majority' });
     expect(writes[1], 'the commit').to.deep.include({ method: 'updateOne', inTransaction: true, w: undefined });
     expect(writes[2], 'the release after the transaction').to.deep.include({ method: 'updateOne', session: false });
-    expect((await raw.findOne({ _id: 'acc' as never }))?.balance).to.equal(70);
+    expect(await balance(raw)).to.equal(70);
     expect(await liveEntries(raw, 'acc')).to.equal(0);
   });
 
   it('a transaction that aborts: its commit is not applied, and the lock is released all the same', async () => {
-    const raw = await freshCollection([{ _id: 'acc', balance: 100 }]);
-    const calls: Call[] = [];
-    const accounts = writeLock({ collection: transactional(raw, calls, () => 'abort'), locktimeout: 30_000 });
+    const { raw, lock: accounts } = await accountsIn('abort', { locktimeout: 30_000 });
     // The body releases inside the transaction itself (lock outside, commit inside); using() sends no release of its own.
     await accounts.using({ _id: 'acc' }, {}, async (held) => {
-      await held.release({ update: { $inc: { balance: -30 } }, session });
+      await held.release({ update: DEBIT, session });
     });
+    await session.abortTransaction();
     await until(async () => (await liveEntries(raw, 'acc')) === 0);
     expect(await liveEntries(raw, 'acc'), 'released long before its 30 s lease').to.equal(0);
-    expect((await raw.findOne({ _id: 'acc' as never }))?.balance, 'the aborted commit').to.equal(100);
+    expect(await balance(raw), 'the aborted commit').to.equal(100);
   });
 
   it("MongoDB's error inside the transaction is passed on as it is (withTransaction retries a TransientTransactionError), and nothing is settled inside it", async () => {
-    const raw = await freshCollection([{ _id: 'acc', balance: 100 }]);
-    const calls: Call[] = [];
     const conflict = new MongoServerError({ ok: 0, code: 112, codeName: 'WriteConflict', errmsg: 'write conflict (simulated)', errorLabels: ['TransientTransactionError'] });
-    const accounts = writeLock({ collection: transactional(raw, calls, () => () => conflict), locktimeout: 30_000 });
-    const error = await rejectionOf(accounts.using({ _id: 'acc' }, {}, () => commit({ $inc: { balance: -30 } }, 'x', { session })));
+    const { raw, calls, lock: accounts } = await accountsIn(() => conflict, { locktimeout: 30_000 });
+    const error = await rejectionOf(accounts.using({ _id: 'acc' }, {}, () => commit(DEBIT, 'x', { session })));
     expect(error, 'the driver error itself').to.equal(conflict);
     expect(conflict.hasErrorLabel('TransientTransactionError')).to.equal(true);
     expect(calls.filter((call) => call.inTransaction), 'one write in the transaction: no settling one').to.have.length(1);
     await until(async () => (await liveEntries(raw, 'acc')) === 0);
     expect(await liveEntries(raw, 'acc'), 'using() released the lock outside the transaction').to.equal(0);
-    expect((await raw.findOne({ _id: 'acc' as never }))?.balance).to.equal(100);
+    expect(await balance(raw)).to.equal(100);
   });
 
   it('an extension in the transaction carries the session; the handle keeps the lease it had (the new one counts only once the transaction commits)', async () => {
-    const raw = await freshCollection([{ _id: 'acc', balance: 100 }]);
-    const calls: Call[] = [];
-    const accounts = writeLock({ collection: transactional(raw, calls, () => 'commit'), locktimeout: 5_000 });
+    const { calls, lock: accounts } = await accountsIn('commit');
     const handle = await accounts.acquire({ _id: 'acc' });
     const before = handle.expiresAt;
     await sleep(20);
     await handle.extend(60_000, { update: { $inc: { balance: 1 } }, session });
     expect(handle.expiresAt).to.equal(before);
     expect(calls.at(-1)).to.deep.include({ method: 'findOneAndUpdate', inTransaction: true, w: undefined });
+    await session.commitTransaction();
     await handle.release();
   });
 
@@ -154,4 +197,37 @@ describe('a commit inside the caller\'s transaction', () => {
     expect(isLockError(refused)).to.equal(false);
     await held.release();
   });
+});
+
+/** The ways a `using()` body writes its lock in the caller's transaction, each with `DEBIT`. */
+const WRITES_IN_TRANSACTION: ReadonlyArray<{ readonly name: string; readonly write: (lock: WriteLock, held: LockHandle, session: ClientSession) => Promise<unknown> }> = [
+  { name: 'handle.release({ update, session })', write: (_lock, held, session) => held.release({ update: DEBIT, session }) },
+  { name: 'lock.release(filter, { lock: handle, update, session })', write: (lock, held, session) => lock.release({ _id: 'acc' }, { lock: held, update: DEBIT, session }) },
+  { name: "lock.release(filter, { lock: the handle's JSON, update, session })", write: (lock, held, session) => lock.release({ _id: 'acc' }, { lock: JSON.parse(JSON.stringify(held)) as LockData, update: DEBIT, session }) },
+  { name: 'handle.extend(ms, { update, session })', write: (_lock, held, session) => held.extend(60_000, { update: DEBIT, session }) },
+  { name: "lock.extend(filter, { lock: the handle's JSON, locktimeout, update, session })", write: (lock, held, session) => lock.extend({ _id: 'acc' }, { lock: JSON.parse(JSON.stringify(held)) as LockData, locktimeout: 60_000, update: DEBIT, session }) },
+];
+
+describe("using() inside the caller's transaction", () => {
+  const current = transactionPerTest();
+
+  for (const { name, write } of WRITES_IN_TRANSACTION) {
+    for (const fate of ['commit', 'abort'] as const) {
+      it(`${name} in the body, then the transaction ${fate === 'commit' ? 'commits' : 'aborts'}: using() resolves while it is open, and one release outside it ends the lock`, async () => {
+        const session = current();
+        const { raw, calls, lock } = await accountsIn(fate, { timeout: 3_000 });
+        const outcome = await lock.using({ _id: 'acc' }, {}, async (held) => {
+          await write(lock, held, session);
+          return 'done';
+        }).catch((error: unknown) => error);
+        const outside = (): Call[] => calls.filter((call) => call.method === 'updateOne' && !call.session);
+        expect(outcome, `using() settled with ${String(outcome)}; releases sent outside the open transaction: ${outside().length}`).to.equal('done');
+        await (fate === 'commit' ? session.commitTransaction() : session.abortTransaction());
+        await until(async () => (await liveEntries(raw, 'acc')) === 0);
+        expect(await liveEntries(raw, 'acc'), 'released after the transaction, long before its 60 s lease').to.equal(0);
+        expect(await balance(raw)).to.equal(fate === 'commit' ? 70 : 100);
+        expect(outside(), 'releases outside the transaction').to.have.length(1);
+      });
+    }
+  }
 });
