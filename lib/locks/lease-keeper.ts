@@ -14,6 +14,8 @@ export interface KeptLease {
   ended(cause: LeaseLossCause, error: unknown): Error;
   /** Names the lock in events. */
   readonly identity: { readonly namespace: string; readonly tag: string; readonly lockId: string };
+  /** True once the holder let the lock go (released it in its transaction): nothing is left to keep. */
+  letGo?(): boolean;
 }
 
 /**
@@ -44,8 +46,9 @@ export function safetyMargin(leaseMs: number): number {
  *   that cannot be reached has not taken the lock away) or before one could land (`expired`);
  * - `maxHoldMs` passed since it started (`max-hold`): it stops renewing and releases the lock.
  * Time left is judged again whenever the lease's end changes (`replan()`). Failures and losses
- * are published on `monglock:extension-failed` and `monglock:lease-lost`. `stop()` clears every
- * timer and waits for an extension in flight.
+ * are published on `monglock:extension-failed` and `monglock:lease-lost`. Once the holder let the
+ * lock go (`letGo`), it stops without either. `stop()` clears every timer and waits for an
+ * extension in flight.
  */
 export class LeaseKeeper {
   private extendTimer: NodeJS.Timeout | undefined;
@@ -89,7 +92,7 @@ export class LeaseKeeper {
   }
 
   private extend(): void {
-    if (this.inFlight) return;
+    if (this.inFlight || this.letGo()) return;
     this.inFlight = Promise.resolve(this.lease.extend()).then(
       () => {
         this.inFlight = undefined;
@@ -115,13 +118,14 @@ export class LeaseKeeper {
 
   /** Too little of the lease is left to rely on. */
   private lapse(): void {
+    if (this.letGo()) return;
     if (this.outage !== undefined) this.lose('store-outage', this.outage);
     else this.lose('expired', undefined);
   }
 
   /** `maxHold` passed: stop renewing, tell the body, release. */
   private giveUp(maxHoldMs: number): void {
-    if (this.stopped || this.controller.signal.aborted) return;
+    if (this.stopped || this.controller.signal.aborted || this.letGo()) return;
     this.stopped = true;
     this.clearTimers();
     const reason = this.lease.ended('max-hold', maxHoldMs);
@@ -133,12 +137,22 @@ export class LeaseKeeper {
   }
 
   private lose(cause: LeaseLossCause, error: unknown): void {
+    if (this.letGo()) return;
     this.clearTimers();
     clearTimeout(this.maxHoldTimer);
     if (this.stopped || this.controller.signal.aborted) return;
     const reason = cause === 'refused' ? error : this.lease.ended(cause, error);
     publish.leaseLost(() => ({ ...this.lease.identity, cause, error: reason }));
     this.controller.abort(reason);
+  }
+
+  /** The holder let the lock go: stops, with no extension, loss or release of its own. */
+  private letGo(): boolean {
+    if (!this.lease.letGo?.()) return false;
+    this.stopped = true;
+    this.clearTimers();
+    clearTimeout(this.maxHoldTimer);
+    return true;
   }
 
   private clearTimers(): void {

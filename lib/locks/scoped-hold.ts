@@ -40,7 +40,8 @@ export interface HoldSettings {
  * release after a successful body rejects (the lock was lost), except `RessourceNotFound` (the
  * body may delete the document). A body that returns a {@link Commit} has its update applied by
  * the release (rejecting if it could not be). No timer is left afterwards. A lock the body wrote in
- * the caller's transaction is not released inside it (see {@link HoldEnd}).
+ * the caller's transaction is not released inside it (see {@link HoldEnd}), and is no longer kept
+ * once released there.
  */
 export async function holdWhile<T, H extends Handle>(handle: H, settings: HoldSettings, body: UsingBody<T, H, Document>): Promise<T> {
   const controller = new AbortController();
@@ -52,7 +53,7 @@ export async function holdWhile<T, H extends Handle>(handle: H, settings: HoldSe
   const ending = (): HoldEnd => settings.ending?.() ?? 'release';
   // A keeper started later (a renew gave a lock without expiry one) keeps the same maxHold.
   const keep = (leaseMs: number): LeaseKeeper =>
-    new LeaseKeeper(keptLease(handle, leaseMs, settings.boom, settings.callParams), leaseMs, controller, settings.maxHoldMs, Date.now() - started);
+    new LeaseKeeper({ ...keptLease(handle, leaseMs, settings.boom, settings.callParams), letGo: () => ending() === 'released' }, leaseMs, controller, settings.maxHoldMs, Date.now() - started);
   let keeper = Number.isFinite(settings.leaseMs) ? keep(settings.leaseMs) : undefined;
   // The lease may change under the body (it extends its handle; a group is renewed): replan, and
   // a lock without expiry that was given one (a renew) is kept from then on, to that lease.
@@ -66,11 +67,14 @@ export async function holdWhile<T, H extends Handle>(handle: H, settings: HoldSe
   };
   const finish = async (commit?: { update: Document; options: object }): Promise<void> => {
     unwatch();
-    await keeper?.stop();
+    const end = commit ? 'release' : ending();
+    const stopping = keeper?.stop();
+    // An extension sent while the caller's transaction holds the document lands once it ends: not waited for.
+    if (end === 'release') await stopping;
     outer.signal?.removeEventListener('abort', forward);
     outer.dispose();
     if (commit) return handle.release({ ...settings.callParams, ...commit.options, update: commit.update });
-    await release(ending());
+    await release(end);
   };
   let result: T | Commit<T, Document>;
   try {

@@ -24,6 +24,8 @@ interface Call {
   readonly inTransaction: boolean;
   readonly session: boolean;
   readonly w: unknown;
+  /** Its reply (or error) came. */
+  settled?: true;
 }
 
 /** What happens to a write made in the transaction: applied (it commits), undone at once (it aborts), or failed with an error. */
@@ -43,15 +45,20 @@ function transactional(collection: Collection<Document>, calls: Call[], inTransa
         const at = method === 'aggregate' ? 1 : 2;
         const { session, ...options } = (args[at] ?? {}) as { session?: ClientSession; writeConcern?: { w?: unknown }; maxTimeMS?: number };
         const inside = session?.inTransaction() === true;
-        calls.push({ method, inTransaction: inside, session: session !== undefined, w: options.writeConcern?.w });
+        const call: Call = { method, inTransaction: inside, session: session !== undefined, w: options.writeConcern?.w };
+        calls.push(call);
         const forward = (): Promise<unknown> => (value as (...a: unknown[]) => Promise<unknown>).apply(target, [...args.slice(0, at), options]);
-        if (inside && method !== 'aggregate') {
-          const fate = inTransaction();
-          if (fate !== 'commit' && fate !== 'abort') throw fate();
-          writers.add(session);
-          if (fate === 'abort') return undone(target, forward);
-        } else if (method !== 'aggregate') await behind(writers, options.maxTimeMS ?? 60_000);
-        return forward();
+        try {
+          if (inside && method !== 'aggregate') {
+            const fate = inTransaction();
+            if (fate !== 'commit' && fate !== 'abort') throw fate();
+            writers.add(session);
+            if (fate === 'abort') return await undone(target, forward);
+          } else if (method !== 'aggregate') await behind(writers, options.maxTimeMS ?? 60_000);
+          return await forward();
+        } finally {
+          call.settled = true;
+        }
       };
     },
   });
@@ -230,4 +237,36 @@ describe("using() inside the caller's transaction", () => {
       });
     }
   }
+
+  it('the body released the lock in the transaction: the lease keeper stops, and the body\'s signal is not aborted after it', async () => {
+    const session = current();
+    const { calls, lock } = await accountsIn('commit', { locktimeout: 300 });
+    const seen = await lock.using({ _id: 'acc' }, {}, async (held, signal) => {
+      await held.release({ update: DEBIT, session });
+      const sent = calls.length;
+      await sleep(600); // twice the lease: the keeper would have extended it, and judged it ended
+      await session.commitTransaction(); // the body's own transaction ends (its withTransaction returns)
+      await sleep(100);
+      return { aborted: signal.aborted, extensions: calls.slice(sent).filter((call) => call.method === 'findOneAndUpdate').length };
+    });
+    expect(seen).to.deep.equal({ aborted: false, extensions: 0 });
+  });
+
+  it("the body extended the lock in the transaction and outlives the lease it had: the keeper's extension waits for the transaction, the body's signal aborts when that lease may end, using() resolves without waiting for the extension, and the lock ends after the transaction", async () => {
+    const session = current();
+    // A minute to settle each call: waiting for the extension held behind the transaction would outlast the test.
+    const { raw, calls, lock } = await accountsIn('commit', { locktimeout: 300, timeout: 60_000 });
+    const reason = await lock.using({ _id: 'acc' }, {}, async (held, signal) => {
+      await held.extend(60_000, { session });
+      await sleep(600); // twice the lease it had: the keeper extends it (outside the transaction), then judges it may have ended
+      return signal.reason as unknown;
+    });
+    const extensions = calls.slice(calls.findIndex((call) => call.inTransaction) + 1).filter((call) => call.method === 'findOneAndUpdate');
+    expect(isLockError(reason, 'LockNotFound'), String(reason)).to.equal(true);
+    expect(extensions, "the keeper's extension, still held behind the transaction").to.have.length(1);
+    expect(extensions[0]?.settled).to.equal(undefined);
+    await session.commitTransaction();
+    await until(async () => (await liveEntries(raw, 'acc')) === 0);
+    expect(await liveEntries(raw, 'acc'), 'released after the transaction, long before its 60 s lease').to.equal(0);
+  });
 });
