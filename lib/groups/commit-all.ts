@@ -3,7 +3,8 @@ import { compareBson } from '../common/bson-order';
 import { isLockError, lockError, withDbErrors } from '../common/errors';
 import { describe, expectUpdate } from '../common/validation';
 import type { Located } from './group-request';
-import { HandleGroup, ofRequest, settleAll, type HeldMember } from './lock-group';
+import { endMembers, RELEASE_NOW, type MemberEnding } from './kept-members';
+import { HandleGroup, ofRequest, type HeldMember } from './lock-group';
 
 /**
  * What a `usingAll()` body (or a hapi route locking several documents) returns to end with one
@@ -54,9 +55,11 @@ export function commitAll<T = undefined>(updates: ReadonlyArray<Document | null 
  * field of its document) by the releases of `group`'s members, in canonical order, once a read has
  * found every member without an update still held; those are released after the commits.
  * `beforeWrite` runs before each write and may throw to stop (a hapi route whose answer went out).
+ * A member without an update ends as `ending` says (`usingAll()` inside the caller's transaction): one
+ * released in that transaction is neither read nor released here.
  * The one place that decides how a group commits: a transactional variant would replace it.
  */
-export async function applyCommits(group: HandleGroup, updates: unknown, beforeWrite: () => void = () => undefined): Promise<void> {
+export async function applyCommits(group: HandleGroup, updates: unknown, beforeWrite: () => void = () => undefined, ending: MemberEnding = RELEASE_NOW): Promise<void> {
   const members = HandleGroup.members(group);
   if (!Array.isArray(updates) || updates.length !== group.length) {
     throw new TypeError(`Expected \`commitAll(updates)\` to have one update (or null) per request, ${group.length} in all, got ${describe(updates)}`);
@@ -71,13 +74,13 @@ export async function applyCommits(group: HandleGroup, updates: unknown, beforeW
   });
   const outcomes: CommitOutcome[] = updates.map((update: unknown) => (update === null || update === undefined ? null : false));
   const failed = async (error: unknown, at: number, index: number, released: (j: number) => boolean): Promise<never> => {
-    await Promise.all(members.filter((_, j) => !released(j)).map(({ handle }) => handle.release().catch(() => undefined)));
+    await endMembers(members.filter((_, j) => !released(j)), ending).catch(() => undefined);
     const named = ofRequest(error, index, members[at]!.member.core.namespace);
     if (named instanceof Error) Object.defineProperty(named, 'commits', { value: outcomes, enumerable: true, writable: true, configurable: true });
     throw named;
   };
   // A member without an update is part of the section too: if it was lost, no update is applied.
-  const lost = await firstLost(members, asked);
+  const lost = await firstLost(members, members.map((held, i) => asked[i] !== undefined || ending(held) === 'released'));
   if (lost) return failed(lost.error, lost.at, members[lost.at]!.member.index, () => false);
   for (const [i, held] of members.entries()) {
     const update = asked[i];
@@ -95,9 +98,9 @@ export async function applyCommits(group: HandleGroup, updates: unknown, beforeW
     }
   }
   try {
-    await settleAll(
+    await endMembers(
       members.filter((_, i) => !asked[i]),
-      ({ handle }) => handle.release(),
+      ending,
     );
   } catch (error) {
     if (error instanceof Error) Object.defineProperty(error, 'commits', { value: outcomes, enumerable: true, writable: true, configurable: true });
@@ -106,13 +109,14 @@ export async function applyCommits(group: HandleGroup, updates: unknown, beforeW
 }
 
 /**
- * The first member (canonical position) without an update that a read no longer finds held, or
- * whose read failed, and why; undefined when every one is held.
+ * The first member (canonical position) but those `skipped` (with an update, or released in the
+ * caller's transaction) that a read no longer finds held, or whose read failed, and why; undefined
+ * when every one is held.
  */
-async function firstLost(members: readonly HeldMember[], asked: ReadonlyArray<Document | undefined>): Promise<{ at: number; error: unknown } | undefined> {
+async function firstLost(members: readonly HeldMember[], skipped: readonly boolean[]): Promise<{ at: number; error: unknown } | undefined> {
   const checks = await Promise.all(
     members.map(async ({ handle, member }, i) => {
-      if (asked[i]) return undefined;
+      if (skipped[i]) return undefined;
       const { call } = member.core.callOptions({});
       try {
         const ids = await withDbErrors(call.boom, () => member.core.engine.store.idsMatching(handle.guard(), call));

@@ -2,32 +2,42 @@ import type { BoomLike } from '../common/errors';
 import { keptLease, leaseEnded, LeaseKeeper } from '../locks/lease-keeper';
 import { Handle } from '../locks/lock-handle';
 import { NEVER } from '../protocol/lock-data';
-import { HandleGroup } from './lock-group';
+import { endMembers, RELEASE_NOW, type MemberEnding } from './kept-members';
+import { HandleGroup, type HeldMember } from './lock-group';
+
+/** What a {@link GroupKeeper} does besides keeping the leases. */
+export interface GroupKeeping {
+  /** Runs when `maxHold` passes, before the members are released. */
+  readonly onGiveUp?: () => void;
+  /** Builds the abort reasons (default: each lock's own `boom` option). */
+  readonly boom?: BoomLike;
+  /** How each member ends, by what the caller's transaction wrote of it (`usingAll()`); default: released now. */
+  readonly ending?: MemberEnding;
+}
 
 /**
  * Keeps every member of a group alive while a `usingAll()` body or a hapi route runs: each lease
  * is extended as `using()` extends one (each time half of it is left), and `controller` aborts as
  * soon as any member is lost, with that member's reason. After `maxHoldMs` renewal stops,
- * `controller` aborts with `MaxHoldExceeded` and every member is released (`onGiveUp` first).
+ * `controller` aborts with `MaxHoldExceeded` and every member is ended (`onGiveUp` first). A member
+ * released in the caller's transaction is no longer kept, as `using()` does.
  */
 export class GroupKeeper {
-  readonly #keepers: LeaseKeeper[] = [];
+  readonly #keepers: Array<{ readonly keeper: LeaseKeeper; readonly held: HeldMember }> = [];
   readonly #unwatch: Array<() => void> = [];
   readonly #maxHoldTimer: NodeJS.Timeout | undefined;
+  readonly #ending: MemberEnding;
 
-  constructor(
-    group: HandleGroup,
-    controller: AbortController,
-    maxHoldMs: number,
-    onGiveUp: () => void = () => undefined,
-    /** Builds the abort reasons (default: each lock's own `boom` option). */
-    boom?: BoomLike,
-  ) {
-    for (const { handle, member } of HandleGroup.members(group)) {
+  constructor(group: HandleGroup, controller: AbortController, maxHoldMs: number, keeping: GroupKeeping = {}) {
+    const { onGiveUp = () => undefined, boom, ending = RELEASE_NOW } = keeping;
+    this.#ending = ending;
+    for (const held of HandleGroup.members(group)) {
+      const { handle, member } = held;
       const leaseMs = Handle.lease(handle);
       if (handle.expiresAt >= NEVER || !Number.isFinite(leaseMs)) continue;
-      const keeper = new LeaseKeeper(keptLease(handle, leaseMs, boom ?? member.core.callOptions({}).call.boom), leaseMs, controller, Infinity);
-      this.#keepers.push(keeper);
+      const lease = { ...keptLease(handle, leaseMs, boom ?? member.core.callOptions({}).call.boom), letGo: () => ending(held) === 'released' };
+      const keeper = new LeaseKeeper(lease, leaseMs, controller, Infinity);
+      this.#keepers.push({ keeper, held });
       this.#unwatch.push(Handle.watchExpiry(handle, () => keeper.replan()));
     }
     if (!Number.isFinite(maxHoldMs)) return;
@@ -37,14 +47,22 @@ export class GroupKeeper {
       void this.stop();
       onGiveUp();
       controller.abort(leaseEnded('max-hold', maxHoldMs, reasons));
-      void group.release().catch(() => undefined);
+      void endMembers(HandleGroup.members(group), ending).catch(() => undefined);
     }, maxHoldMs);
   }
 
-  /** Stops every renewal; resolves once no timer and no extension is left. */
+  /**
+   * Stops every renewal; resolves once no timer and no extension is left, but an extension sent
+   * while the caller's transaction holds its document (it lands once that transaction ends).
+   */
   async stop(): Promise<void> {
     clearTimeout(this.#maxHoldTimer);
     for (const unwatch of this.#unwatch.splice(0)) unwatch();
-    await Promise.all(this.#keepers.map((keeper) => keeper.stop()));
+    await Promise.all(
+      this.#keepers.map(({ keeper, held }) => {
+        const stopping = keeper.stop();
+        return this.#ending(held) === 'release' ? stopping : undefined;
+      }),
+    );
   }
 }

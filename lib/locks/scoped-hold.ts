@@ -5,7 +5,7 @@ import { isLockError } from '../common/errors';
 import { keptLease, LeaseKeeper } from './lease-keeper';
 import { NEVER } from '../protocol/lock-data';
 import { Handle, type LockHandle } from './lock-handle';
-import { releaseAfterTransaction, type HoldEnd } from './transaction-writes';
+import { endHold, type HoldEnd } from './transaction-writes';
 import { linkSignals } from '../waiting/wait-options';
 
 /**
@@ -61,10 +61,7 @@ export async function holdWhile<T, H extends Handle>(handle: H, settings: HoldSe
     if (keeper) keeper.replan();
     else if (handle.expiresAt < NEVER) keeper = keep(Math.max(1, handle.remaining()));
   });
-  const release = async (end: HoldEnd): Promise<void> => {
-    if (end === 'release') await handle.release(settings.callParams);
-    else if (end === 'after-transaction') void releaseAfterTransaction(() => handle.release(settings.callParams), settings.callParams.timeout);
-  };
+  const release = (end: HoldEnd): Promise<void> => endHold(end, () => handle.release(settings.callParams), settings.callParams.timeout);
   const finish = async (commit?: { update: Document; options: object }): Promise<void> => {
     unwatch();
     const end = commit ? 'release' : ending();

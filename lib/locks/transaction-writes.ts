@@ -20,11 +20,11 @@ interface Written {
 }
 
 /**
- * The caller's transactions that wrote the locks `using()` keeps, by lock id: a release, commit or
+ * The caller's transactions that wrote the locks `using()` (or `usingAll()`) keeps, by lock id: a release, commit or
  * extension with `session`, whichever way it came (the handle, or the lock's `release`/`extend`
  * with the handle or its JSON). MongoDB holds a write outside a transaction to a document the open
  * transaction wrote until the transaction ends; a `using()` run inside it ends first, so its own
- * release must not be sent then and waited for.
+ * release must not be sent then and waited for. One instance per lock (`DocumentLock`).
  */
 export class TransactionWrites {
   readonly #kept = new Map<string, Written>();
@@ -65,6 +65,15 @@ export class TransactionWrites {
     if ('id' in proof) return [this.#kept.get(proof.id)].filter((written) => written !== undefined);
     return [...this.#kept.values()].filter((written) => written.timestamp === proof.timestamp);
   }
+}
+
+/**
+ * Ends a kept lock (of `using()`, or a member of `usingAll()`) as `end` says: `release()` now, nothing
+ * (released in the caller's transaction), or `release()` in the background after that transaction.
+ */
+export async function endHold(end: HoldEnd, release: () => Promise<void>, timeoutMs: number): Promise<void> {
+  if (end === 'release') await release();
+  else if (end === 'after-transaction') void releaseAfterTransaction(release, timeoutMs);
 }
 
 /** How often, and how long apart at the least (ms), the release that follows a transaction is tried while that transaction runs. */

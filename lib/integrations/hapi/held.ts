@@ -67,6 +67,6 @@ export function heldGroup(group: HandleGroup, boom: BoomLike): Held {
       if (!(result instanceof CommitAllRequest)) throw boom.badImplementation('monglock: a route that locks several documents ends with commitAll([update, …], value), not commit');
       await applyCommits(group, result.updates, beforeWrite);
     },
-    keep: (controller, maxHoldMs, onGiveUp) => new GroupKeeper(group, controller, maxHoldMs, onGiveUp, boom),
+    keep: (controller, maxHoldMs, onGiveUp) => new GroupKeeper(group, controller, maxHoldMs, { onGiveUp, boom }),
   };
 }
