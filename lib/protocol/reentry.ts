@@ -1,7 +1,7 @@
 import type { Document } from 'mongodb';
 import type { TagRule } from './lock-data';
 import { mergeUpdates, type LockOperation } from './operation';
-import { allOf, everyEntryDead, pruneCommits, pruneTags, recordJudged, stampWithin, type LockPaths, type StoredEntry, type StoredLock } from './stored-format';
+import { allOf, entryUnexpired, everyEntryDead, liveEntries, pruneCommits, pruneTags, recordJudged, stampWithin, type LockPaths, type StoredEntry, type StoredLock } from './stored-format';
 import { recordStamp, stampNotBeforeRecent } from './recent-stamps';
 
 /**
@@ -39,7 +39,7 @@ export function holdFenceOperation(paths: LockPaths, target: Document, tag: stri
 
 /** `$expr` filter: `owner` holds no entry of `tag` unexpired by the server's clock (an unpinned first hold may not become a second one). */
 export function ownerHoldsNone(paths: LockPaths, tag: string, owner: string): Document {
-  const live = { $filter: { input: { $ifNull: [`$${paths.tag(tag)}`, []] }, as: 'entry', cond: { $and: [{ $eq: ['$$entry.owner', owner] }, { $gt: ['$$entry.exp', '$$NOW'] }] } } };
+  const live = { $filter: { input: { $ifNull: [`$${paths.tag(tag)}`, []] }, as: 'entry', cond: { $and: [{ $eq: ['$$entry.owner', owner] }, ...entryUnexpired(paths)] } } };
   return { $expr: { $eq: [{ $size: live }, 0] } };
 }
 
@@ -66,7 +66,7 @@ export interface ReenterRequest {
 
 /** `$expr` operand: the entries of `tag` held by `owner` with token `fence` that are unexpired by the server's clock (`$$NOW`). */
 function ownerHolds(paths: LockPaths, tag: string, owner: string, fence: number): Document {
-  const cond = { $and: [{ $eq: ['$$entry.owner', owner] }, { $eq: ['$$entry.fence', fence] }, { $gt: ['$$entry.exp', '$$NOW'] }] };
+  const cond = { $and: [{ $eq: ['$$entry.owner', owner] }, { $eq: ['$$entry.fence', fence] }, ...entryUnexpired(paths)] };
   return { $filter: { input: { $ifNull: [`$${paths.tag(tag)}`, []] }, as: 'entry', cond } };
 }
 
@@ -103,9 +103,9 @@ export function reenterOperation(request: ReenterRequest): LockOperation {
   };
 }
 
-/** The live holds of `owner` in `tag` at server time `now` (ms), oldest first. */
+/** The live holds of `owner` in `tag` at server time `now` (ms), not dead by the document's `judged` stamp, oldest first. */
 export function holdsOf(lock: StoredLock, tag: string, owner: string, now: number): StoredEntry[] {
-  const entries = lock.tags?.[tag];
-  if (!Array.isArray(entries)) return [];
-  return entries.filter((entry) => entry.owner === owner && entry.exp instanceof Date && entry.exp.getTime() > now).sort((a, b) => a.at.getTime() - b.at.getTime());
+  return liveEntries(lock, tag, now)
+    .filter((entry) => entry.owner === owner)
+    .sort((a, b) => a.at.getTime() - b.at.getTime());
 }

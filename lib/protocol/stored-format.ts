@@ -202,6 +202,11 @@ function judgedStamp(paths: LockPaths): Document {
   return { $ifNull: [`$${paths.judged}`, new Date(0)] };
 }
 
+/** `$expr` conditions on `$$entry` (an entry of a `$map` or `$filter`): unexpired by the server's clock (`$$NOW`) and not dead by the document's `judged` stamp. */
+export function entryUnexpired(paths: LockPaths): Document[] {
+  return [{ $gt: ['$$entry.exp', '$$NOW'] }, { $gt: ['$$entry.exp', judgedStamp(paths)] }];
+}
+
 /** Update (`$max`): records `stamp`, at which the write judged the entries (see {@link judgedStamp}). */
 export function recordJudged(paths: LockPaths, stamp: Date): Document {
   return { [paths.judged]: stamp };
@@ -223,7 +228,7 @@ export function entryLiveOnServer(paths: LockPaths, tag: string, proof: { id: st
         $map: {
           input: { $ifNull: [`$${paths.tag(tag)}`, []] },
           as: 'entry',
-          in: { $and: [identifies, { $gt: ['$$entry.exp', '$$NOW'] }, { $gt: ['$$entry.exp', judgedStamp(paths)] }] },
+          in: { $and: [identifies, ...entryUnexpired(paths)] },
         },
       },
     ],

@@ -17,6 +17,11 @@ import { freshCollection } from '../support/fixture';
 
 const LEASE = 1_500;
 const METHODS = new Set(['findOneAndUpdate', 'updateOne']);
+/** Readers share a document, a writer excludes them. */
+const READ_WRITE = {
+  locktimeouts: { read: LEASE, write: LEASE },
+  lockRelationships: { read: { cooperative: ['write'] }, write: { cooperative: ['write', 'read'] } },
+};
 
 /** A server on which the old holder's next command picked by `blockNext` is blocked, and lands right after the new holder's acquisition has. */
 class BlockedCommand {
@@ -74,6 +79,14 @@ function isExtension(args: readonly unknown[]): boolean {
   return Object.keys((update.$set ?? {}) as Document).some((path) => path.endsWith('.$[mine].exp'));
 }
 
+/** True for an owner's nested hold of `tag` (it pushes an entry with an owner without moving the fence). */
+const isNestedHold =
+  (tag: string) =>
+  (args: readonly unknown[]): boolean => {
+    const update = (args[1] ?? {}) as Document;
+    return update.$inc === undefined && Object.keys((update.$push ?? {}) as Document).some((path) => path.endsWith(`tags.${tag}`));
+  };
+
 /** Entries of `tag` in document `a` unexpired now. */
 async function liveEntries(raw: Collection<Document>, tag: string): Promise<number> {
   const doc = await raw.findOne({ _id: 'a' as never });
@@ -120,17 +133,28 @@ describe('a command of a lock that lands after the lock expired and another call
     this.timeout(20_000);
     const raw = await freshCollection([{ _id: 'a' }]);
     const server = new BlockedCommand(raw);
-    const options = {
-      locktimeouts: { read: LEASE, write: LEASE },
-      lockRelationships: { read: { cooperative: ['write'] }, write: { cooperative: ['write', 'read'] } },
-    };
-    const reader = await multiLock({ collection: server.oldHolders, ...options }).acquire({ _id: 'a' }, { tag: 'read' });
-    const upgrader = await multiLock({ collection: server.newHolders, ...options }).acquire({ _id: 'a' }, { tag: 'read', locktimeout: 10_000 });
+    const reader = await multiLock({ collection: server.oldHolders, ...READ_WRITE }).acquire({ _id: 'a' }, { tag: 'read' });
+    const upgrader = await multiLock({ collection: server.newHolders, ...READ_WRITE }).acquire({ _id: 'a' }, { tag: 'read', locktimeout: 10_000 });
     server.blockNext(isExtension);
     const { late, next } = await lateBehind(reader, () => reader.extend(), () => upgrader.convert('write', { wait: 10_000 }));
     const both = `reader's extension: ${late instanceof Error ? late.message : 'resolved'}, remaining() ${reader.remaining()} ms; writer's remaining() ${next.remaining()} ms`;
     expect(next.tag, both).to.equal('write');
     expect(await liveEntries(raw, 'read'), both).to.equal(0);
     expect(reader.remaining() > 0 && next.remaining() > 0, both).to.equal(false);
+  });
+
+  it('an upgrade to write that waited for an owner\'s read lock: the owner\'s late nested read hold does not land beside the writer', async function () {
+    this.timeout(20_000);
+    const raw = await freshCollection([{ _id: 'a' }]);
+    const server = new BlockedCommand(raw);
+    const owners = multiLock({ collection: server.oldHolders, ...READ_WRITE });
+    const outer = await owners.acquire({ _id: 'a' }, { tag: 'read', owner: 'X' });
+    const upgrader = await multiLock({ collection: server.newHolders, ...READ_WRITE }).acquire({ _id: 'a' }, { tag: 'read', locktimeout: 10_000 });
+    server.blockNext(isNestedHold('read'));
+    const { late, next } = await lateBehind(outer, () => owners.acquire({ _id: 'a' }, { tag: 'read', owner: 'X' }), () => upgrader.convert('write', { wait: 10_000 }));
+    const both = `nested read hold: ${late instanceof Error ? late.message : `held, remaining() ${late.remaining()} ms`}; writer (${next.tag}) remaining() ${next.remaining()} ms; live read entries ${await liveEntries(raw, 'read')}`;
+    expect(next.tag, both).to.equal('write');
+    expect(late instanceof Error || !(late.remaining() > 0 && next.remaining() > 0), both).to.equal(true);
+    expect(await liveEntries(raw, 'read'), both).to.equal(0);
   });
 });
