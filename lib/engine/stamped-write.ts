@@ -78,13 +78,16 @@ function clockBehindError(behindMs: number, call: ResolvedCallOptions): Error {
  * (none is on a standalone server or a replica set, nor with `maxClockSkew: 0`: nothing then, the
  * server checks the stamp). With several clocks (a sharded cluster): a router's (a read's `$$NOW`)
  * and the clock of the shard holding the document (a write of its clock), at once, until both were
- * seen, so that a skew beyond the one assumed fails the call before any write judges a lock by
- * it. With one clock: the server's clock.
+ * seen and again once the shard's clock seen is stale ({@link ServerClock.shardClockStale}), so that
+ * a skew beyond the one assumed fails the call before any write judges a lock by it. With one
+ * clock: the server's clock.
  */
 async function observeBeforeStamping(clock: ServerClock, store: Store, call: ResolvedCallOptions, target: Document): Promise<void> {
   if (clock.skew === 0) return;
-  if (clock.severalClocks && !clock.sawBothClocks) await Promise.all([readClock(clock, store, call, target), stampClock(clock, store, call, target)]);
-  else if (!clock.synchronized) await readClock(clock, store, call, target);
+  if (clock.severalClocks && (!clock.sawBothClocks || clock.shardClockStale)) {
+    await Promise.all([readClock(clock, store, call, target), stampClock(clock, store, call, target)]);
+    refuseExcessSkew(clock, call); // both seen: whichever came in last
+  } else if (!clock.synchronized) await readClock(clock, store, call, target);
 }
 
 /** Reads the document `target` selects and the server's clock (`$$NOW`) into the bounds, on the primary; throws when the skew between clocks is beyond what is assumed. */

@@ -117,6 +117,18 @@ export class ServerClock {
   }
 
   /**
+   * With several clocks: true when the newest shard clock this client saw is so old that the
+   * drift allowed since ({@link MAX_DRIFT} each way) could hide a quarter of the skew assumed. A
+   * read is then no longer checked against it: it stays out of the bounds until a fresh shard
+   * clock is seen (a lock object idle for minutes, then routed through a mongos far ahead).
+   */
+  get shardClockStale(): boolean {
+    const write = this.raw.write;
+    if (!this.twoClocks || !write) return false;
+    return (this.local() - write.low.local) * 2 * MAX_DRIFT > this.skewMs / 4;
+  }
+
+  /**
    * Learns from a reply carrying the server's time `serverNow`, sent at `sentAt` and arrived at
    * `arrivedAt` (local ms): a write's `$currentDate` (`source` `write`: the clock of the server that
    * applied it) or a read's `$$NOW` (`read`: on a sharded cluster, the routing mongos's clock).
@@ -134,7 +146,7 @@ export class ServerClock {
     const firstShardClock = this.twoClocks && source === 'write' && !this.raw.write;
     this.raw[source] = tightest(this.raw[source], seen, now);
     // A router's clock beyond the skew assumed stays out of the bounds (excessSkew reports it); reads alone give way to a shard's clock.
-    if (this.twoClocks && source === 'read' && this.raw.write && this.excessSkew() !== undefined) return;
+    if (this.twoClocks && source === 'read' && this.raw.write && (this.shardClockStale || this.excessSkew() !== undefined)) return;
     if (firstShardClock) this.low = this.high = undefined;
     const widened = tightest(
       this.low && this.high ? { low: this.low, high: this.high } : undefined,

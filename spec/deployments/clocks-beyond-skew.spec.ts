@@ -12,7 +12,7 @@ import { expect } from 'chai';
 import type { Collection, Document } from 'mongodb';
 import { multiLock, writeLock, type LockHandle, type MultiLock } from '../../lib';
 import { simulatedCluster } from '../../stress/simulated-cluster';
-import { realNow } from '../support/clock';
+import { onShardClock } from '../support/shard-clock';
 import { commandsSentBy, freshCollection, rejectionOf } from '../support/fixture';
 
 const LEASE = 10_000;
@@ -25,25 +25,6 @@ const RW = {
 function lockThrough(raw: Collection<Document>, offsetMs: () => number, maxClockSkew?: number): MultiLock {
   const collection = simulatedCluster(raw, { routers: [{ offsetMs }] });
   return multiLock({ collection, ...RW, ...(maxClockSkew !== undefined && { maxClockSkew }) });
-}
-
-/** `collection` on a shard whose primary's clock is the server's plus `offsetMs()`: each `$currentDate` it applies writes that time. */
-function onShardClock(collection: Collection<Document>, offsetMs: () => number): Collection<Document> {
-  const shardTime = (update: Document): Document => {
-    const { $currentDate, ...rest } = update as { $currentDate?: Document; $set?: Document };
-    if (!$currentDate) return update;
-    const now = new Date(realNow() + offsetMs());
-    return { ...rest, $set: { ...rest.$set, ...Object.fromEntries(Object.keys($currentDate).map((path) => [path, now])) } };
-  };
-  return new Proxy(collection, {
-    get(target, property, receiver) {
-      const value: unknown = Reflect.get(target, property, receiver);
-      if (typeof value !== 'function') return value;
-      const method = value as (...a: unknown[]) => unknown;
-      if (property !== 'findOneAndUpdate' && property !== 'updateOne') return method.bind(target);
-      return (filter: Document, update: Document, ...rest: unknown[]) => method.call(target, filter, shardTime(update), ...rest);
-    },
-  });
 }
 
 /** Whether the entry of `handle` is still in its document. */
