@@ -13,7 +13,7 @@
  * 8 s ahead of the shard (maxClockSkew 100 ms says at most 0.1 s).
  */
 import { expect } from 'chai';
-import { multiLock, writeLock } from '../../lib';
+import { multiLock, resourceLocks, writeLock } from '../../lib';
 import { simulatedCluster } from '../../stress/simulated-cluster';
 import { realNow } from '../support/clock';
 import { onShardClock } from '../support/shard-clock';
@@ -101,5 +101,21 @@ describe('a lock object idle for hours, then routed through a router further ahe
       `the reader's remaining() ${readerLeft} ms`;
     expect(readerLeft, story).to.be.greaterThan(0);
     expect(writer instanceof Error, story).to.equal(true);
+  });
+
+  it('a resource lock idle for hours, on a resource whose document does not exist yet (no document to write the shard\'s clock in): locks it', async function () {
+    this.timeout(30_000);
+    const raw = await freshCollection();
+    let elapsed = 0;
+    const shard = onShardClock(raw, () => elapsed);
+    const resources = resourceLocks({ collection: simulatedCluster(shard, { routers: [{ offsetMs: () => elapsed }] }), maxClockSkew: SKEW, clock: () => performance.now() + elapsed });
+    await resources.xlock('warm', 'warm-lock', { ttl: LEASE });
+    await resources.unlock('warm-lock');
+    elapsed = IDLE;
+    const said = await resources.xlock('new-resource', 'new-lock', { ttl: LEASE }).then(
+      () => 'locked',
+      (error: Error) => `failed: ${error.message}`,
+    );
+    expect(said).to.equal('locked');
   });
 });
