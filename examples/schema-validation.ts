@@ -21,6 +21,7 @@ async function main(): Promise<void> {
                 fence: { bsonType: ['int', 'long', 'double'] },
                 now: { bsonType: 'date' },
                 until: { bsonType: 'date' },
+                judged: { bsonType: 'date' },
                 born: { bsonType: 'date' },
                 tags: { bsonType: 'object' },
                 recent: { bsonType: 'object' },

@@ -6,6 +6,7 @@ import { expect } from 'chai';
 import { renderTargets } from '../../bench/targets';
 import { mongoBackend, requireCapability } from '../support/fixture';
 import type { BackendCapabilities } from '../../support/mongo-backend';
+import { RESERVED_TAG_NAMES } from '../../lib/protocol/stored-format';
 
 const run = promisify(execFile);
 const ROOT = join(__dirname, '..', '..');
@@ -85,6 +86,14 @@ describe('README and docs', () => {
     const pages = PAGES.filter((name) => name.startsWith('docs'));
     expect(pages.length).to.be.at.least(5);
     for (const page of pages) expectExampleBlocks(page);
+  });
+
+  it('the schema validation recipe (examples/schema-validation.ts) allows every key monglock stores in the lock field (the offline server ignores validators, so its run cannot tell)', () => {
+    const example = readFileSync(join(ROOT, 'examples', 'schema-validation.ts'), 'utf8');
+    const lockBlock = example.slice(example.indexOf('lock: {'), example.indexOf('// #endregion'));
+    const allowed = [...lockBlock.matchAll(/^\s+(\w+): \{ bsonType/gm)].map((match) => match[1]).sort();
+    const stored = [...RESERVED_TAG_NAMES].filter((key) => key !== 'active' && key !== 'timestamp').sort(); // v2's keys are not written
+    expect(allowed).to.deep.equal(stored);
   });
 
   it('bench/results/targets.md is what bench/targets.ts judges from the committed results (targets are never judged by hand)', () => {
