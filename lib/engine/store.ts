@@ -1,6 +1,7 @@
 import type { ClientSession, Collection, Document, UpdateFilter, WriteConcernSettings } from 'mongodb';
 import type { LockOperation } from '../protocol/operation';
 import type { ResolvedCallOptions } from '../common/options';
+import { inTransaction } from '../common/write-params';
 import { LockPaths } from '../protocol/stored-format';
 import { replyProjection, withShardKey } from './reply-projection';
 
@@ -123,7 +124,8 @@ export class Store {
           maxTimeMS: call.timeout,
           readPreference: 'primary',
           // Inside the caller's transaction, the read joins it (its snapshot; a read concern is the transaction's).
-          ...(call.session ? { session: call.session } : readConcern ? { readConcern: { level: readConcern } } : {}),
+          ...(call.session && { session: call.session }),
+          ...(readConcern && !inTransaction(call) && { readConcern: { level: readConcern } }),
         })
         .toArray(),
     );
@@ -170,7 +172,7 @@ export function writeConcern(call: ResolvedCallOptions, w: ResolvedCallOptions['
  */
 export function writeOptions(call: ResolvedCallOptions, w: ResolvedCallOptions['w'] = call.w): { writeConcern?: WriteConcernSettings; session?: ClientSession } {
   if (!call.session) return { writeConcern: writeConcern(call, w) };
-  return call.session.inTransaction() ? { session: call.session } : { writeConcern: writeConcern(call, w), session: call.session };
+  return inTransaction(call) ? { session: call.session } : { writeConcern: writeConcern(call, w), session: call.session };
 }
 
 /** A command in flight: when its deadline passes, and how to fail it then. */

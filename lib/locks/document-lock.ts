@@ -166,7 +166,7 @@ export class DocumentLock implements HandleOwner, AcquireSite {
     const release = (): Promise<void> => this.engine.release(filter, tag, proof, claimed, call, { ...write, group });
     const released = (): void => this.released(filter, tag, proof && 'id' in proof ? proof.id : undefined, claimed?.permits);
     // A release in a transaction is not handed over: the waiter's lock would be the transaction's until it commits.
-    await releaseHandingOver(this.engine, this.waiters, filter, write || session || !proof || !('id' in proof) ? undefined : claimed, call, release, released);
+    await releaseHandingOver(this.engine, this.waiters, filter, write || inTransaction(call) || !proof || !('id' in proof) ? undefined : claimed, call, release, released);
     if (inside) this.transactionWrites.released(inside, () => this.engine.release(filter, tag, inside, claimed, plain), plain.timeout);
   }
 

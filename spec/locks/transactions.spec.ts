@@ -12,7 +12,8 @@
 import { expect } from 'chai';
 import { MongoServerError, type ClientSession, type Collection, type Document } from 'mongodb';
 import { commit, isLockError, multiLock, resourceLocks, writeLock, type LockData, type LockHandle, type WriteLock } from '../../lib';
-import { freshCollection, rejectionOf, sleep, snapshotOf } from '../support/fixture';
+import { failingAfterLanding } from '../../stress/server-faults';
+import { freshCollection, mongoClient, rejectionOf, sleep, snapshotOf } from '../support/fixture';
 import { liveEntries, transactional, transactionPerTest, until, type Call, type InTransaction } from '../support/transactional';
 
 const DEBIT = { $inc: { balance: -30 } };
@@ -83,6 +84,34 @@ describe('a commit inside the caller\'s transaction', () => {
     expect(calls.at(-1)).to.deep.include({ method: 'findOneAndUpdate', inTransaction: true, w: undefined });
     await session.commitTransaction();
     await handle.release();
+  });
+
+  it('a commit in the transaction after the lock ran out and another caller took it: LockWasReacquired, and nothing is applied when the transaction commits', async () => {
+    const { raw, lock: accounts } = await accountsIn('commit', { locktimeout: 300 });
+    const held = await accounts.acquire({ _id: 'acc' });
+    await sleep(600);
+    const rival = await writeLock({ collection: raw }).acquire({ _id: 'acc' });
+    const error = await rejectionOf(held.release({ update: DEBIT, session }));
+    await session.commitTransaction();
+    expect(isLockError(error, 'LockWasReacquired'), `${error.name}: ${error.message}`).to.equal(true);
+    expect(await balance(raw)).to.equal(100);
+    await rival.release();
+  });
+
+  it('a session outside a transaction: a commit whose reply was lost is settled by a majority read all the same', async () => {
+    const raw = await freshCollection([{ _id: 'acc', balance: 100 }]);
+    const calls: Call[] = [];
+    const lostOnce = failingAfterLanding(transactional(raw, calls, () => 'commit'), (method, args, n) => method === 'updateOne' && n === 1, () => new MongoServerError({ ok: 0, code: 91, codeName: 'ShutdownInProgress', errmsg: 'the retry failed (simulated)' }));
+    const outside = mongoClient().startSession();
+    try {
+      const value = await writeLock({ collection: lostOnce }).using({ _id: 'acc' }, {}, () => commit(DEBIT, 'paid', { session: outside }));
+      expect(value, 'the commit landed: settled as applied').to.equal('paid');
+      const settlingRead = calls.filter((call) => call.method === 'aggregate').at(-1);
+      expect(settlingRead, 'the read that settled it').to.deep.include({ session: true, inTransaction: false, readConcern: 'majority' });
+      expect(await balance(raw)).to.equal(70);
+    } finally {
+      await outside.endSession();
+    }
   });
 
   it('acquisitions refuse a session, and a session must be one: TypeError before anything is written', async () => {

@@ -6,7 +6,7 @@
  * that wrote is open, until it ends or the write's `maxTimeMS` passes (then code 50). What MongoDB
  * then does is the manual's (docs/backends.md).
  */
-import { MongoServerError, type ClientSession, type Collection, type Document } from 'mongodb';
+import { MongoServerError, type AggregationCursor, type ClientSession, type Collection, type Document } from 'mongodb';
 import { realNow } from './clock';
 import { mongoClient, sleep } from './fixture';
 
@@ -16,6 +16,8 @@ export interface Call {
   readonly inTransaction: boolean;
   readonly session: boolean;
   readonly w: unknown;
+  /** The read concern level of a read. */
+  readonly readConcern?: unknown;
   /** Its reply (or error) came. */
   settled?: true;
 }
@@ -33,27 +35,38 @@ export function transactional(collection: Collection<Document>, calls: Call[], i
       if (typeof value !== 'function') return value;
       const method = String(property);
       if (!['findOneAndUpdate', 'updateOne', 'aggregate'].includes(method)) return (value as (...a: unknown[]) => unknown).bind(target);
-      return async (...args: unknown[]) => {
+      return (...args: unknown[]) => {
         const at = method === 'aggregate' ? 1 : 2;
-        const { session, ...options } = (args[at] ?? {}) as { session?: ClientSession; writeConcern?: { w?: unknown }; maxTimeMS?: number };
+        const { session, ...options } = (args[at] ?? {}) as { session?: ClientSession; writeConcern?: { w?: unknown }; readConcern?: { level?: unknown }; maxTimeMS?: number };
         const inside = session?.inTransaction() === true;
-        const call: Call = { method, inTransaction: inside, session: session !== undefined, w: options.writeConcern?.w };
+        const call: Call = { method, inTransaction: inside, session: session !== undefined, w: options.writeConcern?.w, readConcern: options.readConcern?.level };
         calls.push(call);
-        const forward = (): Promise<unknown> => (value as (...a: unknown[]) => Promise<unknown>).apply(target, [...args.slice(0, at), options]);
-        try {
-          if (inside && method !== 'aggregate') {
-            const fate = inTransaction();
-            if (fate !== 'commit' && fate !== 'abort') throw fate();
-            writers.add(session);
-            if (fate === 'abort') return await undone(target, forward);
-          } else if (method !== 'aggregate') await behind(writers, options.maxTimeMS ?? 60_000);
-          return await forward();
-        } finally {
-          call.settled = true;
-        }
+        const send = (): unknown => (value as (...a: unknown[]) => unknown).apply(target, [...args.slice(0, at), options]);
+        if (method === 'aggregate') return settledOnRead(send() as AggregationCursor, call); // a cursor, as the driver returns
+        const forward = send as () => Promise<unknown>;
+        return (async () => {
+          try {
+            if (inside) {
+              const fate = inTransaction();
+              if (fate !== 'commit' && fate !== 'abort') throw fate();
+              writers.add(session);
+              if (fate === 'abort') return await undone(target, forward);
+            } else await behind(writers, options.maxTimeMS ?? 60_000);
+            return await forward();
+          } finally {
+            call.settled = true;
+          }
+        })();
       };
     },
   });
+}
+
+/** `cursor`, whose `toArray` marks `call` settled when its documents came. */
+function settledOnRead(cursor: AggregationCursor, call: Call): AggregationCursor {
+  const toArray = cursor.toArray.bind(cursor);
+  cursor.toArray = () => toArray().finally(() => (call.settled = true));
+  return cursor;
 }
 
 /** Waits while a transaction of `writers` is open, at most `maxTimeMS` (then fails as MongoDB does). */
