@@ -78,10 +78,11 @@ export interface WriteOptions<TSchema extends Document = Document> {
   readonly session?: ClientSession;
 }
 
+const WRITE_OPTION_KEYS = ['match', 'arrayFilters', 'session'] as const;
 /** The keys of {@link UpdateParams}. */
-export const UPDATE_KEYS = ['update', 'match', 'arrayFilters', 'session'] as const;
+export const UPDATE_KEYS = ['update', ...WRITE_OPTION_KEYS] as const;
 /** The keys of {@link WriteOptions} (`commit()`'s options). */
-export const WRITE_OPTIONS = knownKeys<WriteOptions>()(['match', 'arrayFilters', 'session']);
+export const WRITE_OPTIONS = knownKeys<WriteOptions>()(WRITE_OPTION_KEYS);
 
 /**
  * An update of a locked document: the driver's `UpdateFilter<TSchema>` for a typed collection, any

@@ -5,7 +5,7 @@ import type { LockData } from '../protocol/lock-data';
 import type { ResolvedCallOptions } from '../common/options';
 import type { Inspection, Store } from './store';
 import { newLockId } from '../protocol/lock-ids';
-import { MAX_TOLERANCE, type ServerClock } from '../protocol/server-clock';
+import type { ServerClock } from '../protocol/server-clock';
 import { withdrawOperation } from '../protocol/release';
 import { COMMIT_RECORDS, hasEntry, type LockPaths, type StoredCommit } from '../protocol/stored-format';
 import { classifyWriteFailure } from './write-failures';
@@ -17,8 +17,6 @@ export interface CommitSettlement {
   readonly clock: ServerClock;
   /** Reads the server's clock into `clock` (when no reply has told it yet). */
   readonly readClock: () => Promise<void>;
-  /** The write concern of a write that carries the caller's data (majority at least). */
-  readonly w: ResolvedCallOptions['w'];
 }
 
 /**
@@ -89,12 +87,12 @@ export async function settleCommit(settlement: CommitSettlement, target: Documen
 
   // When the lock's acquisition could land is unknown without a stamp: then an absent entry proves nothing.
   // A lock passed back as data: its stamp's widest window, and a command blocked for this call's timeout.
-  const landsBy = lock.landsBy ?? (lock.timestamp > 0 ? lock.timestamp + settlement.clock.tolerance(2 * MAX_TOLERANCE, true) + call.timeout : undefined);
+  const landsBy = lock.landsBy ?? (lock.timestamp > 0 ? lock.timestamp + settlement.clock.widestTolerance() + call.timeout : undefined);
   let removed: boolean;
   try {
     if (landsBy !== undefined && landsBy > 0) await untilServerPassed(settlement, landsBy);
     removed = await withDbErrors(call.boom, () =>
-      store.applyOne(withdrawOperation(paths, target, lock.tag, lock.id), call, settlement.w),
+      store.applyOne(withdrawOperation(paths, target, lock.tag, lock.id), call, DATA_WRITE_CONCERN),
     );
   } catch {
     throw fail('unknown', 'whether the update was applied is unknown: MongoDB could not be reached to settle it (the lock may be held until its lease ends)');

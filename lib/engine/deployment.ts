@@ -3,7 +3,7 @@ import { lockError } from '../common/errors';
 import type { ResolvedCallOptions } from '../common/options';
 import type { ServerClock } from '../protocol/server-clock';
 import { addressFromFilter, addressOf } from './address';
-import { skewError } from './stamped-write';
+import { refuseExcessSkew } from './stamped-write';
 import { withDeadline, type Store } from './store';
 import { classifyWriteFailure, describeWriteFailure } from './write-failures';
 
@@ -189,19 +189,9 @@ export class DeploymentView {
    * judged a live lock expired. `undo` first takes back what the write just took (a lock).
    */
   async refuseSkewed(call: ResolvedCallOptions, undo?: () => Promise<unknown>): Promise<void> {
-    const skew = this.clock.excessSkew();
-    if (skew === undefined) return;
+    if (this.clock.excessSkew() === undefined) return;
     await undo?.().catch(() => undefined);
-    throw skewError(skew, this.clock.skew, call);
-  }
-
-  /**
-   * {@link refuseSkewed} after a write that landed with the caller's update (an extension's): the
-   * update stays applied, and the error says so (`data.applied: true`).
-   */
-  refuseSkewedAfterUpdate(call: ResolvedCallOptions): void {
-    const skew = this.clock.excessSkew();
-    if (skew !== undefined) throw skewError(skew, this.clock.skew, call, true);
+    refuseExcessSkew(this.clock, call);
   }
 
   /** Takes what the deployment says: its clocks' skew into the clock bounds, its shard key into the replies. */

@@ -16,13 +16,12 @@ import { AssertivePending, landing, withDocument, type Acquired } from './acquir
 import { FairTickets } from './fair-tickets';
 import { handOver, withdrawHandOver, type GranteeTerms } from './hand-over';
 import { DATA_WRITE_CONCERN } from './commit-outcome';
-import { driverErrorOf, noMatch, releaseLock, type ReleaseWrite } from './release';
+import { driverErrorOf, releaseLock, type ReleaseWrite } from './release';
 import { explainLostLock, explainRefusedAcquisition, unexplainedRefusal, type AcquireContext } from './refusals';
-import { observeWrite, readClock, runStamped, type StampedWrite } from './stamped-write';
+import { observeWrite, readClock, refuseExcessSkew, runStamped, type StampedWrite } from './stamped-write';
 import type { Inspection, Store, Timed } from './store';
 import { failedAcquisition } from './write-failures';
 import { inTransaction, type FinalWrite } from '../common/write-params';
-import { stampRefused } from './stamp-refusals';
 import { DeploymentView, type DeploymentProbe } from './deployment';
 import { continueRegistration } from './continuation';
 
@@ -184,16 +183,12 @@ export class LockEngine {
         const reply = await store.apply(operation, call, update ? DATA_WRITE_CONCERN : call.w);
         if (!reply.value) return undefined;
         const appliedAt = this.observeWrite(reply.value, reply);
-        // The update landed: a skew shown now is reported with it applied, never as a plain failure.
-        if (update) this.deployment.refuseSkewedAfterUpdate(call);
-        else await this.deployment.refuseSkewed(call);
+        // With an update, it landed: a skew shown now is reported with the update applied, never as a plain failure.
+        refuseExcessSkew(this.settings.clock, call, update !== undefined);
         return { lock: { ...lock, expiresAt: exp.getTime() }, target: this.deployment.addressOf(reply.value), appliedAt };
       },
-      explain: (seen, stamp, tolerance) => {
-        const verdict = explainLostLock({ paths, rule, reportsReacquired, boom: call.boom, withUpdate: update !== undefined }, seen, lock, proof, stamp, tolerance, lease);
-        // Live, and the stamp was not what the server refused: the document did not match the caller's `match`.
-        return verdict.retry && write?.match && !stampRefused(seen, stamp, tolerance) ? { retry: false, error: noMatch(call) } : verdict;
-      },
+      explain: (seen, stamp, tolerance) =>
+        explainLostLock({ paths, rule, reportsReacquired, boom: call.boom, withUpdate: update !== undefined, withMatch: write?.match !== undefined }, seen, lock, proof, stamp, tolerance, lease),
     });
     return inTransaction(call) ? extending.catch((error: unknown) => Promise.reject(driverErrorOf(error))) : extending;
   }

@@ -101,6 +101,8 @@ export interface LostContext {
   readonly boom: BoomLike | undefined;
   /** The write carried the caller's update (a commit, or an extension with an update). */
   readonly withUpdate?: boolean;
+  /** The update came with the caller's `match`, which the document must also match. */
+  readonly withMatch?: boolean;
 }
 
 /**
@@ -126,6 +128,8 @@ export function explainLostLock(context: LostContext, seen: Inspection, lock: Lo
       return { retry: false, error: lockError('AssertiveLock', boom, { detail }) };
     }
   }
+  // Live, asserting over nothing held, and not refused for its stamp: the document did not match the caller's `match`.
+  if (ownLive && context.withMatch && !(stamp > 0 && stampRefused(seen, stamp, tolerance))) return { retry: false, error: noMatch(boom) };
   if (ownLive) return { retry: true, why: stampLag(seen, stamp, tolerance, lease) };
   // Reacquired: the document has issued a later lock than this one (its fence moved on). A lock
   // whose reply was lost has no known fence (0): nothing tells whether anyone acquired after it.
@@ -133,4 +137,9 @@ export function explainLostLock(context: LostContext, seen: Inspection, lock: Lo
   const subtype: LockErrorSubtype = context.reportsReacquired && takenOver ? 'LockWasReacquired' : 'LockNotFound';
   const detail = `${own ? 'the lock expired' : 'the lock is not held'}${withUpdate ? '; the update was not applied' : ''}`;
   return { retry: false, error: lockError(subtype, boom, { detail }) };
+}
+
+/** The refusal of a final write whose document did not match the caller's `match`. */
+export function noMatch(boom: BoomLike | undefined): Error {
+  return lockError('RessourceNotFound', boom, { detail: 'the document does not match params.match: nothing was written (the lock is still held)' });
 }

@@ -52,13 +52,11 @@ export async function releaseLock(settings: EngineSettings, rule: TagRule, reque
     if (!update || !isLockError(error, 'DbError')) throw error;
     if (!record) return settleTimestampCommit(error, call);
     const lock = claimed ?? { id: record.lock, tag, timestamp: 0, fence: 0, expiresAt: 0 };
-    return settleCommit({ store, paths, clock, w, readClock }, target, { lock, record }, error, call);
+    return settleCommit({ store, paths, clock, readClock }, target, { lock, record }, error, call);
   }
   if (matched) return;
   const seen = await withDbErrors(call.boom, () => store.inspect(target, call));
-  const lost = explainLostLock({ paths, rule, reportsReacquired, boom: call.boom, withUpdate: update !== undefined }, seen, claimed ?? { id: '', tag, timestamp: 0, fence: 0, expiresAt: 0 }, proof);
-  // The lock is live and asserts over nothing held: the document did not match the caller's `match`.
-  if (!lost.error && write.match) throw noMatch(call);
+  const lost = explainLostLock({ paths, rule, reportsReacquired, boom: call.boom, withUpdate: update !== undefined, withMatch: write.match !== undefined }, seen, claimed ?? { id: '', tag, timestamp: 0, fence: 0, expiresAt: 0 }, proof);
   throw lost.error ?? lockError('LockNotFound', call.boom, { detail: 'the lock is not held' });
 }
 
@@ -66,9 +64,4 @@ export async function releaseLock(settings: EngineSettings, rule: TagRule, reque
 export function driverErrorOf(error: unknown): unknown {
   const cause = (error as { cause?: unknown }).cause;
   return isLockError(error, 'DbError') && cause instanceof Error && cause.name.startsWith('Mongo') ? cause : error;
-}
-
-/** The refusal of a final write whose document did not match the caller's `match`. */
-export function noMatch(call: ResolvedCallOptions): Error {
-  return lockError('RessourceNotFound', call.boom, { detail: 'the document does not match params.match: nothing was written (the lock is still held)' });
 }

@@ -35,7 +35,7 @@ export async function runStamped<T>(clock: ServerClock, store: Store, call: Reso
   let relaxed = false;
   let minStamp = 0;
   let waited = 0;
-  await observeBeforeStamping(clock, store, call, stamped.target);
+  if (clock.skew > 0) await observeBeforeStamping(clock, store, call, stamped.target);
   for (let attempt = 1; ; attempt++) {
     refuseExcessSkew(clock, call);
     const stamp = Math.max(clock.stamp(), minStamp);
@@ -83,11 +83,8 @@ function clockBehindError(behindMs: number, call: ResolvedCallOptions): Error {
  * clock: the server's clock.
  */
 async function observeBeforeStamping(clock: ServerClock, store: Store, call: ResolvedCallOptions, target: Document): Promise<void> {
-  if (clock.skew === 0) return;
-  if (clock.severalClocks && (!clock.sawBothClocks || clock.shardClockStale)) {
-    await Promise.all([readClock(clock, store, call, target), stampClock(clock, store, call, target)]);
-    refuseExcessSkew(clock, call); // both seen: whichever came in last
-  } else if (!clock.synchronized) await readClock(clock, store, call, target);
+  if (clock.severalClocks && (!clock.sawBothClocks || clock.shardClockStale)) await Promise.all([readClock(clock, store, call, target), stampClock(clock, store, call, target)]);
+  else if (!clock.synchronized) await readClock(clock, store, call, target);
 }
 
 /** Reads the document `target` selects and the server's clock (`$$NOW`) into the bounds, on the primary; throws when the skew between clocks is beyond what is assumed. */
@@ -108,10 +105,13 @@ async function stampClock(clock: ServerClock, store: Store, call: ResolvedCallOp
   if (reply.value) observeWrite({ paths, clock }, reply.value, reply);
 }
 
-/** Throws {@link skewError} when the replies so far show clocks further apart than the skew assumed. */
-export function refuseExcessSkew(clock: ServerClock, call: Pick<ResolvedCallOptions, 'boom'>): void {
+/**
+ * Throws {@link skewError} when the replies so far show clocks further apart than the skew
+ * assumed; with `updateApplied`, after a write that landed with the caller's update.
+ */
+export function refuseExcessSkew(clock: ServerClock, call: Pick<ResolvedCallOptions, 'boom'>, updateApplied = false): void {
   const skew = clock.excessSkew();
-  if (skew !== undefined) throw skewError(skew, clock.skew, call);
+  if (skew !== undefined) throw skewError(skew, clock.skew, call, updateApplied);
 }
 
 /**

@@ -204,6 +204,11 @@ export class ServerClock {
     return base + 4 * this.skewMs;
   }
 
+  /** The widest tolerance any lease gets: how far behind `$$NOW` any stamp may be when its write runs. */
+  widestTolerance(): number {
+    return MAX_TOLERANCE + 4 * this.skewMs;
+  }
+
   /**
    * A stamp for a write the server checks against its `$$NOW` (ms): the lower bound minus the
    * skew, at or below every router's clock, and the skew below the locked document's own.
