@@ -3,7 +3,7 @@
  * concern, the collection's shard key and indexes. Each returns one finding.
  */
 import type { Collection, Document } from 'mongodb';
-import { helloOf, isRouted, shardKeyOf, shardKeyFields } from '../../engine/deployment';
+import { helloOf, shardKeyOf, shardKeyFields } from '../../engine/deployment';
 import { addressFromFilter } from '../../engine/address';
 import { withDeadline } from '../../engine/store';
 import { suggestedIndex, suggestedIndexCommand, untilIndexOf } from './lock-listing';
@@ -52,7 +52,7 @@ export function versionOf(text: string | undefined): [number, number] | undefine
 /** Asks the server what it is (`hello`, else `isMaster`; `buildInfo`; `serverStatus`) and how it is deployed. */
 export async function readDeployment(collection: Collection<Document>, timeout: number): Promise<Deployment> {
   const hello = await helloOf(collection, timeout);
-  const routed = await isRouted(collection, timeout);
+  const routed = hello.msg === 'isdbgrid';
   const build = await adminCommand(collection, { buildInfo: 1 }, timeout).catch((): Document => ({}));
   const status = await adminCommand(collection, { serverStatus: 1 }, timeout).catch((): Document => ({}));
   const ferretdbVersion = typeof build.ferretdbVersion === 'string' ? build.ferretdbVersion : undefined;
@@ -134,10 +134,10 @@ export async function writeConcernFinding(deployment: Deployment): Promise<Docto
   return finding('write-concern', 'warn', `${summary}, below majority`, values, "monglock sends w: 'majority' itself, but your own writes under a lock inherit this default: a failover can roll them back; setDefaultRWConcern({ defaultWriteConcern: { w: 'majority' } }) or pass writeConcern to them");
 }
 
-/** The shard key fields `filter` carries no equality on, as mongos extracts a shard key (top level, or a clause of a top-level `$and`). */
+/** The shard key fields `filter` carries no equality on, as mongos extracts a shard key ({@link addressFromFilter}: top level, or a top-level `$and`). */
 export function missingShardKeyFields(filter: Document, fields: readonly string[]): string[] {
-  const clauses = [filter, ...(Array.isArray(filter.$and) ? (filter.$and as Document[]) : [])];
-  return fields.filter((path) => clauses.every((clause) => Object.keys(addressFromFilter(clause, [path])).length === 0));
+  const named = addressFromFilter(filter, fields);
+  return fields.filter((path) => !Object.hasOwn(named, path));
 }
 
 /** `shard-key`: the collection's shard key (`config.collections`), and whether `filter` names all of it. */

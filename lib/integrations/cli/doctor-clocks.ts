@@ -8,6 +8,7 @@ import { randomBytes } from 'node:crypto';
 import type { Collection, Document } from 'mongodb';
 import { clockReadOperation } from '../../protocol/resource-document';
 import { withDeadline } from '../../engine/store';
+import { monotonicNow } from '../../common/options';
 import { reason, type Deployment } from './doctor-checks';
 import { finding, type DoctorFinding } from './doctor-report';
 
@@ -38,10 +39,11 @@ export function newScratch(): Scratch {
 
 /** The scratch collection as `route` reaches it. */
 const scratchOf = (route: Route): Collection<Document> => route.collection.db.collection(SCRATCH_COLLECTION);
-/** The local clock, in ms since the epoch, from a monotonic source (only differences between its readings are used). */
-const localNow = (): number => performance.timeOrigin + performance.now();
+/** Tenths of a ms. */
+const round1 = (value: number): number => Math.round(value * 10) / 10;
+/** A signed duration, to a tenth of a ms. */
 const ms = (value: number): string => {
-  const rounded = Math.round(value * 10) / 10;
+  const rounded = round1(value);
   return `${rounded >= 0 ? '+' : '-'}${Math.abs(rounded).toFixed(1)} ms`;
 };
 
@@ -58,9 +60,9 @@ async function stampScratch(route: Route, scratch: Scratch, timeout: number, wri
 async function routerNow(route: Route, timeout: number): Promise<{ now: Date; sentAt: number; arrivedAt: number; readOn: string } | undefined> {
   const pipeline = [{ $limit: 1 }, { $project: { _id: 0, now: '$$NOW' } }];
   for (const [readOn, collection] of [[route.collection.collectionName, route.collection], [SCRATCH_COLLECTION, scratchOf(route)]] as const) {
-    const sentAt = localNow();
+    const sentAt = monotonicNow();
     const [row] = await withDeadline('aggregate', timeout, () => collection.aggregate(pipeline, { readPreference: 'primary' }).toArray());
-    const arrivedAt = localNow();
+    const arrivedAt = monotonicNow();
     if (row?.now instanceof Date) return { now: row.now, sentAt, arrivedAt, readOn };
   }
   return undefined;
@@ -68,9 +70,9 @@ async function routerNow(route: Route, timeout: number): Promise<{ now: Date; se
 
 /** One measurement: bounds on (router's clock − shard's clock), from a stamp and a read each timed locally (dates read back to the ms). */
 async function skewRound(route: Route, scratch: Scratch, timeout: number): Promise<{ low: number; high: number; readOn: string }> {
-  const sentAt = localNow();
+  const sentAt = monotonicNow();
   const stamped = await stampScratch(route, scratch, timeout);
-  const arrivedAt = localNow();
+  const arrivedAt = monotonicNow();
   const read = await routerNow(route, timeout);
   if (!stamped || !read) throw new Error('the server returned no date for $currentDate or $$NOW');
   // The shard's clock read `stamped` at some local instant in [sentAt, arrivedAt]; the router's read `read.now` in [read.sentAt, read.arrivedAt].
@@ -114,16 +116,15 @@ export async function clockSkewFinding(route: Route, scratch: Scratch, deploymen
   return finding('clock-skew', 'ok', `${measured}: ${within}`, values, sharded && suggested < maxClockSkew ? `nothing to change (maxClockSkew: ${suggested} would also hold, and lets an abandoned lock be taken over sooner)` : 'nothing to change');
 }
 
-const round1 = (value: number): number => Math.round(value * 10) / 10;
 
 /** `majority-writes`: the latency of `ROUNDS` `w: 'majority'` writes to the scratch document (median and max), or how they were refused. */
 export async function majorityWritesFinding(route: Route, scratch: Scratch, deployment: Deployment): Promise<DoctorFinding> {
   const times: number[] = [];
   try {
     for (let round = 0; round < ROUNDS; round++) {
-      const sentAt = localNow();
+      const sentAt = monotonicNow();
       await stampScratch(route, scratch, deployment.timeout, { w: 'majority' });
-      times.push(localNow() - sentAt);
+      times.push(monotonicNow() - sentAt);
     }
   } catch (error) {
     const standalone = deployment.kind === 'standalone';
@@ -147,11 +148,11 @@ export async function changeStreamFinding(route: Route, scratch: Scratch, deploy
   try {
     await withDeadline('aggregate', deployment.timeout, () => stream.tryNext()); // opens the stream: a refused $changeStream throws here
     const { filter, update } = clockReadOperation(scratch.id);
-    const sentAt = localNow();
+    const sentAt = monotonicNow();
     await withDeadline('update', deployment.timeout, () => scratchCollection.updateOne(filter, update, { upsert: true }));
-    while (localNow() - sentAt < CHANGE_WAIT_MS) {
+    while (monotonicNow() - sentAt < CHANGE_WAIT_MS) {
       if (await withDeadline('getMore', deployment.timeout, () => stream.tryNext())) {
-        const latency = localNow() - sentAt;
+        const latency = monotonicNow() - sentAt;
         return finding('change-streams', 'ok', `yes: a watcher of ${SCRATCH_COLLECTION} got an update after ${latency.toFixed(1)} ms`, { works: true, latencyMs: round1(latency) });
       }
     }
