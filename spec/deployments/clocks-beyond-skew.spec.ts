@@ -84,12 +84,13 @@ describe('a sharded cluster whose clocks are further apart than maxClockSkew', (
     const held = await lock.acquire({ _id: 'doc' });
     shardOffset = -1_000; // the shard's primary fails over to a member whose clock is 1 s behind
     const outcome = await held.extend(LEASE, { update: { $inc: { n: 1 } } }).then(
-      () => ({ said: 'resolved', applied: true as unknown }),
+      () => ({ said: 'resolved: no skew seen', applied: 'resolved: no skew seen' as unknown }),
       (error: Error & { data?: { applied?: unknown } }) => ({ said: error.message, applied: error.data?.applied }),
     );
     const n = (await raw.findOne({ _id: 'doc' as never }))?.n as unknown;
     expect(n, 'the update landed').to.equal(1);
     expect(outcome.applied, `the update landed, and the call said: ${outcome.said} (data.applied: ${String(outcome.applied)})`).to.equal(true);
+    expect(outcome.said, 'the extension is refused naming the skew its reply showed').to.match(/clocks are at least \d+ ms apart/);
   });
 
   it('what it costs: a lock\'s first call reads a router\'s clock and writes the shard\'s at once, before its write; later calls, and every call on one clock, send their write alone', async () => {
