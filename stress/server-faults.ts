@@ -62,10 +62,11 @@ export function landingLate(collection: Collection<Document>, match: FaultMatch,
   });
 }
 
-type Send = (args: readonly unknown[]) => Promise<unknown>;
+/** Sends a write's arguments (as given, or changed) to the collection. */
+export type Send = (args: readonly unknown[]) => Promise<unknown>;
 
-/** A proxy of `collection` whose writes go through `write` (numbered per method); everything else passes. */
-function wrapWrites(collection: Collection<Document>, write: (method: string, args: readonly unknown[], n: number, send: Send) => Promise<unknown>): Collection<Document> {
+/** A proxy of `collection` whose writes (updates and deletes) go through `write` (numbered per method); everything else passes. */
+export function wrapWrites(collection: Collection<Document>, write: (method: string, args: readonly unknown[], n: number, send: Send) => Promise<unknown>): Collection<Document> {
   const counts = new Map<string, number>();
   return new Proxy(collection, {
     get(target, property, receiver) {

@@ -1,4 +1,5 @@
 import type { Collection, Document } from 'mongodb';
+import { wrapWrites } from '../../stress/server-faults';
 import { realNow } from './clock';
 
 /** `collection` on a shard whose primary's clock is the server's plus `offsetMs()`: each `$currentDate` it applies writes that time. */
@@ -9,13 +10,7 @@ export function onShardClock(collection: Collection<Document>, offsetMs: () => n
     const now = new Date(realNow() + offsetMs());
     return { ...rest, $set: { ...rest.$set, ...Object.fromEntries(Object.keys($currentDate).map((path) => [path, now])) } };
   };
-  return new Proxy(collection, {
-    get(target, property, receiver) {
-      const value: unknown = Reflect.get(target, property, receiver);
-      if (typeof value !== 'function') return value;
-      const method = value as (...a: unknown[]) => unknown;
-      if (property !== 'findOneAndUpdate' && property !== 'updateOne') return method.bind(target);
-      return (filter: Document, update: Document, ...rest: unknown[]) => method.call(target, filter, shardTime(update), ...rest);
-    },
-  });
+  return wrapWrites(collection, (method, args, _n, send) =>
+    method === 'findOneAndUpdate' || method === 'updateOne' ? send([args[0], shardTime(args[1] as Document), ...args.slice(2)]) : send(args),
+  );
 }
