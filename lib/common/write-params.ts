@@ -56,6 +56,16 @@ export function sessionOf(params: Record<string, unknown>, prefix = 'params'): C
   return session as unknown as ClientSession;
 }
 
+/**
+ * What a release or an extension writes besides the lock: the caller's final write
+ * ({@link finalWriteOf}), and its call, in the caller's session when `params.session` gives one.
+ */
+export function finalCallOf(params: Record<string, unknown>, field: string, plain: ResolvedCallOptions): { write: FinalWrite | undefined; session: ClientSession | undefined; call: ResolvedCallOptions } {
+  const write = finalWriteOf(params, field);
+  const session = sessionOf(params);
+  return { write, session, call: session ? { ...plain, session } : plain };
+}
+
 /** True when the call runs inside the caller's transaction. */
 export function inTransaction(call: Pick<ResolvedCallOptions, 'session'>): boolean {
   return call.session?.inTransaction() === true;

@@ -1,5 +1,5 @@
 import type { Document } from 'mongodb';
-import { lockError, type ConflictSubtype } from '../common/errors';
+import { isLockError, lockError, type ConflictSubtype } from '../common/errors';
 import type { ResolvedCallOptions } from '../common/options';
 import { acquireOperation, type AcquireExtension } from '../protocol/acquire';
 import { extendOperation } from '../protocol/extend';
@@ -16,7 +16,7 @@ import { AssertivePending, landing, withDocument, type Acquired } from './acquir
 import { FairTickets } from './fair-tickets';
 import { handOver, withdrawHandOver, type GranteeTerms } from './hand-over';
 import { DATA_WRITE_CONCERN } from './commit-outcome';
-import { driverErrorOf, releaseLock, type ReleaseWrite } from './release';
+import { releaseLock, type ReleaseWrite } from './release';
 import { explainLostLock, explainRefusedAcquisition, unexplainedRefusal, type AcquireContext } from './refusals';
 import { observeWrite, readClock, refuseExcessSkew, runStamped, type StampedWrite } from './stamped-write';
 import type { Inspection, Store, Timed } from './store';
@@ -156,7 +156,7 @@ export class LockEngine {
    * {@link releaseLock}.
    */
   release(target: Document, tag: string, proof: Proof | undefined, claimed: LockData | undefined, call: ResolvedCallOptions, write: ReleaseWrite = {}): Promise<void> {
-    return releaseLock(this.settings, this.rule(tag), { target, tag, proof, claimed, write }, call, () => this.readClock({}, call));
+    return asTheTransactionSees(call, releaseLock(this.settings, this.rule(tag), { target, tag, proof, claimed, write }, call, () => this.readClock({}, call)));
   }
 
   /** Hands `holder`'s lock over to a waiter of this process in one update ({@link handOver}); {@link withdrawHandOver} settles one that failed. */
@@ -190,7 +190,7 @@ export class LockEngine {
       explain: (seen, stamp, tolerance) =>
         explainLostLock({ paths, rule, reportsReacquired, boom: call.boom, withUpdate: update !== undefined, withMatch: write?.match !== undefined }, seen, lock, proof, stamp, tolerance, lease),
     });
-    return inTransaction(call) ? extending.catch((error: unknown) => Promise.reject(driverErrorOf(error))) : extending;
+    return asTheTransactionSees(call, extending);
   }
 
   /**
@@ -243,3 +243,17 @@ export class LockEngine {
   }
 }
 
+/**
+ * Inside the caller's transaction, MongoDB's own error is passed on as it is (a `DbError`'s cause),
+ * whichever command of the call failed: the transaction's code expects it, and `withTransaction`
+ * retries what it should (a TransientTransactionError).
+ */
+function asTheTransactionSees<T>(call: ResolvedCallOptions, running: Promise<T>): Promise<T> {
+  return inTransaction(call) ? running.catch((error: unknown) => Promise.reject(driverErrorOf(error))) : running;
+}
+
+/** The error MongoDB answered a write inside the caller's transaction with (a `DbError`'s cause), as the transaction's code expects it. */
+function driverErrorOf(error: unknown): unknown {
+  const cause = (error as { cause?: unknown }).cause;
+  return isLockError(error, 'DbError') && cause instanceof Error && cause.name.startsWith('Mongo') ? cause : error;
+}

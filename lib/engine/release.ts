@@ -15,7 +15,7 @@ export interface ReleaseWrite extends Partial<FinalWrite> {
 }
 
 /** A release to run: the document it addresses, the lock (its tag, its proof, its data if known), what it also writes. */
-export interface ReleaseRequest {
+export interface LockRelease {
   readonly target: Document;
   readonly tag: string;
   /** Its id or v2 timestamp; none: monglock v2's forced release. */
@@ -28,10 +28,10 @@ export interface ReleaseRequest {
  * Release ({@link releaseOperation}, at `releaseW`), or commit (with `write.update`, at
  * majority), or without a proof monglock v2's forced release ({@link forcedReleaseOperation}).
  * A commit whose reply is lost is settled (see {@link settleCommit}); a group's commit records its
- * `group`. Inside the caller's transaction (`call.session`), MongoDB's own error is passed on as it
- * is: the transaction decides what lands, and `withTransaction` retries what it should.
+ * `group`. Inside the caller's transaction (`call.session`), a failure is not settled: the
+ * transaction decides what lands.
  */
-export async function releaseLock(settings: EngineSettings, rule: TagRule, request: ReleaseRequest, call: ResolvedCallOptions, readClock: () => Promise<void>): Promise<void> {
+export async function releaseLock(settings: EngineSettings, rule: TagRule, request: LockRelease, call: ResolvedCallOptions, readClock: () => Promise<void>): Promise<void> {
   const { paths, store, clock, reportsReacquired } = settings;
   const { target, tag, proof, claimed, write } = request;
   const { update, group } = write;
@@ -48,7 +48,7 @@ export async function releaseLock(settings: EngineSettings, rule: TagRule, reque
       store.applyOne(releaseOperation({ paths, rule, target, proof, update, match: write.match, arrayFilters: write.arrayFilters, record, alsoTag: claimed?.maybeTag }), call, w),
     );
   } catch (error) {
-    if (inTransaction(call)) throw driverErrorOf(error);
+    if (inTransaction(call)) throw error; // nothing is settled inside the transaction: it decides what lands
     if (!update || !isLockError(error, 'DbError')) throw error;
     if (!record) return settleTimestampCommit(error, call);
     const lock = claimed ?? { id: record.lock, tag, timestamp: 0, fence: 0, expiresAt: 0 };
@@ -58,10 +58,4 @@ export async function releaseLock(settings: EngineSettings, rule: TagRule, reque
   const seen = await withDbErrors(call.boom, () => store.inspect(target, call));
   const lost = explainLostLock({ paths, rule, reportsReacquired, boom: call.boom, withUpdate: update !== undefined, withMatch: write.match !== undefined }, seen, claimed ?? { id: '', tag, timestamp: 0, fence: 0, expiresAt: 0 }, proof);
   throw lost.error ?? lockError('LockNotFound', call.boom, { detail: 'the lock is not held' });
-}
-
-/** The error MongoDB answered a write inside the caller's transaction with (a `DbError`'s cause), as the transaction's code expects it. */
-export function driverErrorOf(error: unknown): unknown {
-  const cause = (error as { cause?: unknown }).cause;
-  return isLockError(error, 'DbError') && cause instanceof Error && cause.name.startsWith('Mongo') ? cause : error;
 }

@@ -1,5 +1,5 @@
 import type { Handle } from '../locks/lock-handle';
-import { endHold, type HoldEnd } from '../locks/transaction-writes';
+import { endHold, type HoldEnd, type TransactionWrites } from '../locks/transaction-writes';
 import { HandleGroup, settleAll, type HeldMember } from './lock-group';
 
 /** How each member of a group ends once the section is over, by what the caller's transaction wrote of it (see {@link HoldEnd}). */
@@ -14,19 +14,13 @@ export const RELEASE_NOW: MemberEnding = () => 'release';
  * the caller's transaction, whichever way (its handle, or the lock's `release`/`extend` with the
  * handle or its JSON), ends as `ending` then says.
  */
-export function keepingMembers<T>(group: HandleGroup, hold: (ending: MemberEnding) => Promise<T>): Promise<T> {
-  const members = HandleGroup.members(group);
-  const endings = new Map<Handle, () => HoldEnd>();
-  const ending: MemberEnding = ({ handle }) => endings.get(handle)?.() ?? 'release';
-  const keepFrom = (i: number): Promise<T> => {
-    const held = members[i];
-    if (!held) return hold(ending);
-    return held.member.core.transactionWrites.keeping(held.handle, (end) => {
-      endings.set(held.handle, end);
-      return keepFrom(i + 1);
-    });
-  };
-  return keepFrom(0);
+export async function keepingMembers<T>(group: HandleGroup, hold: (ending: MemberEnding) => Promise<T>): Promise<T> {
+  const kept = new Map(HandleGroup.members(group).map(({ member, handle }): [Handle, ReturnType<TransactionWrites['keep']>] => [handle, member.core.transactionWrites.keep(handle)]));
+  try {
+    return await hold(({ handle }) => kept.get(handle)?.ending() ?? 'release');
+  } finally {
+    for (const { done } of kept.values()) done();
+  }
 }
 
 /**

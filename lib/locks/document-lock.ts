@@ -3,7 +3,7 @@ import { acquireOnDocument, type AcquireSite } from './document-acquire';
 import { convertTraced } from './conversion';
 import { isTraced, traced } from '../common/diagnostics';
 import type { ConflictSubtype } from '../common/errors';
-import { finalWriteOf, inTransaction, sessionOf } from '../common/write-params';
+import { finalCallOf, inTransaction } from '../common/write-params';
 import { TransactionWrites } from './transaction-writes';
 import { extendLock } from './extension';
 import type { KnownKeys } from '../common/known-keys';
@@ -156,11 +156,9 @@ export class DocumentLock implements HandleOwner, AcquireSite {
   private async releaseNow(target: unknown, tag: string, proof: Proof | undefined, claimed: LockData | undefined, params: unknown, group?: string): Promise<void> {
     const filter = expectFilter('filter', target);
     const { params: p, call: plain } = this.callOptions(params);
-    const write = finalWriteOf(p, this.engine.field);
-    const session = sessionOf(p);
+    const { write, session, call } = finalCallOf(p, this.engine.field, plain);
     if (write && !proof) throw new TypeError('Expected `params.lock` (or `params.timestamp`) with `params.update`: a forced release applies no update');
     if (session && !proof) throw new TypeError('Expected `params.lock` (or `params.timestamp`) with `params.session`: a forced release joins no transaction');
-    const call = session ? { ...plain, session } : plain;
     const inside = proof && inTransaction(call) ? proof : undefined;
     if (inside) this.transactionWrites.wrote(inside, call);
     const release = (): Promise<void> => this.engine.release(filter, tag, proof, claimed, call, { ...write, group });

@@ -1,7 +1,7 @@
 import type { Document } from 'mongodb';
 import { traced } from '../common/diagnostics';
 import type { ResolvedCallOptions } from '../common/options';
-import { finalWriteOf, inTransaction, sessionOf } from '../common/write-params';
+import { finalCallOf, inTransaction } from '../common/write-params';
 import type { Acquired } from '../engine/acquired';
 import type { LockEngine } from '../engine/lock-engine';
 import type { LockData } from '../protocol/lock-data';
@@ -25,9 +25,7 @@ export interface ExtensionSite {
  * and a `using()` keeping it releases it after that transaction.
  */
 export async function extendLock(site: ExtensionSite, target: Document, lock: LockData, proof: Proof, lease: number, params: Record<string, unknown>, plain: ResolvedCallOptions): Promise<Acquired> {
-  const write = finalWriteOf(params, site.engine.field);
-  const session = sessionOf(params);
-  const call = session ? { ...plain, session } : plain;
+  const { write, call } = finalCallOf(params, site.engine.field, plain);
   if (inTransaction(call)) site.transactionWrites.wrote(proof, call);
   const extended = await traced(
     'extend',

@@ -92,7 +92,7 @@ export class LeaseKeeper {
   }
 
   private extend(): void {
-    if (this.inFlight || this.letGo()) return;
+    if (this.inFlight || this.stoppedByHolder()) return;
     this.inFlight = Promise.resolve(this.lease.extend()).then(
       () => {
         this.inFlight = undefined;
@@ -118,14 +118,13 @@ export class LeaseKeeper {
 
   /** Too little of the lease is left to rely on. */
   private lapse(): void {
-    if (this.letGo()) return;
     if (this.outage !== undefined) this.lose('store-outage', this.outage);
     else this.lose('expired', undefined);
   }
 
   /** `maxHold` passed: stop renewing, tell the body, release. */
   private giveUp(maxHoldMs: number): void {
-    if (this.stopped || this.controller.signal.aborted || this.letGo()) return;
+    if (this.stopped || this.controller.signal.aborted || this.stoppedByHolder()) return;
     this.stopped = true;
     this.clearTimers();
     const reason = this.lease.ended('max-hold', maxHoldMs);
@@ -137,7 +136,7 @@ export class LeaseKeeper {
   }
 
   private lose(cause: LeaseLossCause, error: unknown): void {
-    if (this.letGo()) return;
+    if (this.stoppedByHolder()) return;
     this.clearTimers();
     clearTimeout(this.maxHoldTimer);
     if (this.stopped || this.controller.signal.aborted) return;
@@ -146,8 +145,8 @@ export class LeaseKeeper {
     this.controller.abort(reason);
   }
 
-  /** The holder let the lock go: stops, with no extension, loss or release of its own. */
-  private letGo(): boolean {
+  /** True when the holder let the lock go (`lease.letGo`); then it stops: no extension, loss or release of its own. */
+  private stoppedByHolder(): boolean {
     if (!this.lease.letGo?.()) return false;
     this.stopped = true;
     this.clearTimers();

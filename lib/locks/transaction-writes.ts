@@ -31,12 +31,18 @@ export class TransactionWrites {
 
   /** Runs `hold` (a `using()`) while `lock` is kept, with how its hold ends (see {@link HoldEnd}). */
   async keeping<T>(lock: LockData, hold: (ending: () => HoldEnd) => Promise<T>): Promise<T> {
-    this.#kept.set(lock.id, { timestamp: lock.timestamp, released: false });
+    const kept = this.keep(lock);
     try {
-      return await hold(() => this.#endOf(lock.id));
+      return await hold(kept.ending);
     } finally {
-      this.#kept.delete(lock.id);
+      kept.done();
     }
+  }
+
+  /** Keeps `lock` until `done()`: `ending()` says how its hold ends (see {@link HoldEnd}). */
+  keep(lock: LockData): { readonly ending: () => HoldEnd; readonly done: () => void } {
+    this.#kept.set(lock.id, { timestamp: lock.timestamp, released: false });
+    return { ending: () => this.#endOf(lock.id), done: () => this.#kept.delete(lock.id) };
   }
 
   /** A write of the lock `proof` names is sent in the transaction of `call.session` (a v2 timestamp: every kept lock of that ms). */
@@ -86,7 +92,7 @@ const AFTER_TRANSACTION_TRIES = 6;
  * lock whatever the transaction's outcome, or finds nothing after a commit that released it. It is
  * tried again while its `maxTimeMS` runs out before the transaction ends (60 s by default).
  */
-export async function releaseAfterTransaction(release: () => Promise<void>, timeoutMs: number): Promise<void> {
+async function releaseAfterTransaction(release: () => Promise<void>, timeoutMs: number): Promise<void> {
   for (let tried = 1; ; tried++) {
     try {
       await release();
