@@ -14,6 +14,7 @@ import { multiLock, writeLock, type LockHandle, type MultiLock } from '../../lib
 import { simulatedCluster } from '../../stress/simulated-cluster';
 import { onShardClock } from '../support/shard-clock';
 import { commandsSentBy, freshCollection, rejectionOf } from '../support/fixture';
+import { liveEntries } from '../support/lock-commands';
 
 const LEASE = 10_000;
 const RW = {
@@ -27,10 +28,9 @@ function lockThrough(raw: Collection<Document>, offsetMs: () => number, maxClock
   return multiLock({ collection, ...RW, ...(maxClockSkew !== undefined && { maxClockSkew }) });
 }
 
-/** Whether the entry of `handle` is still in its document. */
+/** Whether the entry of `handle` is still in its document, live. */
 async function entryKept(raw: Collection<Document>, handle: LockHandle): Promise<boolean> {
-  const doc = await raw.findOne({ _id: 'doc' as never });
-  return ((doc?.lock?.tags?.[handle.tag] ?? []) as Array<{ id: string }>).some((entry) => entry.id === handle.id);
+  return (await liveEntries(raw, 'doc', handle.tag)).some((entry) => entry.id === handle.id);
 }
 
 /** A writer through a router on the shard's clock, after the skewed call: refused while the holder holds. */

@@ -12,8 +12,8 @@ import { expect } from 'chai';
 import type { Collection, Document } from 'mongodb';
 import { writeLock } from '../../lib';
 import { simulatedCluster } from '../../stress/simulated-cluster';
-import { realNow } from '../support/clock';
 import { freshCollection, sleep } from '../support/fixture';
+import { liveEntries } from '../support/lock-commands';
 
 const SHARD_KEY = { region: 1, _id: 1 };
 
@@ -57,11 +57,6 @@ function acquireAndRelease(lock: ReturnType<typeof writeLock>, filter: Document)
   );
 }
 
-async function liveEntries(raw: Collection<Document>, id: string): Promise<number> {
-  const doc = await raw.findOne({ _id: id as never });
-  return ((doc?.lock?.tags?.write ?? []) as Array<{ exp: Date }>).filter((entry) => entry.exp.getTime() > realNow()).length;
-}
-
 describe('callers that come together on a lock\'s first call, on a sharded collection', () => {
   it('a caller that starts while the deployment\'s answer is being taken in runs with its shard key, and releases its lock', async function () {
     this.timeout(120_000);
@@ -77,7 +72,7 @@ describe('callers that come together on a lock\'s first call, on a sharded colle
       const first = await acquireAndRelease(lock, { _id: 'a', region: 'eu' });
       while (!second) await sleep(5);
       const outcome = await second;
-      const left = await liveEntries(raw, 'b');
+      const left = (await liveEntries(raw, 'b')).length;
       if (first !== 'released' || outcome !== 'released' || left !== 0) failures.push(`second caller ${n} reactions after the answer: first ${first}; second ${outcome}; live entries on its document ${left}`);
     }
     expect(failures).to.deep.equal([]);

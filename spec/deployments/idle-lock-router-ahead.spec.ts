@@ -18,6 +18,7 @@ import { simulatedCluster } from '../../stress/simulated-cluster';
 import { realNow } from '../support/clock';
 import { onShardClock } from '../support/shard-clock';
 import { freshCollection } from '../support/fixture';
+import { liveEntries } from '../support/lock-commands';
 
 const SKEW = 100;
 const IDLE = 3 * 3_600_000;
@@ -51,9 +52,9 @@ describe('a lock object idle for hours, then routed through a router further ahe
     );
     // Watch the holder's entry while the idle lock's call runs (it may wait before it reports).
     while (realNow() - started < 1_500) {
-      const doc = await raw.findOne({ _id: 'doc' as never });
+      const entries = await liveEntries(raw, 'doc', 'write');
       remainingThen = holder.remaining();
-      holderKept = ((doc?.lock?.tags?.write ?? []) as Array<{ id: string }>).some((entry) => entry.id === holder.id);
+      holderKept = entries.some((entry) => entry.id === holder.id);
       if (!holderKept) break;
       await new Promise((resolve) => setTimeout(resolve, 20));
     }

@@ -15,6 +15,7 @@ import { wrapWrites } from '../../stress/server-faults';
 import { withNowFixed } from '../../stress/simulated-cluster';
 import { realNow } from '../support/clock';
 import { freshCollection } from '../support/fixture';
+import { liveEntries } from '../support/lock-commands';
 
 const LEASE = 1_500;
 /** Readers share a document, a writer excludes them. */
@@ -101,11 +102,10 @@ class BlockedCommand {
     return result;
   }
 
-  /** The expiry of `held`'s entry in its document (the server's clock), read directly. */
+  /** The expiry of `held`'s entry in its document (the server's clock). */
   async #expiryOf(held: LockHandle): Promise<number> {
-    const doc = await this.raw.findOne({ _id: 'a' as never });
-    const entry = ((doc?.lock?.tags?.[held.tag] ?? []) as Array<{ id: string; exp: Date }>).find((candidate) => candidate.id === held.id);
-    expect(entry, `the old holder's entry is in its document before its command is sent`).to.not.equal(undefined);
+    const entry = (await liveEntries(this.raw, 'a', held.tag)).find((candidate) => candidate.id === held.id);
+    expect(entry, `the old holder's entry is live in its document before its command is sent`).to.not.equal(undefined);
     return entry!.exp.getTime();
   }
 }
@@ -124,12 +124,6 @@ const isNestedHold =
     return update.$inc === undefined && Object.keys((update.$push ?? {}) as Document).some((path) => path.endsWith(`tags.${tag}`));
   };
 
-/** Entries of `tag` in document `a` unexpired now. */
-async function liveEntries(raw: Collection<Document>, tag: string): Promise<number> {
-  const doc = await raw.findOne({ _id: 'a' as never });
-  return ((doc?.lock?.tags?.[tag] ?? []) as Array<{ exp: Date }>).filter((entry) => entry.exp.getTime() > realNow()).length;
-}
-
 describe('a command of a lock that lands after the lock expired and another caller was admitted', () => {
   it('a one-permit semaphore: the old holder\'s late extension does not renew the permit the new holder took', async function () {
     this.timeout(20_000);
@@ -140,7 +134,7 @@ describe('a command of a lock that lands after the lock expired and another call
     const waiter = semaphore({ collection: server.newHolders, limit: 1, locktimeout: LEASE });
     const { late, next } = await server.lateBehind(old, () => old.extend(), () => waiter.acquire({ _id: 'a' }, { wait: 10_000 }));
     const both = `old holder's extension: ${late instanceof Error ? late.message : 'resolved'}, remaining() ${old.remaining()} ms; new holder's remaining() ${next.remaining()} ms`;
-    expect(await liveEntries(raw, 'permit'), both).to.equal(1);
+    expect(await liveEntries(raw, 'a', 'permit'), both).to.have.length(1);
     expect(late, both).to.be.an('error');
     expect(old.remaining() > 0 && next.remaining() > 0, both).to.equal(false);
   });
@@ -168,7 +162,7 @@ describe('a command of a lock that lands after the lock expired and another call
     const { late, next } = await server.lateBehind(reader, () => reader.extend(), () => upgrader.convert('write', { wait: 10_000 }));
     const both = `reader's extension: ${late instanceof Error ? late.message : 'resolved'}, remaining() ${reader.remaining()} ms; writer's remaining() ${next.remaining()} ms`;
     expect(next.tag, both).to.equal('write');
-    expect(await liveEntries(raw, 'read'), both).to.equal(0);
+    expect(await liveEntries(raw, 'a', 'read'), both).to.have.length(0);
     expect(reader.remaining() > 0 && next.remaining() > 0, both).to.equal(false);
   });
 
@@ -181,9 +175,9 @@ describe('a command of a lock that lands after the lock expired and another call
     const upgrader = await multiLock({ collection: server.newHolders, ...READ_WRITE }).acquire({ _id: 'a' }, { tag: 'read', locktimeout: 10_000 });
     server.blockNext(isNestedHold('read'));
     const { late, next } = await server.lateBehind(outer, () => owners.acquire({ _id: 'a' }, { tag: 'read', owner: 'X' }), () => upgrader.convert('write', { wait: 10_000 }));
-    const both = `nested read hold: ${late instanceof Error ? late.message : `held, remaining() ${late.remaining()} ms`}; writer (${next.tag}) remaining() ${next.remaining()} ms; live read entries ${await liveEntries(raw, 'read')}`;
+    const both = `nested read hold: ${late instanceof Error ? late.message : `held, remaining() ${late.remaining()} ms`}; writer (${next.tag}) remaining() ${next.remaining()} ms; live read entries ${(await liveEntries(raw, 'a', 'read')).length}`;
     expect(next.tag, both).to.equal('write');
     expect(late instanceof Error || !(late.remaining() > 0 && next.remaining() > 0), both).to.equal(true);
-    expect(await liveEntries(raw, 'read'), both).to.equal(0);
+    expect(await liveEntries(raw, 'a', 'read'), both).to.have.length(0);
   });
 });

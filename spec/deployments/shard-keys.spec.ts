@@ -16,6 +16,7 @@ import { failingAfterLanding } from '../../stress/server-faults';
 import { simulatedCluster } from '../../stress/simulated-cluster';
 import { realNow } from '../support/clock';
 import { commandsSentBy, freshCollection, rejectionOf, sleep } from '../support/fixture';
+import { liveEntries, until } from '../support/lock-commands';
 
 const SHARD_KEY = { region: 1, _id: 1 } as const;
 
@@ -34,17 +35,8 @@ function retryRefused(collection: Collection<Document>): Collection<Document> {
   return failingAfterLanding(collection, (method, _args, n) => method === 'findOneAndUpdate' && n === 1, error);
 }
 
-/** Resolves once the document `_id` holds no live entry of `tag`, or after `ms` (the caller checks which). */
-async function untilUnlocked(collection: Collection<Document>, id: string, ms: number, tag = 'write'): Promise<void> {
-  const deadline = realNow() + ms;
-  while ((await liveEntries(collection, id, tag)).length > 0 && realNow() < deadline) await sleep(50);
-}
-
-/** The unexpired entries of `tag` in the document `_id` (read directly). */
-async function liveEntries(collection: Collection<Document>, id: string, tag = 'write'): Promise<unknown[]> {
-  const doc = await collection.findOne({ _id: id as never });
-  return ((doc?.lock?.tags?.[tag] ?? []) as Array<{ exp: Date }>).filter((entry) => entry.exp.getTime() > realNow());
-}
+/** Whether the document `_id` holds no live lock entry. */
+const unlocked = (collection: Collection<Document>, id: string) => async (): Promise<boolean> => (await liveEntries(collection, id)).length === 0;
 
 describe('a collection sharded on another key than _id', () => {
   beforeEach(() => {
@@ -162,8 +154,7 @@ describe('a collection sharded on another key than _id', () => {
     const failed = await rejectionOf(lock.acquire({ _id: 'a', region: 'eu' }));
     expect(isLockError(failed, 'DbError')).to.equal(true);
     expect(failed.lock, 'the lock it may hold').to.be.an('object');
-    const deadline = realNow() + 5_000;
-    while ((await liveEntries(raw, 'a')).length > 0 && realNow() < deadline) await sleep(50);
+    await until(unlocked(raw, 'a'), 5_000);
     expect(await liveEntries(raw, 'a'), 'the written lock was released').to.have.length(0);
   });
 
@@ -175,7 +166,7 @@ describe('a collection sharded on another key than _id', () => {
     expect(error.subtype).to.equal('DbError');
     expect(error.lock, 'the lock it may hold').to.be.an('object');
     expect(await liveEntries(raw, 'a'), 'the first attempt landed').to.have.length(1);
-    await untilUnlocked(raw, 'a', 10_000);
+    await until(unlocked(raw, 'a'), 10_000);
     expect(await liveEntries(raw, 'a'), `the lock is released (of its 30 s lease); refused: ${JSON.stringify(refused)}`).to.have.length(0);
   });
 
@@ -186,7 +177,7 @@ describe('a collection sharded on another key than _id', () => {
     const { error, commands } = await commandsSentBy(() => acquireAll([{ lock, filter: { _id: 'a', region: 'eu' } }]));
     expect((error as Error & { subtype?: string }).subtype, String(error)).to.equal('DbError');
     expect(commands, 'no read of the document before it is locked').to.not.include('find');
-    await untilUnlocked(raw, 'a', 10_000);
+    await until(unlocked(raw, 'a'), 10_000);
     expect(await liveEntries(raw, 'a'), `the member's lock is released (of its 30 s lease); refused: ${JSON.stringify(refused)}`).to.have.length(0);
   });
 
@@ -197,7 +188,7 @@ describe('a collection sharded on another key than _id', () => {
     const error = await rejectionOf(acquireAll([{ lock, filter: { name: 'alpha', region: 'eu' } }]));
     expect(error.subtype, error.message).to.equal('DbError');
     expect(await liveEntries(raw, 'a'), 'the first attempt landed').to.have.length(1);
-    await untilUnlocked(raw, 'a', 10_000);
+    await until(unlocked(raw, 'a'), 10_000);
     expect(await liveEntries(raw, 'a'), `the member's lock is released (of its 30 s lease); refused: ${JSON.stringify(refused)}`).to.have.length(0);
   });
 

@@ -93,3 +93,27 @@ export async function queueOf(collection: Collection<Document>, id: unknown): Pr
 export function liveTickets(queue: ReadonlyArray<{ exp: Date }>): number {
   return queue.filter((ticket) => ticket.exp.getTime() > Date.now()).length;
 }
+
+/** A lock entry as stored in a document's `lock.tags`. */
+export interface StoredEntry {
+  readonly id: string;
+  readonly exp: Date;
+  readonly [field: string]: unknown;
+}
+
+/** The unexpired lock entries of the document `_id` (read directly): of `tag`, or of every tag. */
+export async function liveEntries(collection: Collection<Document>, id: unknown, tag?: string): Promise<StoredEntry[]> {
+  const doc = await collection.findOne({ _id: id as never });
+  const tags = (doc?.lock?.tags ?? {}) as Record<string, StoredEntry[]>;
+  return (tag === undefined ? Object.values(tags).flat() : (tags[tag] ?? [])).filter((entry) => entry.exp.getTime() > realNow());
+}
+
+/** Resolves once `condition` holds (true), or after `ms` (false, if it still does not). */
+export async function until(condition: () => boolean | Promise<boolean>, ms = 5_000): Promise<boolean> {
+  const deadline = realNow() + ms;
+  while (!(await condition())) {
+    if (realNow() >= deadline) return false;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  return true;
+}

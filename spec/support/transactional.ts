@@ -8,6 +8,7 @@
  */
 import { MongoServerError, type AggregationCursor, type ClientSession, type Collection, type Document } from 'mongodb';
 import { realNow } from './clock';
+import { liveEntries as entriesLive } from './lock-commands';
 import { mongoClient, sleep } from './fixture';
 
 /** One driver call as monglock made it. */
@@ -88,16 +89,11 @@ async function undone<T>(collection: Collection<Document>, write: () => Promise<
   }
 }
 
-/** Unexpired lock entries of the document `_id`. */
-export async function liveEntries(collection: Collection<Document>, id: unknown): Promise<number> {
-  const doc = await collection.findOne({ _id: id as never });
-  return Object.values((doc?.lock?.tags ?? {}) as Record<string, Array<{ exp: Date }>>).flat().filter((entry) => entry.exp.getTime() > realNow()).length;
-}
+export { until } from './lock-commands';
 
-/** Resolves once `condition` holds, or after `ms`. */
-export async function until(condition: () => Promise<boolean>, ms = 5_000): Promise<void> {
-  const deadline = realNow() + ms;
-  while (!(await condition()) && realNow() < deadline) await sleep(20);
+/** How many unexpired lock entries (of every tag) the document `_id` holds: {@link entriesLive}, counted. */
+export async function liveEntries(collection: Collection<Document>, id: unknown): Promise<number> {
+  return (await entriesLive(collection, id)).length;
 }
 
 /** A session with a transaction started before each test (by hand: what `withTransaction` does around its callback), ended after it. */
