@@ -12,8 +12,8 @@ import { expect } from 'chai';
 import type { Collection, Document } from 'mongodb';
 import { writeLock } from '../../lib';
 import { simulatedCluster } from '../../stress/simulated-cluster';
-import { freshCollection, sleep } from '../support/fixture';
-import { liveEntries } from '../support/lock-commands';
+import { freshCollection } from '../support/fixture';
+import { liveEntries, until } from '../support/lock-commands';
 
 const SHARD_KEY = { region: 1, _id: 1 };
 
@@ -70,8 +70,9 @@ describe('callers that come together on a lock\'s first call, on a sharded colle
       });
       const lock = writeLock({ collection: cluster, locktimeout: 20_000 });
       const first = await acquireAndRelease(lock, { _id: 'a', region: 'eu' });
-      while (!second) await sleep(5);
-      const outcome = await second;
+      const started = await until(() => second !== undefined, 5_000);
+      expect(started, `the second caller started ${n} reactions after the deployment's answer (first: ${first})`).to.equal(true);
+      const outcome = await second!;
       const left = (await liveEntries(raw, 'b')).length;
       if (first !== 'released' || outcome !== 'released' || left !== 0) failures.push(`second caller ${n} reactions after the answer: first ${first}; second ${outcome}; live entries on its document ${left}`);
     }
