@@ -10,7 +10,7 @@ import { suggestedIndex, suggestedIndexCommand, untilIndexOf } from './lock-list
 import { finding, type DoctorFinding } from './doctor-report';
 
 /** What the doctor learns of the deployment first, and every check reads. */
-export interface Deployment {
+export interface ServerFacts {
   readonly collection: Collection<Document>;
   readonly timeout: number;
   readonly hello: Document;
@@ -50,7 +50,7 @@ export function versionOf(text: string | undefined): [number, number] | undefine
 }
 
 /** Asks the server what it is (`hello`, else `isMaster`; `buildInfo`; `serverStatus`) and how it is deployed. */
-export async function readDeployment(collection: Collection<Document>, timeout: number): Promise<Deployment> {
+export async function readDeployment(collection: Collection<Document>, timeout: number): Promise<ServerFacts> {
   const hello = await helloOf(collection, timeout);
   const routed = hello.msg === 'isdbgrid';
   const build = await adminCommand(collection, { buildInfo: 1 }, timeout).catch((): Document => ({}));
@@ -62,7 +62,7 @@ export async function readDeployment(collection: Collection<Document>, timeout: 
 }
 
 /** `server`: the version against the supported range, and the engine named truly. */
-export function serverFinding(deployment: Deployment): DoctorFinding {
+export function serverFinding(deployment: ServerFacts): DoctorFinding {
   const { engine, version, ferretdbVersion } = deployment;
   const values = { engine, version: version ?? null, ...(ferretdbVersion !== undefined && { ferretdbVersion }), supported: '4.4-8.x' };
   const parsed = versionOf(version);
@@ -84,7 +84,7 @@ export function serverFinding(deployment: Deployment): DoctorFinding {
 }
 
 /** `topology`: standalone, replica set (members reached, primary) or sharded cluster (each mongos reached). */
-export async function topologyFinding(deployment: Deployment, routers: readonly RouterReach[]): Promise<DoctorFinding> {
+export async function topologyFinding(deployment: ServerFacts, routers: readonly RouterReach[]): Promise<DoctorFinding> {
   const { hello, kind, engine } = deployment;
   if (kind === 'sharded cluster') {
     const reached = routers.filter((router) => router.alone === true).map((router) => router.via);
@@ -118,7 +118,7 @@ export async function topologyFinding(deployment: Deployment, routers: readonly 
 }
 
 /** `write-concern`: the deployment's default, which the caller's own writes (not monglock's) inherit. */
-export async function writeConcernFinding(deployment: Deployment): Promise<DoctorFinding> {
+export async function writeConcernFinding(deployment: ServerFacts): Promise<DoctorFinding> {
   let reply: Document;
   try {
     reply = await adminCommand(deployment.collection, { getDefaultRWConcern: 1 }, deployment.timeout);
@@ -141,7 +141,7 @@ export function missingShardKeyFields(filter: Document, fields: readonly string[
 }
 
 /** `shard-key`: the collection's shard key (`config.collections`), and whether `filter` names all of it. */
-export async function shardKeyFinding(deployment: Deployment, filter: Document | undefined): Promise<DoctorFinding> {
+export async function shardKeyFinding(deployment: ServerFacts, filter: Document | undefined): Promise<DoctorFinding> {
   if (deployment.kind !== 'sharded cluster') return finding('shard-key', 'ok', `not a sharded cluster: no shard key to address`, { shardKey: null });
   let key: Document | undefined;
   try {
@@ -167,7 +167,7 @@ export async function shardKeyFinding(deployment: Deployment, filter: Document |
 }
 
 /** `index`: the indexes of the collection, and whether the suggested partial one on `<field>.until` is there. */
-export async function indexFinding(deployment: Deployment, field: string): Promise<DoctorFinding> {
+export async function indexFinding(deployment: ServerFacts, field: string): Promise<DoctorFinding> {
   const suggested = suggestedIndex(field);
   const create = `db.getCollection('${deployment.collection.collectionName}').${suggestedIndexCommand(field)}`;
   let indexes: Document[];

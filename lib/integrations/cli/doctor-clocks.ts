@@ -9,7 +9,7 @@ import type { Collection, Document } from 'mongodb';
 import { clockReadOperation } from '../../protocol/resource-document';
 import { withDeadline } from '../../engine/store';
 import { monotonicNow } from '../../common/options';
-import { reason, type Deployment } from './doctor-checks';
+import { reason, type ServerFacts } from './doctor-checks';
 import { finding, type DoctorFinding } from './doctor-report';
 
 /** The scratch collection: created by the doctor's first write, dropped when no doctor's document is left in it. */
@@ -87,7 +87,7 @@ async function skewRound(route: Route, scratch: Scratch, timeout: number): Promi
  * judged by one clock could pass early by the other); a warning when only part of it does on a
  * sharded cluster (the round trips are too long to tell).
  */
-export async function clockSkewFinding(route: Route, scratch: Scratch, deployment: Deployment, maxClockSkew: number): Promise<DoctorFinding> {
+export async function clockSkewFinding(route: Route, scratch: Scratch, deployment: ServerFacts, maxClockSkew: number): Promise<DoctorFinding> {
   let best: { low: number; high: number; readOn: string } | undefined;
   try {
     for (let round = 0; round < ROUNDS; round++) {
@@ -118,7 +118,7 @@ export async function clockSkewFinding(route: Route, scratch: Scratch, deploymen
 
 
 /** `majority-writes`: the latency of `ROUNDS` `w: 'majority'` writes to the scratch document (median and max), or how they were refused. */
-export async function majorityWritesFinding(route: Route, scratch: Scratch, deployment: Deployment): Promise<DoctorFinding> {
+export async function majorityWritesFinding(route: Route, scratch: Scratch, deployment: ServerFacts): Promise<DoctorFinding> {
   const times: number[] = [];
   try {
     for (let round = 0; round < ROUNDS; round++) {
@@ -141,7 +141,7 @@ export async function majorityWritesFinding(route: Route, scratch: Scratch, depl
 }
 
 /** `change-streams`: whether a watcher of the scratch collection gets an update there within `CHANGE_WAIT_MS`. Never failing: monglock's waiters poll. */
-export async function changeStreamFinding(route: Route, scratch: Scratch, deployment: Deployment): Promise<DoctorFinding> {
+export async function changeStreamFinding(route: Route, scratch: Scratch, deployment: ServerFacts): Promise<DoctorFinding> {
   const scratchCollection = scratchOf(route);
   const stream = scratchCollection.watch([], { maxAwaitTimeMS: 200 });
   const none = 'nothing to change (monglock\'s waiters poll; monglock watch polls where change streams do not deliver)';

@@ -7,7 +7,7 @@ import { BSON, MongoClient, type Collection, type Document } from 'mongodb';
 import { InvalidArgumentError, Option, type Command } from 'commander';
 import { helloOf, isRouted } from '../../engine/deployment';
 import { MAX_MS, expectFilter, isPlainObject } from '../../common/validation';
-import { clientHosts, diagnose, resolveDoctorOptions } from './doctor';
+import { clientHosts, diagnose, throughClient, resolveDoctorOptions } from './doctor';
 import { reason, type RouterReach } from './doctor-checks';
 import type { Route } from './doctor-clocks';
 import { renderReport, type DoctorReport } from './doctor-report';
@@ -47,12 +47,10 @@ export function doctorCommand(command: Command, withCollection: WithCollection, 
 async function runDoctor(target: DoctorTarget, withCollection: WithCollection): Promise<void> {
   const options = resolveDoctorOptions({ field: target.field, filter: target.filter, maxClockSkew: target.maxClockSkew });
   const report: DoctorReport = await withCollection(target, async (collection) => {
-    const hosts = clientHosts(collection);
-    const client: Route = { via: hosts.join(','), collection };
-    const mongos = (await isRouted(collection, options.timeout)) ? await reachMongos(target, hosts) : undefined;
+    const mongos = (await isRouted(collection, options.timeout)) ? await reachMongos(target, clientHosts(collection)) : undefined;
     try {
-      if (!mongos) return await diagnose(collection, options, { reach: hosts.map((via) => ({ via })), routes: [client] });
-      return await diagnose(collection, options, { reach: mongos.reach, routes: mongos.routes.length > 0 ? mongos.routes : [client] });
+      if (!mongos || mongos.routes.length === 0) return await diagnose(collection, options, mongos && { reach: mongos.reach, routes: throughClient(collection).routes });
+      return await diagnose(collection, options, mongos);
     } finally {
       await Promise.all(mongos?.clients.map((each) => each.close().catch(() => undefined)) ?? []);
     }

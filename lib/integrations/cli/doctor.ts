@@ -91,9 +91,7 @@ export function resolveDoctorOptions(options: DoctorOptions): ResolvedDoctorOpti
  */
 export async function doctor(collection: Collection<Document>, options: DoctorOptions = {}): Promise<DoctorReport> {
   expectCollection('collection', collection);
-  const resolved = resolveDoctorOptions(options);
-  const hosts = clientHosts(collection);
-  return diagnose(collection, resolved, { reach: hosts.map((via) => ({ via })), routes: [{ via: hosts.join(',') || 'the client', collection }] });
+  return diagnose(collection, resolveDoctorOptions(options));
 }
 
 /** The hosts a client was given (its seed list, or the hosts an SRV record resolved to). */
@@ -102,11 +100,18 @@ export function clientHosts(collection: Collection<Document>): string[] {
   return hosts.map(String);
 }
 
+/** The way to the deployment through the client's own seed list: every host listed, none reached on its own. */
+export function throughClient(collection: Collection<Document>): { readonly reach: readonly RouterReach[]; readonly routes: readonly Route[] } {
+  const hosts = clientHosts(collection);
+  return { reach: hosts.map((via) => ({ via })), routes: [{ via: hosts.join(',') || 'the client', collection }] };
+}
+
 /**
  * Runs every check: `routers.routes` are the ways to the deployment the clock's skew is measured
- * through (one per mongos reached, for the CLI), `routers.reach` says which mongos were reached.
+ * through (one per mongos reached, for the CLI), `routers.reach` says which mongos were reached;
+ * by default, the client's own seed list ({@link throughClient}).
  */
-export async function diagnose(collection: Collection<Document>, options: ResolvedDoctorOptions, routers: { readonly reach: readonly RouterReach[]; readonly routes: readonly Route[] }): Promise<DoctorReport> {
+export async function diagnose(collection: Collection<Document>, options: ResolvedDoctorOptions, routers = throughClient(collection)): Promise<DoctorReport> {
   const deployment = await readDeployment(collection, options.timeout);
   const maxClockSkew = options.maxClockSkew ?? (deployment.kind === 'sharded cluster' ? SHARDED_CLOCK_SKEW : 0);
   const findings: DoctorFinding[] = [
@@ -117,7 +122,7 @@ export async function diagnose(collection: Collection<Document>, options: Resolv
     await indexFinding(deployment, options.field),
   ];
   const scratch = newScratch();
-  const main: Route = { via: clientHosts(collection).join(',') || 'the client', collection };
+  const [main] = throughClient(collection).routes as [Route];
   try {
     for (const route of routers.routes) findings.push(await clockSkewFinding(route, scratch, deployment, maxClockSkew));
     findings.push(await majorityWritesFinding(main, scratch, deployment));
