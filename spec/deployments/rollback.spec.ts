@@ -22,7 +22,7 @@ describe('a failover that rolls back the writes acknowledged below majority', ()
   it('a plain release rolled back leaves the lock held until its lease ends: the next acquisition is refused, then gets the lock', async function () {
     this.timeout(10_000);
     const replica = await replicaSet();
-    const lock = writeLock({ collection: replica.collection, locktimeout: 800 });
+    const lock = writeLock({ collection: replica.collection, locktimeout: 2_000 });
     const held = await lock.acquire({ _id: 'a' });
     await held.release();
     expect(await replica.failover(), 'the release was lost').to.equal(true);
