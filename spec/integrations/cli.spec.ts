@@ -289,6 +289,9 @@ describe('monglock CLI', function () {
     const badSkew = await run(['doctor', ...where, '--max-clock-skew', '1.5']);
     expect(badSkew.code).to.equal(2);
     expect(badSkew.err).to.match(/--max-clock-skew <ms>' argument '1\.5' is invalid\. expected a whole number of ms/);
+    const misspelled = await run(['doctor', ...where, '--max-clock-skw', '5']);
+    expect(misspelled.code).to.equal(2);
+    expect(misspelled.err).to.match(/unknown option '--max-clock-skw'[\s\S]*--max-clock-skew/);
   });
 });
 

@@ -7,11 +7,11 @@
  * Exit codes: 0 done, 1 failed (MongoDB, nothing to release, not confirmed, a failing doctor finding), 2 usage.
  */
 import { createInterface } from 'node:readline/promises';
-import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
+import { Command, CommanderError, InvalidArgumentError } from 'commander';
 import { BSON, MongoClient, type Collection, type Document } from 'mongodb';
 import { documentLocks, listDocumentLocks, listResourceLocks, suggestedIndexCommand, untilIndexOf, type ListedLock } from './lock-listing';
 import { doctorCommand } from './doctor-command';
-import { SAFE_NAME } from '../../common/validation';
+import { collectionOptions } from './cli-options';
 import { resourceLocks } from '../../resources/resource-locks';
 import { LockPaths } from '../../protocol/stored-format';
 import { withdrawOperation } from '../../protocol/release';
@@ -216,23 +216,12 @@ function interval(value: string): number {
   return ms;
 }
 
-/** `--field`: a name that is one field (no `$`, no `.`), as the library accepts it. */
-function fieldName(value: string): string {
-  if (!SAFE_NAME.test(value)) throw new InvalidArgumentError('expected 1-64 letters, digits, `_` or `-` (the lock field of the documents, `lock` by default)');
-  return value;
-}
-
 /** The command line, as a commander program (exported for tests). */
 export function program(): Command {
   // exitOverride first: subcommands copy it when they are created.
   const root = new Command('monglock').exitOverride().version(VERSION).description('See and operate monglock locks in a MongoDB collection').showHelpAfterError();
   const common = (command: Command): Command =>
-    command
-      .allowExcessArguments(false) // a stray word (`all` for `--all`, a second _id) is a usage error, never ignored
-      .addOption(new Option('--uri <uri>', 'MongoDB connection string').env('MONGODB_URI').makeOptionMandatory())
-      .requiredOption('--db <name>', 'database')
-      .requiredOption('--collection <name>', 'collection')
-      .option('--field <name>', 'the lock property of document locks', fieldName, 'lock')
+    collectionOptions(command)
       .option('--resources', 'a resourceLocks() collection instead of document locks')
       .option('--json', 'JSON instead of a table');
   common(root.command('status').description('list held and waiting locks'))
@@ -247,7 +236,7 @@ export function program(): Command {
     .option('--tag <tag>', "the tag to release on --doc ('write' for a writeLock)")
     .option('-y, --yes', 'do not ask for confirmation')
     .action((options: Target & { id?: string; doc?: string; tag?: string; yes?: boolean }) => release(options));
-  doctorCommand(root.command('doctor'), withCollection, fieldName);
+  doctorCommand(root.command('doctor'), withCollection);
   return root;
 }
 

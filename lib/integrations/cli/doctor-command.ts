@@ -4,7 +4,8 @@
  * (`directConnection=true`): a driver spreads commands over all of them.
  */
 import { BSON, MongoClient, type Collection, type Document } from 'mongodb';
-import { InvalidArgumentError, Option, type Command } from 'commander';
+import { InvalidArgumentError, type Command } from 'commander';
+import { collectionOptions } from './cli-options';
 import { helloOf, isRouted } from '../../engine/deployment';
 import { MAX_MS, expectFilter, isPlainObject } from '../../common/validation';
 import { clientHosts, diagnose, throughClient, resolveDoctorOptions } from './doctor';
@@ -30,14 +31,8 @@ export type WithCollection = <T>(target: DoctorTarget, body: (collection: Collec
 const REACH_TIMEOUT_MS = 5_000;
 
 /** Sets up `command` (created by the root program, so that it inherits its exit handling) as `doctor`. */
-export function doctorCommand(command: Command, withCollection: WithCollection, fieldName: (value: string) => string): Command {
-  return command
-    .description('check the deployment against what monglock assumes, with measured numbers (exit 1 on a failing finding)')
-    .allowExcessArguments(false)
-    .addOption(new Option('--uri <uri>', 'MongoDB connection string').env('MONGODB_URI').makeOptionMandatory())
-    .requiredOption('--db <name>', 'database')
-    .requiredOption('--collection <name>', 'collection')
-    .option('--field <name>', 'the lock property of document locks', fieldName, 'lock')
+export function doctorCommand(command: Command, withCollection: WithCollection): Command {
+  return collectionOptions(command.description('check the deployment against what monglock assumes, with measured numbers (exit 1 on a failing finding)'))
     .option('--filter <ejson>', 'a lock filter to check against the shard key (JSON/EJSON)', filterOf)
     .option('--max-clock-skew <ms>', "the locks' maxClockSkew (ms; default 1000 on a sharded cluster, 0 elsewhere)", skewOf)
     .option('--json', 'JSON instead of lines')
