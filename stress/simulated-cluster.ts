@@ -39,8 +39,17 @@ export interface ClusterOptions {
    * behind), with `$currentDate` left on the server's clock. @default true
    */
   readonly sharded?: boolean;
-  /** False: reading `config.collections` is refused (13 Unauthorized), as for a user without the privilege. @default true */
-  readonly readableMetadata?: boolean;
+  /**
+   * What reading `config.collections` answers for the namespace asked (the promise the caller
+   * awaits, as it is): by default the collection's shard key (`{ _id, key }`) for its own namespace,
+   * null for others. {@link metadataUnauthorized} is what a user without the privilege is answered.
+   */
+  readonly shardKeyAnswer?: (namespace: string) => Promise<Document | null>;
+}
+
+/** The error (13 Unauthorized) of a read of `config.collections` by a user without the privilege. */
+export function metadataUnauthorized(): MongoServerError {
+  return new MongoServerError({ ok: 0, code: 13, codeName: 'Unauthorized', errmsg: 'not authorized on config to execute command { find: "collections" } (simulated)' });
 }
 
 /** The server's clock (the test server runs on this machine): the shard's clock in the simulation. */
@@ -71,7 +80,7 @@ export function simulatedCluster(collection: Collection<Document>, options: Clus
   const sharded = options.sharded ?? true;
   const requireKey = sharded && (options.requireShardKey ?? true);
   let commands = 0;
-  const db = sharded ? clusterDb(collection, shardKey, options.readableMetadata ?? true) : collection.db;
+  const db = sharded ? clusterDb(collection, shardKey, options.shardKeyAnswer) : collection.db;
   return new Proxy(collection, {
     get(target, property, receiver) {
       if (property === 'db') return db;
@@ -127,16 +136,13 @@ function equalityOn(filter: Document, path: string): boolean {
 }
 
 /** The collection's database as seen through mongos: `hello` says so, and the config database knows the shard key. */
-function clusterDb(collection: Collection<Document>, shardKey: Readonly<Record<string, unknown>>, readable: boolean): Collection<Document>['db'] {
+function clusterDb(collection: Collection<Document>, shardKey: Readonly<Record<string, unknown>>, shardKeyAnswer?: ClusterOptions['shardKeyAnswer']): Collection<Document>['db'] {
   const real = collection.db;
   const namespace = `${collection.dbName}.${collection.collectionName}`;
-  const unauthorized = (): MongoServerError => new MongoServerError({ ok: 0, code: 13, codeName: 'Unauthorized', errmsg: 'not authorized on config to execute command { find: "collections" } (simulated)' });
+  const answer = shardKeyAnswer ?? ((asked: string) => Promise.resolve(asked === namespace ? { _id: namespace, key: shardKey } : null));
   const config = {
     collection: (name: string) => ({
-      findOne: async (query: Document) => {
-        if (!readable) throw unauthorized();
-        return name === 'collections' && query._id === namespace ? { _id: namespace, key: shardKey } : null;
-      },
+      findOne: (query: Document): Promise<Document | null> => (name === 'collections' ? answer(String(query._id)) : Promise.resolve(null)),
     }),
   };
   const client = new Proxy(real.client, {

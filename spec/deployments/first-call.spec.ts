@@ -9,38 +9,13 @@
  * the test, which starts a second caller `n` reactions after that answer, for every `n` around it.
  */
 import { expect } from 'chai';
-import type { Collection, Document } from 'mongodb';
+import type { Document } from 'mongodb';
 import { writeLock } from '../../lib';
 import { simulatedCluster } from '../../stress/simulated-cluster';
 import { freshCollection } from '../support/fixture';
 import { liveEntries, until } from '../support/lock-commands';
 
 const SHARD_KEY = { region: 1, _id: 1 };
-
-/** Binds a function read from `target` to it; other values as they are. */
-function bound(target: object, property: string | symbol): unknown {
-  const value: unknown = Reflect.get(target, property);
-  return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
-}
-
-/** `cluster` whose `config.collections` answer (the shard key) calls `onAnswer` with it as it is given. */
-function withShardKeyAnswer(cluster: Collection<Document>, onAnswer: (answer: Promise<Document>) => void): Collection<Document> {
-  const db = cluster.db;
-  const config = {
-    collection: () => ({
-      findOne: (query: Document) => {
-        const answer = Promise.resolve({ _id: query._id, key: SHARD_KEY } as Document);
-        onAnswer(answer);
-        return answer;
-      },
-    }),
-  };
-  const client = new Proxy(db.client, {
-    get: (target, property) => (property === 'db' ? (name: string, options?: Document) => (name === 'config' ? config : target.db(name, options)) : bound(target, property)),
-  });
-  const dbAnswering = new Proxy(db, { get: (target, property) => (property === 'client' ? client : bound(target, property)) });
-  return new Proxy(cluster, { get: (target, property, receiver) => (property === 'db' ? dbAnswering : Reflect.get(target, property, receiver)) });
-}
 
 /** Calls `then` after `n` reactions. */
 function afterReactions(n: number, then: () => void): void {
@@ -64,9 +39,15 @@ describe('callers that come together on a lock\'s first call, on a sharded colle
     for (let n = 0; n <= 16; n++) {
       const raw = await freshCollection([{ _id: 'a', region: 'eu' }, { _id: 'b', region: 'eu' }]);
       let second: Promise<string> | undefined;
-      const cluster = withShardKeyAnswer(simulatedCluster(raw, { routers: [{ offsetMs: 0 }], shardKey: SHARD_KEY }), (answer) => {
-        // Asked on the lock's first call, once `lock` exists.
-        void answer.then(() => afterReactions(n, () => (second = acquireAndRelease(lock, { _id: 'b', region: 'eu' }))));
+      const cluster = simulatedCluster(raw, {
+        routers: [{ offsetMs: 0 }],
+        shardKey: SHARD_KEY,
+        shardKeyAnswer: (namespace) => {
+          const answer = Promise.resolve({ _id: namespace, key: SHARD_KEY } as Document);
+          // Asked on the lock's first call, once `lock` exists.
+          void answer.then(() => afterReactions(n, () => (second = acquireAndRelease(lock, { _id: 'b', region: 'eu' }))));
+          return answer;
+        },
       });
       const lock = writeLock({ collection: cluster, locktimeout: 20_000 });
       const first = await acquireAndRelease(lock, { _id: 'a', region: 'eu' });

@@ -13,7 +13,7 @@ import { acquireAll, commit, isLockError, multiLock, writeLock, type LockHandle 
 import { addressFromFilter } from '../../lib/engine/address';
 import { delayedCollection } from '../../stress/delayed-collection';
 import { failingAfterLanding } from '../../stress/server-faults';
-import { simulatedCluster } from '../../stress/simulated-cluster';
+import { metadataUnauthorized, simulatedCluster } from '../../stress/simulated-cluster';
 import { realNow } from '../support/clock';
 import { commandsSentBy, freshCollection, rejectionOf, sleep } from '../support/fixture';
 import { liveEntries, until } from '../support/lock-commands';
@@ -135,7 +135,7 @@ describe('a collection sharded on another key than _id', () => {
 
   it('a shard key the lock may not read from config.collections: the first call fails before writing, naming the shardKey option, which then makes it work', async () => {
     const raw = await freshCollection([{ _id: 'a', region: 'eu' }]);
-    const routed = simulatedCluster(raw, { routers: [{ offsetMs: 0 }], shardKey: SHARD_KEY, readableMetadata: false });
+    const routed = simulatedCluster(raw, { routers: [{ offsetMs: 0 }], shardKey: SHARD_KEY, shardKeyAnswer: () => Promise.reject(metadataUnauthorized()) });
     const blind = writeLock({ collection: routed, maxClockSkew: 0 });
     const error = await rejectionOf(blind.acquire({ _id: 'a', region: 'eu' }));
     expect(error.subtype).to.equal('DbError');
