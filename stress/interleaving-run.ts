@@ -12,7 +12,7 @@ import Hapi from '@hapi/hapi';
 import type { Collection, Db, Document, MongoClient } from 'mongodb';
 import { commit, isLockError, multiLock, resourceLocks, semaphore, usingAll, writeLock, type GroupRequest, type LockHandle } from '../lib';
 import { lockOf, monglockPlugin } from '../lib/hapi';
-import { assumedSkew, clientCollection, deploymentOptions, quiescenceBound, quiescentState, type HistoryDeployment, type LateLandingCounts } from '../spec/support/interleaving-deployment';
+import { assumedSkew, clientCollection, deploymentOptions, quiescenceBound, quiescentState, type HistoryDeployment, type LateLandingCounts } from './interleaving-deployment';
 import { isHandOverCall, type DelayPlan } from './delayed-collection';
 import type { FinalState, GuardedWrite, HistoryEvent } from './history-checker';
 import { mulberry32, type ClientPlan, type GroupMember, type Operation, type Scenario } from './interleaving-scenario';

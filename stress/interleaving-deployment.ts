@@ -13,12 +13,12 @@
  *   no longer land, or lets its lease end first: lib/locks/acquisition.ts).
  */
 import type { Collection, Document, UpdateResult } from 'mongodb';
-import { delayedCollection, isHandOverCall, type Delays } from '../../stress/delayed-collection';
-import type { FinalState, GuardedWrite, StoredEntry } from '../../stress/history-checker';
-import { clusterSkew, mulberry32, type ClientPlan, type ClusterPlan } from '../../stress/interleaving-scenario';
-import { landingLate, type LateLanding } from '../../stress/server-faults';
-import { simulatedCluster } from '../../stress/simulated-cluster';
-import { realNow } from './clock';
+import { delayedCollection, isHandOverCall, type Delays } from './delayed-collection';
+import type { FinalState, GuardedWrite, StoredEntry } from './history-checker';
+import { clusterSkew, mulberry32, type ClientPlan, type ClusterPlan } from './interleaving-scenario';
+import { landingLate, type LateLanding } from './server-faults';
+import { simulatedCluster } from './simulated-cluster';
+import { realNow } from '../spec/support/clock';
 
 /** The `maxClockSkew` monglock assumes on a sharded cluster when none is given (lib/engine/deployment.ts), in ms. */
 const SHARDED_DEFAULT_SKEW = 1_000;
