@@ -5,10 +5,32 @@
  */
 import Hapi from '@hapi/hapi';
 import { expect } from 'chai';
+import type { Collection, Document } from 'mongodb';
 import { commit, writeLock } from '../../../lib';
 import { delayedCollection } from '../../../stress/delayed-collection';
 import { freshCollection, sleep } from '../../support/fixture';
-import { makeServer, stopServers } from '../../support/hapi-server';
+import { heldIds, makeServer, stopServers } from '../../support/hapi-server';
+
+const ITEMS = [
+  { sku: 'x', qty: 1 },
+  { sku: 'y', qty: 2 },
+];
+
+/** A server whose route sets the quantity of the cart's item `sku` to 9 with a positional `$`, by `commit(update, value, { match })`. */
+async function cartServer(collection: Collection<Document>): Promise<Hapi.Server> {
+  const server = await makeServer((s) =>
+    s.route({
+      method: 'POST',
+      path: '/carts/{id}/items/{sku}',
+      options: {
+        plugins: { monglock: { lock: writeLock({ collection, locktimeout: 5_000 }), filter: (request: Hapi.Request) => ({ _id: request.params.id }) } },
+        handler: (request) => commit({ $set: { 'items.$.qty': 9 } }, { sku: request.params.sku as string }, { match: { 'items.sku': request.params.sku as string } }),
+      },
+    }),
+  );
+  await server.initialize();
+  return server;
+}
 
 describe('hapi: a handler that returns commit()', () => {
   afterEach(stopServers);
@@ -42,6 +64,15 @@ describe('hapi: a handler that returns commit()', () => {
     const balance = (await collection.findOne({ _id: 'a' as never }))?.balance;
     console.log(`      the client got ${response.statusCode}; balance ${balance}`);
     expect({ status: response.statusCode, balance }).to.deep.equal({ status: 503, balance: 100 });
+  });
+
+  it('commit(update, value, { match }) with a positional $ update: the element match selects is updated, the value answered, the lock released', async () => {
+    const collection = await freshCollection([{ _id: 'cart', items: ITEMS }]);
+    const server = await cartServer(collection);
+    const response = await server.inject({ method: 'POST', url: '/carts/cart/items/y' });
+    expect({ status: response.statusCode, payload: response.result }).to.deep.equal({ status: 200, payload: { sku: 'y' } });
+    expect((await collection.findOne({ _id: 'cart' as never }))?.items, 'only the matched element').to.deep.equal([{ sku: 'x', qty: 1 }, { sku: 'y', qty: 9 }]);
+    expect(await heldIds(collection, 'cart'), 'the commit released the lock').to.deep.equal([]);
   });
 
   it('while the lease keeper extension is in flight, and hapi answers 503 meanwhile: nothing is written', async function () {
