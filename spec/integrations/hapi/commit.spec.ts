@@ -9,7 +9,7 @@ import type { Collection, Document } from 'mongodb';
 import { commit, writeLock } from '../../../lib';
 import { delayedCollection } from '../../../stress/delayed-collection';
 import { freshCollection, sleep } from '../../support/fixture';
-import { heldIds, makeServer, stopServers } from '../../support/hapi-server';
+import { heldIds, makeServer, released, stopServers } from '../../support/hapi-server';
 
 const ITEMS = [
   { sku: 'x', qty: 1 },
@@ -73,6 +73,19 @@ describe('hapi: a handler that returns commit()', () => {
     expect({ status: response.statusCode, payload: response.result }).to.deep.equal({ status: 200, payload: { sku: 'y' } });
     expect((await collection.findOne({ _id: 'cart' as never }))?.items, 'only the matched element').to.deep.equal([{ sku: 'x', qty: 1 }, { sku: 'y', qty: 9 }]);
     expect(await heldIds(collection, 'cart'), 'the commit released the lock').to.deep.equal([]);
+  });
+
+  it('commit(update, value, { match }) whose match the document fails: 404, nothing written, and the lock is still released', async () => {
+    const collection = await freshCollection([{ _id: 'cart', items: ITEMS }]);
+    const server = await cartServer(collection);
+    const response = await server.inject({ method: 'POST', url: '/carts/cart/items/z' });
+    expect((await collection.findOne({ _id: 'cart' as never }))?.items, 'nothing written').to.deep.equal(ITEMS);
+    await released(collection, 'cart'); // within 2 s of its 5 s lease: released, not run out
+    const again = await server.inject({ method: 'POST', url: '/carts/cart/items/x' });
+    expect(again.statusCode, 'the next request gets the lock').to.equal(200);
+    expect((await collection.findOne({ _id: 'cart' as never }))?.items).to.deep.equal([{ sku: 'x', qty: 9 }, { sku: 'y', qty: 2 }]);
+    // The commit's RessourceNotFound, answered as boom (the plugin's) like every other lock outcome.
+    expect(response.statusCode, `the refused commit answered ${response.payload}`).to.equal(404);
   });
 
   it('while the lease keeper extension is in flight, and hapi answers 503 meanwhile: nothing is written', async function () {
