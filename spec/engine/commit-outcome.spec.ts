@@ -8,7 +8,7 @@ import type { CommandStartedEvent, Document } from 'mongodb';
 import { commit, isLockError, resourceLocks, writeLock, type LockHandle } from '../../lib';
 import { delayedCollection } from '../../stress/delayed-collection';
 import { freshCollection, newClient, rejectionOf, sleep } from '../support/fixture';
-import { gate, whatAnAcquisitionGets } from '../support/lock-commands';
+import { gate, liveEntries, whatAnAcquisitionGets } from '../support/lock-commands';
 
 const debit = (lock: LockHandle<Document, undefined, Document>): Document => ({ $set: { balance: (lock.document?.balance as number) - 30 }, $push: { history: -30 } });
 
@@ -223,6 +223,49 @@ describe('a commit whose reply is lost', () => {
     const doc = await collection.findOne({ _id: 'acc-1' as never });
     // The commit landed: monglock reads its id back (lock.committed) and using() resolves, so no retry debits twice.
     expect({ attempts, balance: doc?.balance, history: doc?.history }, 'one debit of 30').to.deep.equal({ attempts: 1, balance: 70, history: [-30] });
+  });
+});
+
+/*
+ * A commit with `match` (a positional `$` update whose element the caller's filter selects): the
+ * write that settles a lost reply and the explanation of a refusal both carry the caller's match,
+ * and must still tell a commit that landed from one that could not (the lock was taken meanwhile).
+ */
+describe('a commit with match', () => {
+  const CART = [
+    { sku: 'x', qty: 1 },
+    { sku: 'y', qty: 2 },
+  ];
+
+  it('whose reply is lost: settles as applied (its id is read back), the element match selects updated once', async function () {
+    this.timeout(20_000);
+    const collection = await freshCollection([{ _id: 'cart', items: CART }]);
+    // The first updateOne (the commit) is applied; its reply comes back after the call's timeout.
+    const slow = delayedCollection(collection, { reply: (method, n) => (method === 'updateOne' && n === 1 ? 1_500 : 0) });
+    const carts = writeLock({ collection: slow, locktimeout: 5_000, timeout: 1_000 });
+    const outcome = await carts.using({ _id: 'cart' }, {}, () => commit({ $inc: { 'items.$.qty': 10 } }, 'added', { match: { 'items.sku': 'y' } })).then(
+      (value) => ({ said: `resolved ${value}`, applied: true as unknown }),
+      (error: Error & { data?: { applied?: unknown } }) => ({ said: error.message, applied: error.data?.applied }),
+    );
+    const doc = await collection.findOne({ _id: 'cart' as never });
+    expect(doc?.items, `the commit landed once (the call said: ${outcome.said})`).to.deep.equal([{ sku: 'x', qty: 1 }, { sku: 'y', qty: 12 }]);
+    expect(outcome, 'the call reports the update applied').to.deep.equal({ said: 'resolved added', applied: true });
+    expect(doc?.lock?.tags?.write ?? [], 'the commit released the lock').to.have.length(0);
+  });
+
+  it('after the lease ran out and another caller took the document: LockWasReacquired, nothing written, the other caller keeps its lock', async function () {
+    this.timeout(20_000);
+    const collection = await freshCollection([{ _id: 'cart', items: CART }]);
+    const carts = writeLock({ collection, locktimeout: 500 });
+    const held = await carts.acquire({ _id: 'cart' });
+    const other = await writeLock({ collection, locktimeout: 10_000 }).acquire({ _id: 'cart' }, { wait: 5_000 }); // admitted once the lease ran out
+    const before = await collection.findOne({ _id: 'cart' as never });
+    const refused = await rejectionOf(held.release({ update: { $inc: { 'items.$.qty': 10 } }, match: { 'items.sku': 'y' } }));
+    const after = await collection.findOne({ _id: 'cart' as never });
+    expect(refused.subtype, refused.message).to.equal('LockWasReacquired');
+    expect(after, 'nothing written').to.deep.equal(before);
+    expect((await liveEntries(collection, 'cart')).map((entry) => entry.id), "the other caller's lock").to.deep.equal([other.id]);
+    await other.release();
   });
 });
 
