@@ -37,7 +37,7 @@ export function heldLock(lock: Handle, boom: BoomLike): Held {
     commit: async (result, beforeWrite) => {
       if (!(result instanceof CommitRequest)) throw boom.badImplementation('monglock: a route that locks one document ends with commit(update, value), not commitAll');
       beforeWrite();
-      await lock.release({ ...result.options, update: result.update });
+      await lock.release({ ...result.options, update: result.update, boom });
     },
     keep(controller, maxHoldMs, onGiveUp) {
       const leaseMs = Handle.lease(lock);
