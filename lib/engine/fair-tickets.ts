@@ -40,22 +40,26 @@ export class FairTickets {
    * Take a ticket ({@link takeTicketOperation}), at `releaseW`: resolves it, the document's address
    * and its queue. Its place is the waiter's `arrival` (when it came, not when its first attempt
    * was refused: callers that came after it and queued at once must not come first) if that was
-   * at most a quarter of the server's stamp window (25 ms and a round trip) before the first
-   * write's stamp, which leaves the write the rest of the window; else, and on a retry, the stamp
-   * of the write.
+   * at most half of the wide stamp window (1 s) before the first write's stamp, the server
+   * checking it against that window, which leaves the write the other half; else, and on a retry,
+   * the stamp of the write. (A quarter of the tight window, 25 ms and a round trip, was less than
+   * a loaded machine or a slow refusal puts between a call and its ticket: the first caller was
+   * then placed behind callers that came after it.)
    */
   async take(filter: Document, tag: string, leaseMs: number, call: ResolvedCallOptions, arrival: Arrival): Promise<{ ticket: Ticket; target: Document; seen: QueueView }> {
     await this.ready(call);
     let first = true;
+    const placement = this.settings.clock.tolerance(leaseMs * 2, true);
     return runStamped(this.settings.clock, this.settings.store, call, {
       target: filter,
       lease: leaseMs * 2,
       write: async (stamp, tolerance) => {
-        const placed = first && arrival.at !== undefined && stamp - arrival.at <= tolerance / 4;
+        const placed = first && arrival.at !== undefined && stamp - arrival.at <= placement / 2;
         first = false;
         const at = placed ? Math.min(arrival.at!, stamp) : stamp;
         const ticket: Ticket = { id: arrival.id, tag, at: new Date(at), exp: new Date(this.settings.clock.expiry(stamp, leaseMs)) };
-        const reply = await this.settings.store.apply(takeTicketOperation(this.settings.paths, filter, ticket, tolerance), call, call.releaseW);
+        const operation = takeTicketOperation(this.settings.paths, filter, ticket, placed ? placement : tolerance);
+        const reply = await this.settings.store.apply(operation, call, call.releaseW);
         if (!reply.value) return undefined;
         const now = observeWrite(this.settings, reply.value, reply);
         return { ticket, target: addressOf(reply.value, this.settings.store.shardKey), seen: { lock: this.settings.paths.read(reply.value), now } };
