@@ -29,6 +29,13 @@ export const isCommit = (method: string, args: readonly unknown[]): boolean => m
 export const isPlainRelease = (method: string, args: readonly unknown[]): boolean =>
   method === 'updateOne' && updateOf(args).$push === undefined && (args[2] as { writeConcern?: { w?: unknown } } | undefined)?.writeConcern?.w !== 'majority';
 
+/** A fair ticket taken: it pushes onto the document's queue. */
+export const isTicketTake = (method: string, args: readonly unknown[]): boolean => method === 'findOneAndUpdate' && updateOf(args).$push?.['lock.queue'] !== undefined;
+
+/** A fair ticket renewed (a look, or the background renewal): it sets its own ticket's expiry in the queue. */
+export const isTicketRenewal = (method: string, args: readonly unknown[]): boolean =>
+  method === 'findOneAndUpdate' && Object.keys(updateOf(args).$set ?? {}).some((path) => path.includes('queue') && path.endsWith('.$[mine].exp'));
+
 /** A promise and the function that settles it: a gate a held request waits at. */
 export function gate(): { promise: Promise<void>; open: () => void } {
   let open!: () => void;

@@ -188,7 +188,7 @@ async function untilWaiting(): Promise<void> {
   await new Promise((resolve) => setImmediate(resolve));
 }
 
-describe('hand-over: what a review found', () => {
+describe('hand-over: the document and the token it hands over', () => {
   const collidingIds: Array<[string, unknown, unknown]> = [
     ['a legacy UUID (Binary subtype 3) and a UUID (subtype 4) of the same bytes', new Binary(Buffer.from('00112233445566778899aabbccddeeff', 'hex'), 3), new Binary(Buffer.from('00112233445566778899aabbccddeeff', 'hex'), 4)],
     ['an ObjectId and a Binary whose base64 is its hex', new ObjectId('0123456789abcdef01234567'), new Binary(Buffer.from('0123456789abcdef01234567', 'base64'), 0)],
@@ -250,7 +250,7 @@ function localState(lock: object): { byDocument: Map<string, unknown>; handedInR
   return describeLock(lock)!.core.waiters as unknown as { byDocument: Map<string, unknown>; handedInRow: Map<string, number>; held: Map<string, unknown> };
 }
 
-describe('hand-over: what a second review found', () => {
+describe('hand-over: waiters of other documents and abandoned grantees', () => {
   it('LocalWaiters keeps no per-document state after grantees were abandoned while their hand-overs were on their way (10 documents)', async function () {
     this.timeout(30_000);
     const ids = Array.from({ length: 10 }, (_, i) => `doc-${i}`);

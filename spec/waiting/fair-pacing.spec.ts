@@ -1,26 +1,29 @@
 /**
- * Review of d95f1ec (fair mode paced by the queue): a fair waiter with live tickets ahead of it
- * only "looks" (renews its ticket, reading the queue) and sends no acquisition attempt. Two cases
- * where an attempt would NOT "only be refused", which the look therefore hides:
- * - an owner's waiting call, once the same owner holds the lock (its attempt is a nested hold,
- *   which bypasses the fair queue by design: lib/protocol/reentry.ts);
- * - a waiter whose filter says more than `{ _id }` (its attempt would say the filter no longer
- *   matches: RessourceNotFound), while the look only renews `{ _id }`.
- * Separate writeLock instances on one collection stand for separate processes.
+ * A fair waiter paced by its place in the queue: with live tickets ahead of it, it only "looks"
+ * (renews its ticket, reading the queue) instead of sending an attempt that could only be
+ * refused. Where an attempt would NOT only be refused, it still attempts: an owner's waiting call
+ * once the same owner holds the lock (a nested hold bypasses the queue by design:
+ * lib/protocol/reentry.ts), and a waiter whose filter says more than `{ _id }` (its attempt says
+ * when the filter no longer matches: RessourceNotFound). A look is bounded by the wait and by an
+ * abort; the first in line renews its ticket; a release in its process hands over in queue order.
+ * A new fair call that just saw another process's tickets still attempts first (a free document
+ * with a short wait, a tag nothing blocks). Separate lock instances on one collection stand for
+ * separate processes.
  */
 import { expect } from 'chai';
 import type { Collection, Document } from 'mongodb';
-import { writeLock } from '../../lib';
+import { multiLock, writeLock } from '../../lib';
+import { realNow } from '../support/clock';
 import { delayedCollection, isHandOverCall } from '../../stress/delayed-collection';
 import { freshCollection, sleep } from '../support/fixture';
-import { acquiredOrRejected, liveTickets, queueOf } from '../support/lock-commands';
+import { acquiredOrRejected, isAcquisition, isTicketRenewal, isTicketTake, liveTickets, queueOf, settleTime } from '../support/lock-commands';
 
 async function ticketsReach(collection: Collection<Document>, id: unknown, count: number): Promise<void> {
   for (let tries = 0; tries < 500 && liveTickets(await queueOf(collection, id)) < count; tries++) await sleep(10);
   expect(liveTickets(await queueOf(collection, id)), `${count} live tickets`).to.be.at.least(count);
 }
 
-describe('review d95f1ec: a paced fair waiter still tries when an attempt could succeed or fail otherwise', () => {
+describe('a paced fair waiter still attempts when an attempt could succeed, or fail otherwise', () => {
   it('an owner\'s second waiting call re-enters once the owner holds the lock, though another process\'s ticket came before its own', async function () {
     this.timeout(60_000);
     const collection = await freshCollection([{ _id: 'r' }]);
@@ -81,12 +84,12 @@ describe('review d95f1ec: a paced fair waiter still tries when an attempt could 
     await holder.release();
     await (await ahead)?.release();
     expect(outcome).to.equal('rejected: RessourceNotFound');
-    // Without the look (before d95f1ec), an explained attempt (every 8th) says so within about a second.
+    // An explained attempt (every 8th) says so within about a second; a look alone would not.
     expect(ms, 'ms until the waiter learned its filter no longer matches').to.be.below(5_000);
   });
 });
 
-describe('review d95f1ec: fair mode in one process, the hand-over', () => {
+describe('fair mode in one process: the hand-over', () => {
   it('each release hands the lock to the waiter whose ticket is then first in the queue (docs/guarantees.md, Fair mode)', async function () {
     this.timeout(60_000);
     const collection = await freshCollection([{ _id: 'hot' }]);
@@ -125,13 +128,7 @@ describe('review d95f1ec: fair mode in one process, the hand-over', () => {
   });
 });
 
-/** A ticket renewal (a look, or the background renewal): it sets the expiry of its own ticket in `lock.queue`. */
-function isTicketRenewal(method: string, args: readonly unknown[]): boolean {
-  const update = (args[1] ?? {}) as Document;
-  return method === 'findOneAndUpdate' && Object.keys((update.$set ?? {}) as Document).some((path) => path.includes('queue') && path.endsWith('.$[mine].exp'));
-}
-
-describe('review d95f1ec: a look and the wait', () => {
+describe('a look and the wait', () => {
   it('a fair waiter behind another process\'s waiter rejects when its wait runs out, not after a slow look came back', async function () {
     this.timeout(60_000);
     const collection = await freshCollection([{ _id: 1 }]);
@@ -191,7 +188,7 @@ describe('a look and an abort', () => {
   });
 });
 
-describe('review d95f1ec: the first in line keeps its ticket renewed', () => {
+describe('the first in line keeps its ticket renewed', () => {
   it('a fair waiter first in line renews its ticket about every 600 ms (2 s lease; docs/guarantees.md, Fair mode)', async function () {
     this.timeout(60_000);
     const collection = await freshCollection([{ _id: 1 }]);
@@ -214,5 +211,117 @@ describe('review d95f1ec: the first in line keeps its ticket renewed', () => {
     // Every missed tick is lost margin: the 2 s lease then survives a pause (GC, a busy event loop,
     // a slow reply) of about 2000 - 1200 = 800 ms instead of 2000 - 600 = 1400 ms.
     expect(mean, 'mean ms between renewals of the first in line').to.be.below(900);
+  });
+});
+
+async function untilTickets(collection: Collection<Document>, id: unknown, count: number): Promise<void> {
+  for (let tries = 0; liveTickets(await queueOf(collection, id)) !== count; tries++) {
+    expect(tries, `${count} live ticket(s)`).to.be.below(500);
+    await sleep(5);
+  }
+}
+
+/** `collection` through {@link delayedCollection}: findOneAndUpdate calls delayed as `delays` says at the time, and lock writes recorded. */
+function controlled(collection: Collection<Document>) {
+  const delays = { all: 0, takeReply: 0 };
+  const sent: string[] = [];
+  const proxy = delayedCollection(collection, {
+    request: (method, _n, args) => {
+      if (method !== 'findOneAndUpdate' && method !== 'updateOne') return undefined;
+      sent.push(`${method}${isTicketTake(method, args) ? ' (ticket taken)' : isAcquisition(method, args) ? ' (acquisition)' : ` ${JSON.stringify(args[1]).slice(0, 120)}`}`);
+      return method === 'findOneAndUpdate' && delays.all > 0 ? delays.all : undefined;
+    },
+    reply: (method, _n, args) => (isTicketTake(method, args) && delays.takeReply > 0 ? delays.takeReply : undefined),
+  });
+  return { proxy, delays, sent };
+}
+
+/**
+ * Makes lock instance `acquireOn` (A) see, with a fair waiter of its own, the ticket of a fair
+ * waiter of lock instance `other` (B, "another process") on document `id` held by `holder`; then
+ * aborts A's waiter, so that A has no local waiter left but a fresh sighting.
+ */
+async function sighting(
+  collection: Collection<Document>,
+  id: unknown,
+  a: { acquire(filter: Document, params: Document): Promise<unknown> },
+  b: { acquire(filter: Document, params: Document): Promise<unknown> },
+  params: Document = {},
+): Promise<{ stopB: AbortController; b: Promise<unknown> }> {
+  const stopB = new AbortController();
+  const bWaiter = b.acquire({ _id: id }, { ...params, wait: 10_000, signal: stopB.signal }).catch((error: unknown) => error);
+  await untilTickets(collection, id, 1);
+  const stopA = new AbortController();
+  const aWaiter = a.acquire({ _id: id }, { ...params, wait: 10_000, signal: stopA.signal }).catch((error: unknown) => error);
+  await untilTickets(collection, id, 2); // A's ticket write returned the queue with B's ticket in it
+  await sleep(5);
+  stopA.abort();
+  await aWaiter;
+  return { stopB, b: bWaiter };
+}
+
+/** Document 1 held by a plain writeLock; fair instance A (recorded, delays switchable) saw a ticket of fair instance B. */
+async function writeLockSighting() {
+  const collection = await freshCollection([{ _id: 1 }]);
+  const holder = await writeLock({ collection, locktimeout: 10_000 }).acquire({ _id: 1 });
+  const a = controlled(collection);
+  const lockA = writeLock({ collection: a.proxy, locktimeout: 10_000, fair: true });
+  const lockB = writeLock({ collection, locktimeout: 10_000, fair: true });
+  return { collection, holder, a, lockA, ...(await sighting(collection, 1, lockA, lockB)) };
+}
+
+describe('a fair call right after it saw the ticket of another process\'s waiter: its first attempt is not replaced by a ticket', () => {
+  it('a fair call on a FREE document, right after a sighting, with a wait shorter than a round trip: resolves (as before the change)', async function () {
+    this.timeout(20_000);
+    const { collection, holder, a, lockA, stopB, b } = await writeLockSighting();
+    const sawAt = performance.now();
+    stopB.abort();
+    await b;
+    await holder.release();
+    await untilTickets(collection, 1, 0);
+    // Nobody holds document 1, nobody waits for it.
+    expect((await collection.findOne({ _id: 1 as never }))?.lock?.tags?.write ?? [], 'no holder').to.have.length(0);
+    console.log(`      ${Math.round(performance.now() - sawAt)} ms after the sighting; every lock command of A now takes 50 ms`);
+    a.delays.all = 50;
+    a.sent.length = 0;
+    const start = realNow();
+    const outcome = await settleTime(lockA.acquire({ _id: 1 }, { wait: 20 }), start);
+    await sleep(200);
+    console.log(`      ${outcome}; commands: ${a.sent.join(', ')}; live tickets 200 ms later: ${liveTickets(await queueOf(collection, 1))}`);
+    expect(outcome, 'a free document, a wait of 20 ms (wait bounds the retrying, not an attempt already sent)').to.match(/^resolved/);
+  });
+
+  it('a fair call whose ticket (taken first) comes back just before its wait: gives up when its wait runs out', async function () {
+    this.timeout(20_000);
+    const { holder, a, lockA, stopB, b } = await writeLockSighting();
+    a.delays.takeReply = 450; // a slow reply to the ticket's write (as in fair.spec.ts slowTickets)
+    const start = realNow();
+    const outcome = await settleTime(lockA.acquire({ _id: 1 }, { wait: 500 }), start);
+    console.log(`      ${outcome}`);
+    stopB.abort();
+    await b;
+    await holder.release();
+    expect(Number(/after (\d+) ms/.exec(outcome)?.[1]), 'ms until a wait of 500 ms gave up').to.be.below(800);
+  });
+
+  it('a fair call of a tag that the sighted tickets do not block takes no ticket (as before)', async function () {
+    this.timeout(20_000);
+    const collection = await freshCollection([{ _id: 1 }]);
+    const options = { locktimeout: 10_000, lockRelationships: { x: { cooperative: ['x'] }, y: { cooperative: ['y'] } } };
+    const holder = await multiLock({ collection, ...options }).acquire({ _id: 1 }, { tag: 'x' });
+    const a = controlled(collection);
+    const lockA = multiLock({ collection: a.proxy, ...options, fair: true });
+    const lockB = multiLock({ collection, ...options, fair: true });
+    const { stopB, b } = await sighting(collection, 1, lockA, lockB, { tag: 'x' });
+    a.sent.length = 0;
+    // Tag y is concurrent with x: nothing blocks it (no y lock, no y ticket); its first attempt wins.
+    const handle = await lockA.acquire({ _id: 1 }, { tag: 'y', wait: 5_000 });
+    const sent = [...a.sent];
+    await handle.release();
+    stopB.abort();
+    await b;
+    await holder.release();
+    console.log(`      commands of the y call: ${sent.join(', ')}`);
+    expect(sent.filter((command) => command.includes('ticket taken')), 'tickets taken by an acquisition nothing blocks').to.deep.equal([]);
   });
 });

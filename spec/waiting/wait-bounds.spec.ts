@@ -1,62 +1,54 @@
+/**
+ * A waiting call's `wait` and `signal` count from the call: one turn passes before it sends
+ * anything (an abort in the turn of the call sends nothing), a call queued behind a waiter of its
+ * own process gives up when its wait runs out (not after a sleep, nor again from when its ticket
+ * came back, nor after a clock set back), and a bluebird `.cancel()` in the turn of the call
+ * releases the lock its first attempt won.
+ */
 import Bluebird from 'bluebird';
 import { expect } from 'chai';
 import type { Collection, Document } from 'mongodb';
 import { writeLock } from '../../lib';
+import { MAX_RETRY_DELAY } from '../../lib/waiting/wait-options';
 import { delayedCollection } from '../../stress/delayed-collection';
 import { realNow } from '../support/clock';
-import { isAcquisition, queueOf, settleTime, whatAnAcquisitionGets } from '../support/lock-commands';
 import { freshCollection, sleep } from '../support/fixture';
-import { MAX_RETRY_DELAY } from '../../lib/waiting/wait-options';
+import { isAcquisition, isTicketTake, queueOf, settleTime, whatAnAcquisitionGets } from '../support/lock-commands';
 
-/*
- * A second independent review of 84581fe, f7390e1 and 4553371 (one turn before anything is sent;
- * callers that come together send in the order they came; `wait` counts from the call). On a held
- * document, the first of callers that came together was served last (its ticket was taken after
- * its refused attempt, the others' at once): a ticket now keeps the place of when its waiter came. The `wait`
- * tests failed on 4553371 and on ed034fd (before the three commits): a call queued behind a waiter
- * of its own process slept 150 ms before its first attempt whatever its wait, and a clock set back
- * during its ticket take gave it its whole wait again. The bluebird test checks what the docs now
- * say: a `.cancel()` in the turn of the call comes after the first attempt was sent (bluebird runs
- * its cancellation callback a `setImmediate` later), and the lock that attempt won is released.
- */
-
-const isTicketTake = (method: string, args: readonly unknown[]): boolean => method === 'findOneAndUpdate' && 'lock.queue' in (((args[1] as Document).$push ?? {}) as Document);
-
-describe('fair mode: callers that come together in one process are served in the order they came (review)', () => {
-  /** Callers 0..3 call `acquire(i)` in that order, in one turn, on one fair lock object; the order they were served in. */
-  async function servedOrder(collection: Collection<Document>, acquire: (i: number) => Promise<{ release(): Promise<void> }>, then?: () => Promise<void>): Promise<string> {
-    const served: number[] = [];
-    const callers = Array.from({ length: 4 }, async (_, i) => {
-      const handle = await acquire(i);
-      served.push(i);
-      await handle.release();
-    });
-    await then?.();
-    await Promise.all(callers);
-    return served.join(',');
-  }
-
-  it('on a held document: the first caller, refused at its first attempt, is served first (not last)', async function () {
-    this.timeout(30_000);
-    const rounds: string[] = [];
-    for (let round = 0; round < 5; round++) {
-      const collection = await freshCollection([{ _id: 'held' }]);
-      const lock = writeLock({ collection, locktimeout: 10_000, fair: true });
-      await (await lock.acquire({ _id: 'held' })).release(); // the server's clock is known, as in a running service
-      const holder = await writeLock({ collection, locktimeout: 10_000 }).acquire({ _id: 'held' });
-      rounds.push(
-        await servedOrder(collection, () => lock.acquire({ _id: 'held' }, { wait: 10_000 }), async () => {
-          await sleep(300); // every caller waits
-          await holder.release();
-        }),
-      );
-      expect(await queueOf(collection, 'held'), 'every ticket was taken out').to.deep.equal([]);
-    }
-    // The first caller's attempt is refused (the document is held); its ticket, taken after the
-    // others', keeps the place of when it came. (Before: 1,2,3,0 in 5 of 5 rounds.)
-    expect(rounds.filter((order) => order === '0,1,2,3').length, `order served, per round: ${rounds.join(' | ')}`).to.be.at.least(4);
+/** `collection` with its lock writes recorded, and the replies of acquisitions held back `replyMs`. */
+function recorded(collection: Collection<Document>, replyMs: number): { proxy: Collection<Document>; sent: string[] } {
+  const sent: string[] = [];
+  const proxy = delayedCollection(collection, {
+    request: (method, _n, args) => {
+      if (method === 'findOneAndUpdate' || method === 'updateOne') sent.push(isAcquisition(method, args) ? 'acquisition' : method);
+      return undefined;
+    },
+    reply: (method, _n, args) => (isAcquisition(method, args) ? replyMs : undefined),
   });
+  return { proxy, sent };
+}
 
+describe('a waiting call aborted in the turn it was made', () => {
+  for (const fair of [true, false]) {
+    it(`${fair ? 'fair' : 'not fair'}: acquire(..., { wait, signal }) then signal.abort() in the same turn: it sends nothing, and the document stays free`, async function () {
+      this.timeout(10_000);
+      const collection = await freshCollection([{ _id: 1 }]);
+      const { proxy, sent } = recorded(collection, 300);
+      const lock = writeLock({ collection: proxy, locktimeout: 10_000, fair });
+      await (await lock.acquire({ _id: 1 })).release(); // warm: the connection is open, the server's clock known
+      sent.length = 0;
+      const controller = new AbortController();
+      const started = realNow();
+      const pending = lock.acquire({ _id: 1 }, { wait: 5_000, signal: controller.signal });
+      controller.abort(new Error('gave up'));
+      expect(await settleTime(pending, started)).to.match(/^Error after \d ms$/);
+      // Right after the call rejected: another caller (without waiting) should find the document free.
+      const other = await whatAnAcquisitionGets(writeLock({ collection }), { _id: 1 });
+      await sleep(400);
+      expect({ sent, other }, 'writes sent by the aborted call; what another caller got right after it rejected').to.deep.equal({ sent: [], other: 'acquired' });
+      expect(await whatAnAcquisitionGets(writeLock({ collection }), { _id: 1 }), 'later').to.equal('acquired');
+    });
+  }
 });
 
 /**
@@ -84,7 +76,7 @@ async function queuedBehindOne(clock?: () => number) {
   };
 }
 
-describe('wait bounds a call queued behind a waiter of its own process (review)', () => {
+describe('wait bounds a call queued behind a waiter of its own process', () => {
   for (const fair of [false, true]) {
     it(`${fair ? 'fair' : 'not fair'}: a 20 ms wait behind a local waiter gives up after about 20 ms, not after a 150 ms sleep`, async function () {
       this.timeout(20_000);
@@ -118,23 +110,24 @@ describe('wait bounds a call queued behind a waiter of its own process (review)'
     expect(Number(/after (\d+) ms/.exec(outcome)?.[1]), outcome).to.be.below(280 + MAX_RETRY_DELAY); // before: the take, the 150 ms sleep, then the attempt (433–438 ms)
   });
 
-  it('fair, the clock option set back during the ticket take: wait still counts from the call', async function () {
-    this.timeout(20_000);
-    let stepBack = 0;
-    const { lock, delays, finish } = await queuedBehindOne(() => realNow() - stepBack);
-    delays.takeReply = 300; // the second caller's ticket comes back after 300 ms of its 500 ms wait
-    const step = setTimeout(() => (stepBack = 1_000), 150); // an NTP step back of 1 s meanwhile
-    const started = realNow();
-    const outcome = await settleTime(lock.acquire({ _id: 1 }, { wait: 500 }), started);
-    clearTimeout(step);
-    await finish();
-    expect(outcome).to.match(/^LockAlreadyTaken/);
-    // The bound of the review test in first-attempt-review.spec.ts (the same call without the step).
-    expect(Number(/after (\d+) ms/.exec(outcome)?.[1]), outcome).to.be.below(500 + 150);
-  });
+  for (const stepBackMs of [0, 1_000]) {
+    it(`fair, slow ticket take${stepBackMs ? ', the clock option set back 1 s meanwhile (an NTP step)' : ''}: wait counts from the call, not again from when its ticket came back`, async function () {
+      this.timeout(20_000);
+      let stepBack = 0;
+      const { lock, delays, finish } = await queuedBehindOne(() => realNow() - stepBack);
+      delays.takeReply = 300; // the second caller's ticket comes back after 300 ms of its 500 ms wait
+      const step = setTimeout(() => (stepBack = stepBackMs), 150);
+      const started = realNow();
+      const outcome = await settleTime(lock.acquire({ _id: 1 }, { wait: 500 }), started);
+      clearTimeout(step);
+      await finish();
+      expect(outcome).to.match(/^LockAlreadyTaken/);
+      expect(Number(/after (\d+) ms/.exec(outcome)?.[1]), outcome).to.be.below(500 + 150);
+    });
+  }
 });
 
-describe('bluebird: acquire(...).cancel() in the turn of the call (review)', () => {
+describe('bluebird: acquire(...).cancel() in the turn of the call', () => {
   it('the attempt already sent is released when its reply comes: nothing is left held', async function () {
     this.timeout(10_000);
     const Cancellable = Bluebird.getNewLibraryCopy();

@@ -1,0 +1,134 @@
+/**
+ * Where a fair waiter's ticket is placed in its document's queue: at when its waiter came (read
+ * from the lock's server clock, once that clock is known), so that callers of one process that came
+ * together are served in the order they came, even though the first one's ticket is taken after
+ * its refused attempt; and never before a waiter of another process that truly came first (a
+ * process whose clock is not known yet, or whose ticket take is refused once, guesses nothing).
+ */
+import { expect } from 'chai';
+import type { Collection, Document } from 'mongodb';
+import { writeLock } from '../../lib';
+import { delayedCollection } from '../../stress/delayed-collection';
+import { realNow } from '../support/clock';
+import { freshCollection, sleep } from '../support/fixture';
+import { isAcquisition, isTicketTake, liveTickets, queueOf } from '../support/lock-commands';
+
+async function untilQueued(collection: Collection<Document>, id: unknown, count: number): Promise<{ id: string; at: Date; exp: Date }[]> {
+  for (const started = Date.now(); Date.now() - started < 5_000; await sleep(1)) {
+    const queue = await queueOf(collection, id);
+    if (queue.length >= count) return queue;
+  }
+  throw new Error(`fewer than ${count} ticket(s) queued after 5 s`);
+}
+
+/**
+ * One round: B (a fair lock whose clock is known, as in a running service) waits on a held
+ * document with its ticket; `gapMs` later, A calls, on a fair lock of another service, not used
+ * yet, whose machine's clock is `behindMs` behind the server's (through `slow`, if given). Resolves
+ * the order they were served in, and where their tickets were placed.
+ */
+async function round(behindMs: number, gapMs: number, slow?: (collection: Collection<Document>) => Collection<Document>): Promise<{ order: string; tickets: string }> {
+  const collection = await freshCollection([{ _id: 'doc' }, { _id: 'warm' }]);
+  const holder = await writeLock({ collection, locktimeout: 10_000 }).acquire({ _id: 'doc' });
+  const early = writeLock({ collection, locktimeout: 10_000, fair: true });
+  await (await early.acquire({ _id: 'warm' })).release();
+  const late = writeLock({ collection: slow?.(collection) ?? collection, locktimeout: 10_000, fair: true, clock: () => realNow() - behindMs });
+  const served: string[] = [];
+  const waiter = (lock: typeof early, name: string): Promise<void> =>
+    lock.acquire({ _id: 'doc' }, { wait: 20_000 }).then(async (handle) => {
+      served.push(name);
+      await handle.release();
+    });
+  const b = waiter(early, 'B');
+  const [ticketB] = await untilQueued(collection, 'doc', 1); // B waits, with its ticket
+  await sleep(gapMs);
+  const calledA = realNow();
+  const a = waiter(late, 'A'); // A comes after B's ticket was taken
+  const ticketA = (await untilQueued(collection, 'doc', 2)).find((ticket) => ticket.id !== ticketB!.id)!;
+  const tickets = `B at ${Math.round(ticketB!.at.getTime() - calledA)} ms, A at ${Math.round(ticketA.at.getTime() - calledA)} ms (from A's call)`;
+  await holder.release();
+  await Promise.all([a, b]);
+  expect(await queueOf(collection, 'doc'), 'every ticket was taken out').to.deep.equal([]);
+  return { order: served.join(','), tickets };
+}
+
+describe('fair mode: a ticket is never placed before a waiter of another process that came first', () => {
+  it('a lock whose local clock is 40 ms behind, on its first call, does not overtake a waiter queued 10 ms before it came', async function () {
+    this.timeout(60_000);
+    const rounds: Array<{ order: string; tickets: string }> = [];
+    for (let i = 0; i < 5; i++) rounds.push(await round(40, 10));
+    expect(rounds.filter((r) => r.order === 'B,A').length, JSON.stringify(rounds)).to.equal(5);
+  });
+
+  it('a ticket take refused once (slow network) then backdates to a guessed arrival 500 ms early: no overtaking of a waiter queued 200 ms before', async function () {
+    this.timeout(60_000);
+    const rounds: Array<{ order: string; tickets: string }> = [];
+    for (let i = 0; i < 3; i++) {
+      // Its first ticket take reaches the server 300 ms late.
+      let takes = 0;
+      const slow = (collection: Collection<Document>) =>
+        delayedCollection(collection, { request: (method, _n, args) => (isTicketTake(method, args) && ++takes === 1 ? 300 : undefined) });
+      rounds.push(await round(500, 200, slow));
+    }
+    expect(rounds.filter((r) => r.order === 'B,A').length, JSON.stringify(rounds)).to.equal(3);
+  });
+});
+
+describe('fair mode: callers that come together in one process are served in the order they came', () => {
+  /** Callers 0..3 call `acquire(i)` in that order, in one turn, on one fair lock object; the order they were served in. */
+  async function servedOrder(collection: Collection<Document>, acquire: (i: number) => Promise<{ release(): Promise<void> }>, then?: () => Promise<void>): Promise<string> {
+    const served: number[] = [];
+    const callers = Array.from({ length: 4 }, async (_, i) => {
+      const handle = await acquire(i);
+      served.push(i);
+      await handle.release();
+    });
+    await then?.();
+    await Promise.all(callers);
+    return served.join(',');
+  }
+
+  it('on a held document: the first caller, refused at its first attempt, is served first (not last)', async function () {
+    this.timeout(30_000);
+    const rounds: string[] = [];
+    for (let round = 0; round < 5; round++) {
+      const collection = await freshCollection([{ _id: 'held' }]);
+      const lock = writeLock({ collection, locktimeout: 10_000, fair: true });
+      await (await lock.acquire({ _id: 'held' })).release(); // the server's clock is known, as in a running service
+      const holder = await writeLock({ collection, locktimeout: 10_000 }).acquire({ _id: 'held' });
+      rounds.push(
+        await servedOrder(collection, () => lock.acquire({ _id: 'held' }, { wait: 10_000 }), async () => {
+          await sleep(300); // every caller waits
+          await holder.release();
+        }),
+      );
+      expect(await queueOf(collection, 'held'), 'every ticket was taken out').to.deep.equal([]);
+    }
+    // The first caller's attempt is refused (the document is held); its ticket, taken after the
+    // others', keeps the place of when it came (within 1 s of it). (Before: 1,2,3,0 in 5 of 5 rounds.)
+    expect(rounds, 'order served, per round').to.deep.equal(Array(5).fill('0,1,2,3'));
+  });
+
+  it("a first caller whose refusal comes back 300 ms late (a loaded machine) still keeps its place: the callers that came after it queue behind it", async function () {
+    this.timeout(20_000);
+    // Before: its ticket was placed at its arrival only within 25 ms and a round trip of its write,
+    // else at the write's stamp, behind the tickets its followers took at once (served 1,2,3,0).
+    const collection = await freshCollection([{ _id: 'late' }]);
+    let acquisitions = 0;
+    const slowFirstRefusal = delayedCollection(collection, { reply: (method, _n, args) => (isAcquisition(method, args) && ++acquisitions === 3 ? 300 : undefined) });
+    const lock = writeLock({ collection: slowFirstRefusal, locktimeout: 10_000, fair: true });
+    await (await lock.acquire({ _id: 'late' })).release(); // acquisition 1: the server's clock is known
+    const holder = await writeLock({ collection: slowFirstRefusal, locktimeout: 10_000 }).acquire({ _id: 'late' }); // acquisition 2
+    const served: number[] = [];
+    const callers = Array.from({ length: 4 }, async (_, i) => {
+      const handle = await lock.acquire({ _id: 'late' }, { wait: 10_000 }); // caller 0 sends acquisition 3, refused
+      served.push(i);
+      await handle.release();
+    });
+    for (let i = 0; i < 400 && liveTickets(await queueOf(collection, 'late')) < 4; i++) await sleep(25);
+    await holder.release();
+    await Promise.all(callers);
+    expect(served, 'the order the callers were served in').to.deep.equal([0, 1, 2, 3]);
+    expect(await queueOf(collection, 'late'), 'every ticket was taken out').to.deep.equal([]);
+  });
+});
