@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # `npm run check:package`: packs the package as `npm publish` would and checks the tarball:
 # @arethetypeswrong/cli (every entry point resolves to types under node10, node16 CJS/ESM and
-# bundler resolution) and publint (package.json fields, files, exports). Exits non-zero on a problem.
+# bundler resolution), publint (package.json fields, files, exports), and a strict consumer
+# (spec/types/strict-consumer: `exactOptionalPropertyTypes`, `skipLibCheck: false`) compiled
+# against the packed declarations. Exits non-zero on a problem.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="$(mktemp -d)"
@@ -10,3 +12,15 @@ tarball="$(npm pack --silent --pack-destination "$out" 2>/dev/null | tail -n 1)"
 echo "packed $tarball ($(tar -tzf "$out/$tarball" | wc -l) files)"
 npx --no-install attw "$out/$tarball" --format table-flipped --no-emoji --no-color
 npx --no-install publint run "$out/$tarball" --strict
+
+# The strict consumer, with the tarball installed as a user's node_modules/monglock has it, beside
+# this repository's copies of its peer dependencies and their types.
+consumer="$out/consumer"
+mkdir -p "$consumer/node_modules"
+tar -xzf "$out/$tarball" -C "$consumer/node_modules"
+mv "$consumer/node_modules/package" "$consumer/node_modules/monglock"
+for dependency in mongodb @hapi @opentelemetry @types bluebird commander; do
+  ln -s "$PWD/node_modules/$dependency" "$consumer/node_modules/$dependency"
+done
+cp spec/types/strict-consumer/tsconfig.json spec/types/strict-consumer/*.ts "$consumer/"
+npx --no-install tsc -p "$consumer" && echo "strict consumer: compiles against the packed declarations (exactOptionalPropertyTypes, skipLibCheck false)"

@@ -20,7 +20,7 @@ export interface Acquired {
   /** The server's clock when the write that set `lock.expiresAt` was applied (ms). */
   readonly appliedAt?: number;
   /** The locked document after the acquisition, when it was asked for (without the lock field, unless projected). */
-  readonly document?: Document;
+  readonly document?: Document | undefined;
   /** A nested hold of an owner that held the lock already (it took no place in the fair queue). */
   readonly nested?: boolean;
 }

@@ -13,11 +13,11 @@ export interface LockData {
   /** When the lease ends, ms since the epoch by the server's clock. */
   readonly expiresAt: number;
   /** The permits it holds, for a tag with a limit (a semaphore); absent otherwise. */
-  readonly permits?: number;
+  readonly permits?: number | undefined;
   /** The owner whose hold it is, for a reentrant acquisition (`params.owner`); absent otherwise. */
-  readonly owner?: string;
+  readonly owner?: string | undefined;
   /** A tag a conversion whose reply was lost may have moved it to: a release looks for it there too. */
-  readonly maybeTag?: string;
+  readonly maybeTag?: string | undefined;
 }
 
 /** A waiter's ticket in a fair queue (`lock.queue`). */
