@@ -76,19 +76,20 @@ describe('transfer benchmark (smoke run)', () => {
     type Counts = { acquire: number; commit: number; release: number; other: number };
     const results = JSON.parse(readFileSync(join(ROOT, '.cache', 'bench-transfer-smoke', 'transfer.json'), 'utf8')) as {
       conserved: boolean;
-      rows: Array<{ contender: string; delayMs: number; processes: number; perSecond: number[]; commands: Counts[]; majority: number[]; mostAtOnce: number }>;
+      rows: Array<{ contender: string; delayMs: number; processes: number; transfers: number[]; commands: Counts[]; majority: number[]; mostAtOnce: number }>;
       uncontended: Array<{ contender: string; delayMs: number; p50Ms: number; commands: Counts; majority: number }>;
     };
     expect(results.conserved).to.equal(true);
     expect(results.rows).to.have.length(5 * 2 * 2);
     for (const row of results.rows) {
       const where = `${row.contender}, L = ${row.delayMs}, ${row.processes} process(es)`;
-      expect(row.perSecond[0], where).to.be.greaterThan(0);
-      expect(row.mostAtOnce, where).to.equal(1);
-      expect(row.commands[0]!.acquire, where).to.be.at.least(2);
+      // Transfers made, warm-up included: on a loaded machine none may end inside a 0.4 s smoke window (its rate is then 0).
+      expect(row.transfers[0], `${where}: transfers made`).to.be.at.least(1);
+      expect(row.mostAtOnce, `${where}: the most transfers holding one account at once`).to.equal(1);
+      expect(row.commands[0]!.acquire, `${where}: acquisition commands per transfer`).to.be.at.least(2);
       expect(row.commands[0]!.commit, `${where}: one commit or update per document`).to.be.closeTo(2, 1e-9);
       expect(row.commands[0]!.other, `${where}: every command belongs to a transfer`).to.equal(0);
-      expect(row.majority[0], where).to.be.at.least(4);
+      expect(row.majority[0], `${where}: majority waits per transfer`).to.be.at.least(4);
     }
     // Uncontended: one acquisition and one commit or update per document; a plain release is sent at w: 1 by monglock only.
     const expected: Record<string, { release: number; majority: number; serialWaits: number }> = {
