@@ -112,7 +112,7 @@ describe('monglock CLI', function () {
     expect(down.err).to.match(/^monglock: /);
   });
 
-  it('a lock held now among 1,000 formerly locked documents is listed, and release --doc frees it', async () => {
+  it('a lock held now among 1,000 formerly locked documents is listed, the index hint shows only once the collection is large and lacks the partial index, and release --doc frees it', async () => {
     const collection = await freshCollection(Array.from({ length: 1_001 }, (_, i) => ({ _id: `doc-${String(i).padStart(4, '0')}` })));
     const where = ['--uri', mongoBackend().uri, '--db', collection.dbName, '--collection', collection.collectionName];
     const lock = writeLock({ collection, locktimeout: 30_000 });
@@ -121,17 +121,31 @@ describe('monglock CLI', function () {
     const status = await run(['status', ...where, '--json']);
     expect(status.code, status.err).to.equal(0);
     expect((JSON.parse(status.out) as ListedLock[]).map((row) => [row.target, row.lockId])).to.deep.equal([['doc-1000', held.id]]);
-    expect(status.err).to.match(/hint: without an index on lock\.until \(createIndex\(\{ 'lock\.until': 1 \}, \{ partialFilterExpression: \{ 'lock\.until': \{ \$exists: true \} \} \}\)\)/);
+    expect(status.err, 'a collection of 1,001 documents reads in no time: no hint').not.to.match(/hint/);
+    await collection.insertMany(Array.from({ length: 9_000 }, (_, i) => ({ filler: i })));
+    const large = await run(['status', ...where, '--json']);
+    expect(large.err, 'a collection of 10,001 documents without the index: the hint').to.match(/hint: without an index on lock\.until \(createIndex\(\{ 'lock\.until': 1 \}, \{ partialFilterExpression: \{ 'lock\.until': \{ \$exists: true \} \} \}\)\)/);
     await collection.createIndex({ 'lock.until': 1 });
-    expect((await run(['status', ...where])).err).to.match(/hint: the index lock\.until_1 on lock\.until indexes every document; a partial one \(createIndex/);
+    expect((await run(['status', ...where])).err, 'a plain index on lock.until: the hint for a partial one').to.match(/hint: the index lock\.until_1 on lock\.until indexes every document; a partial one \(createIndex/);
     await collection.dropIndex('lock.until_1');
     const { key, options } = suggestedIndex('lock');
     await collection.createIndex(key, options);
-    expect((await run(['status', ...where])).err).not.to.match(/hint/);
+    expect((await run(['status', ...where])).err, 'the partial index: no hint').not.to.match(/hint/);
     const released = await run(['release', ...where, '--doc', 'doc-1000', '--tag', 'write', '--yes']);
     expect(released.code, released.err).to.equal(0);
     expect(released.out).to.match(/released 1 lock/);
     expect(isLockError(await rejectionOf(held.release()), 'LockNotFound')).to.equal(true);
+  });
+
+  it('--help of each command that opens a collection marks --uri, --db and --collection as required', async () => {
+    for (const command of ['status', 'watch', 'release', 'doctor']) {
+      const help = await run([command, '--help']);
+      expect(help.code, `${command} --help exits 0`).to.equal(0);
+      expect(help.out, `${command} --help: the usage line names the required options`).to.include(`Usage: monglock ${command} --uri <uri> --db <name> --collection <name> [options]`);
+      for (const option of ['--uri <uri>', '--db <name>', '--collection <name>']) {
+        expect(help.out, `${command} --help marks ${option} as required`).to.match(new RegExp(`^\\s+${option}\\s+.*\\(required\\)`, 'm'));
+      }
+    }
   });
 
   it('a namespace that does not exist, --interval 0 and a --field with $ are errors, not "no locks"', async () => {

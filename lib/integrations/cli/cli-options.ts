@@ -8,12 +8,16 @@ function fieldName(value: string): string {
   return value;
 }
 
-/** Adds `--uri` (or `MONGODB_URI`), `--db`, `--collection` and `--field` to `command`, which refuses a stray word. */
+/**
+ * Adds `--uri` (or `MONGODB_URI`), `--db`, `--collection` and `--field` to `command`, which refuses
+ * a stray word. Commander's help does not mark a mandatory option: its usage line and description do.
+ */
 export function collectionOptions(command: Command): Command {
   return command
+    .usage('--uri <uri> --db <name> --collection <name> [options]')
     .allowExcessArguments(false) // a stray word (`all` for `--all`, a second _id) is a usage error, never ignored
-    .addOption(new Option('--uri <uri>', 'MongoDB connection string').env('MONGODB_URI').makeOptionMandatory())
-    .requiredOption('--db <name>', 'database')
-    .requiredOption('--collection <name>', 'collection')
+    .addOption(new Option('--uri <uri>', 'MongoDB connection string (required)').env('MONGODB_URI').makeOptionMandatory())
+    .requiredOption('--db <name>', 'database (required)')
+    .requiredOption('--collection <name>', 'collection (required)')
     .option('--field <name>', 'the lock property of document locks', fieldName, 'lock');
 }

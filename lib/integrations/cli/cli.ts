@@ -110,9 +110,17 @@ async function status(target: Target): Promise<void> {
   console.log(render(rows, target.json));
 }
 
-/** Says on stderr which index lets `status` read only the documents that may hold a lock, when it is missing or indexes every document. */
+/** How many documents a collection holds before reading all of them for a listing is worth an index. */
+const INDEX_WORTH_FROM = 10_000;
+
+/**
+ * Says on stderr which index lets a listing read only the documents that may hold a lock, when it
+ * is missing or indexes every document, and the collection is large enough for that to matter
+ * (a hint on every call over a small collection is noise; `doctor` reports it whatever the size).
+ */
 async function hintIndex(collection: Collection<Document>, field: string): Promise<void> {
   const found = untilIndexOf(await collection.indexes(), field);
+  if (found?.kind === 'partial' || (await collection.estimatedDocumentCount()) < INDEX_WORTH_FROM) return;
   const partial = suggestedIndexCommand(field);
   if (!found) console.error(`hint: without an index on ${field}.until (${partial}), status reads every document that was ever locked`);
   else if (found.kind === 'full') console.error(`hint: the index ${found.name} on ${field}.until indexes every document; a partial one (${partial}) indexes only those that ever held a lock`);
@@ -135,6 +143,7 @@ function changes(before: Map<string, ListedLock>, after: Map<string, ListedLock>
 async function watch(target: Target & { interval: number }): Promise<void> {
   await withCollection(target, async (collection) => {
     const keyed = (rows: ListedLock[]): Map<string, ListedLock> => new Map(rows.map((row) => [`${show(row.target)}|${row.tag}|${row.lockId}|${row.state}`, row]));
+    if (!target.resources && !target.all) await hintIndex(collection, target.field);
     let seen = keyed(await list(collection, target));
     console.log(render([...seen.values()], target.json));
     let stopped = false;
