@@ -5,7 +5,7 @@ import { conversionBlockedBy, conversionWaitsFor, convertOperation, dropUpgradeO
 import { fenceOf, type LockData } from '../protocol/lock-data';
 import { liveEntries, type StoredLock } from '../protocol/stored-format';
 import type { TagRule } from '../protocol/lock-data';
-import { isLimited, isUnlimitedShared, usedPermits } from '../protocol/permits';
+import { isLimited, limitMismatch, usedPermits } from '../protocol/permits';
 import type { Acquired } from './acquired';
 import type { LockEngine } from './lock-engine';
 import { explainLostLock } from './refusals';
@@ -62,6 +62,8 @@ function explainRefusedConversion(
   const to = engine.rule(tag);
   const deadlock = upgradeWaitingFor(engine, stored, lock, to, now);
   if (deadlock) return { retry: false, error: deadlock(call) };
+  const mismatch = limitMismatch(stored, to, now);
+  if (mismatch !== undefined) return { retry: false, error: lockError('LimitMismatch', call.boom, { detail: mismatch }) };
   const held = conversionWaitsFor(to).filter((other) => liveEntries(stored, other, now).some((entry) => entry.id !== lock.id));
   // A registration of a tag this conversion waits for, itself waiting for this lock's tag (assertive): each would wait for the other.
   const registered = held.find((other) => engine.rule(other).assertive.includes(lock.tag));
@@ -74,15 +76,8 @@ function explainRefusedConversion(
   if (pending && pending.id !== lock.id && yieldsTo.includes(pending.tag)) {
     return { retry: false, error: lockError(engine.conflict, call.boom, { detail: `another holder's upgrade to ${pending.tag} is pending` }) };
   }
-  if (isLimited(to) || isUnlimitedShared(to)) {
-    const used = usedPermits(stored, tag, now);
-    const limit = stored.limits?.[tag];
-    if (used > 0 && limit !== to.limit) {
-      const detail = `the document's ${used} held permit(s) of tag ${tag} were taken under limit ${limit ?? '(none)'}, this lock's is ${to.limit ?? '(none)'}`;
-      return { retry: false, error: lockError('LimitMismatch', call.boom, { detail }) };
-    }
-    if (isLimited(to) && used + 1 > to.limit) return { retry: false, error: lockError(engine.conflict, call.boom, { detail: `${used} of ${to.limit} permits of tag ${tag} are held` }) };
-  }
+  const used = isLimited(to) ? usedPermits(stored, tag, now) : 0;
+  if (isLimited(to) && used + 1 > to.limit) return { retry: false, error: lockError(engine.conflict, call.boom, { detail: `${used} of ${to.limit} permits of tag ${tag} are held` }) };
   const latest = to.exclusive ? Math.max(0, ...(stored.recent?.[tag] ?? []).map((date) => date.getTime())) : 0;
   // Stamped behind a later acquisition: again with a later stamp; if that keeps happening, a conflict (waited for with `wait`).
   if (latest > stamp) return { retry: true, why: 'a later acquisition was stamped meanwhile', minStamp: latest, error: lockError(engine.conflict, call.boom, { detail: 'held when the update ran' }) };

@@ -1,7 +1,7 @@
 import type { BoomLike } from '../common/errors';
 import { lockError, type ConflictSubtype, type LockErrorSubtype } from '../common/errors';
 import { fenceOf, queuedBehind, type LockData, type Ticket, type TagRule } from '../protocol/lock-data';
-import { isLimited, isUnlimitedShared, usedPermits } from '../protocol/permits';
+import { isLimited, limitMismatch, usedPermits } from '../protocol/permits';
 import { holdsOf, type OwnedAcquisition } from '../protocol/reentry';
 import { pendingUpgrade } from '../protocol/convert';
 import { ambiguous, matchesProof, type Proof } from '../protocol/proofs';
@@ -34,8 +34,8 @@ export interface AcquireContext {
 }
 
 /**
- * Explains an acquisition that matched nothing, from a read of the document: no document; held by
- * a cooperative tag; a limit that is not the document's (`LimitMismatch`); waiters first in line
+ * Explains an acquisition that matched nothing, from a read of the document: no document; processes
+ * that disagree on the tag's limit (`LimitMismatch`); held by a cooperative tag; waiters first in line
  * (fair mode); too few permits left; a later acquisition stamped meanwhile (retry with a later
  * stamp); a stamp the server refused (retry); the kind's own conditions.
  */
@@ -45,6 +45,8 @@ export function explainRefusedAcquisition(context: AcquireContext, seen: Inspect
   const lock = paths.read(seen.value);
   const now = seen.serverNow?.getTime() ?? stamp;
   const refused = (detail: string): Verdict => ({ retry: false, error: refusedBy(lockError(conflict, boom, { detail }), seen.value?._id) });
+  const mismatch = limitMismatch(lock, rule, now);
+  if (mismatch !== undefined) return { retry: false, error: refusedBy(lockError('LimitMismatch', boom, { detail: mismatch }), seen.value._id) };
   const holders = rule.cooperative.filter((other) => liveEntries(lock, other, now).length > 0);
   if (context.owned && (holdsOf(lock, rule.tag, context.owned.owner, now).length > 0 || (holders.length === 0 && (lock.fence ?? 0) !== context.owned.counter))) {
     const verdict = refused(holders.length > 0 ? `held by tag ${holders.join(', ')}` : 'the fencing counter moved on');
@@ -54,12 +56,7 @@ export function explainRefusedAcquisition(context: AcquireContext, seen: Inspect
   if (holders.length > 0) return refused(`held by tag ${holders.join(', ')}`);
   const upgrade = pendingUpgrade(lock, now);
   if (upgrade && rule.yieldsToUpgradesOf?.includes(upgrade.tag)) return refused(`a holder's upgrade to ${upgrade.tag} is pending (writer preference)`);
-  const used = isLimited(rule) || isUnlimitedShared(rule) ? usedPermits(lock, rule.tag, now) : 0;
-  const stored = lock.limits?.[rule.tag];
-  if ((isLimited(rule) || isUnlimitedShared(rule)) && used > 0 && stored !== rule.limit) {
-    const detail = `the document's ${used} held permit(s) of tag ${rule.tag} were taken under limit ${stored ?? '(none)'}, this lock's is ${rule.limit ?? '(none)'}: processes sharing a document must agree on its limit (it changes once no permit is held)`;
-    return { retry: false, error: refusedBy(lockError('LimitMismatch', boom, { detail }), seen.value._id) };
-  }
+  const used = isLimited(rule) ? usedPermits(lock, rule.tag, now) : 0;
   const ahead = context.fair ? earlierTickets(lock, queuedBehind(rule), now, context.fair.ticket).length : 0;
   if (ahead > 0) return refused(`${ahead} waiter(s) came first (fair mode)`);
   const permits = context.permits ?? 1;

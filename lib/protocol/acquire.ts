@@ -60,9 +60,10 @@ export interface AcquireRequest {
  * Checks, in the filter: no unexpired entry of a tag this one is cooperative with, judged at the
  * stamp, which the same filter proves to be at or below `$$NOW` and within `tolerance` of it (so
  * a live lock never looks expired); for an exclusive tag, a stamp not earlier than its last two
- * acquisitions; for a tag with a limit, that the permits live at the stamp plus these stay within
- * the limit stored in the document, which must be the caller's unless no permit is live (see
- * lib/protocol/permits.ts); for an owner's first hold, that the fencing counter is still the one
+ * acquisitions; for a tag with a limit, that every entry of it live at the stamp is a permit (a
+ * process that declares the tag without a limit, exclusive say, is not counted as one permit) and
+ * that the permits live at the stamp plus these stay within the limit stored in the document, which
+ * must be the caller's unless no permit is live (see lib/protocol/permits.ts); for an owner's first hold, that the fencing counter is still the one
  * read (so that its entry can keep its token for the owner's nested holds), or unpinned, that the
  * owner holds none by `$$NOW` (so that it has one first hold, one token); no pending upgrade
  * that waits for this tag (lib/protocol/convert.ts: writer preference); in fair mode, no live ticket of a cooperative tag (or, limited, of
@@ -79,7 +80,8 @@ export interface AcquireRequest {
  * matches only while every entry that excludes it has expired by the server's clock. Two
  * acquisitions cooperative with each other are serialized by the document's update, and the
  * second one's filter sees the first one's entry; the same holds for the permits of a limited tag,
- * whose count at the stamp includes every entry live at `$$NOW` or later. With `replacing` (see
+ * whose count at the stamp includes every entry live at `$$NOW` or later, and which refuses any live
+ * entry that is not a permit, as an exclusive tag refuses any live entry of its own. With `replacing` (see
  * lib/protocol/hand-over.ts), the one entry it does not count is the holder's, which must be
  * there and which the same update removes (it replaces the exclusive tag's array).
  */

@@ -17,15 +17,40 @@ function usedAt(paths: LockPaths, tag: string, at: Date): Document {
 }
 
 /**
- * What an acquisition of `permits` of a limited tag also checks, at the stamp `at`: the document's
- * limit is the caller's (or no permit of the tag is live, and the acquisition stores the caller's),
+ * What an acquisition of `permits` of a limited tag also checks, at the stamp `at`: every live
+ * entry of the tag is a permit (one without `permits` was taken by a process that declares the tag
+ * without a limit, exclusive or shared, whatever limit an earlier use left stored); the document's
+ * limit is the caller's (or no permit of the tag is live, and the acquisition stores the caller's);
  * and the live permits plus these stay within it.
  */
 export function permitConditions(paths: LockPaths, rule: TagRule & { limit: number }, permits: number, at: Date): Document[] {
   return [
+    { [paths.tag(rule.tag)]: { $not: { $elemMatch: { exp: { $gt: at }, permits: { $exists: false } } } } },
     { $or: [{ [paths.limit(rule.tag)]: rule.limit }, noLiveEntry(paths, rule.tag, at)] },
     { $expr: { $lte: [{ $add: [usedAt(paths, rule.tag, at), permits] }, rule.limit] } },
   ];
+}
+
+/**
+ * Why processes disagree on whether `rule`'s tag is limited, and by how much, as `lock` shows it
+ * at server time `now` (ms), if they do: the refusal's detail (`LimitMismatch`). A limited caller
+ * finds a live lock of the tag that is not a permit, or permits held under another limit; a caller
+ * without a limit (exclusive or shared) finds live permits, or a shared one a limit stored while
+ * locks of the tag are live.
+ */
+export function limitMismatch(lock: StoredLock, rule: TagRule, now: number): string | undefined {
+  const { tag } = rule;
+  const live = liveEntries(lock, tag, now);
+  const permits = live.filter((entry) => entry.permits !== undefined);
+  const stored = lock.limits?.[tag];
+  const agree = 'processes sharing a document must agree whether a tag is limited, and by how much (a limit changes once no permit is held)';
+  if (isLimited(rule) && permits.length < live.length) {
+    return `${live.length - permits.length} lock(s) of tag ${tag} are held by a process that declares it without a limit (exclusive or shared), this lock's limit is ${rule.limit}: ${agree}`;
+  }
+  const used = usedPermits(lock, tag, now);
+  const mismatched = isLimited(rule) ? used > 0 && stored !== rule.limit : permits.length > 0 || (isUnlimitedShared(rule) && used > 0 && stored !== undefined);
+  if (!mismatched) return undefined;
+  return `the document's ${used} held permit(s) of tag ${tag} were taken under limit ${stored ?? '(none)'}, this lock's is ${rule.limit ?? `(none${rule.exclusive ? ': exclusive' : ''})`}: ${agree}`;
 }
 
 /** What an acquisition of a limited tag also writes: the limit it was judged by. */

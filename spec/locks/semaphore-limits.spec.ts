@@ -1,9 +1,10 @@
 /**
- * A semaphore's stored limit is every process's: a tag without a limit is refused while permits are
- * held under one, and a waiting caller refused for its limit is told so (found by an independent
- * review; each test failed before its fix).
+ * A semaphore's stored limit is every process's: a tag without a limit (shared or exclusive) is
+ * refused while permits are held under one, a limited tag while a lock of it that is not a permit is
+ * held, and a waiting caller refused for its limit is told so.
  */
 import { expect } from 'chai';
+import type { Collection, Document } from 'mongodb';
 import { multiLock, semaphore } from '../../lib';
 import { freshCollection, rejectionOf, sleep } from '../support/fixture';
 import { delayedCollection } from '../../stress/delayed-collection';
@@ -67,5 +68,51 @@ describe('semaphore limits: one number for every process sharing a document', ()
     const seen = await pool.inspect({ _id: 1 });
     expect(second).to.equal('LimitMismatch');
     expect(seen.permits.permit!.used).to.be.at.most(1);
+  });
+});
+
+describe('a tag one deployment limits and another declares exclusive (a rolling deploy)', () => {
+  const limitedEditor = (collection: Collection<Document>) =>
+    multiLock({ collection, locktimeouts: { viewer: 60_000, editor: 60_000 }, limits: { editor: 3 } });
+  const exclusiveEditor = (collection: Collection<Document>) =>
+    multiLock({ collection, locktimeouts: { viewer: 60_000, editor: 60_000 }, lockRelationships: { editor: { cooperative: ['editor'] } } });
+  const liveEditors = async (collection: Collection<Document>): Promise<number> => {
+    const doc = await collection.findOne({ _id: 'page' as never });
+    return ((doc?.lock?.tags?.editor ?? []) as Array<{ exp: Date }>).filter((entry) => entry.exp.getTime() > Date.now()).length;
+  };
+
+  it('a limited acquisition or conversion is refused (LimitMismatch) beside the exclusive holder, also under the limit an earlier use stored', async () => {
+    const collection = await freshCollection([{ _id: 'page' }]);
+    const limited = limitedEditor(collection);
+    const exclusive = exclusiveEditor(collection);
+    await (await limited.acquire({ _id: 'page' }, { tag: 'editor' })).release(); // stores limit 3
+    const holder = await exclusive.acquire({ _id: 'page' }, { tag: 'editor' });
+    const refusal = (promise: Promise<{ release(): Promise<void> }>): Promise<{ subtype: unknown; message: string }> =>
+      promise.then(
+        (admitted) => ({ subtype: 'admitted beside the exclusive holder', message: '', admitted }),
+        (error: Error & { subtype?: unknown }) => ({ subtype: error.subtype, message: error.message }),
+      );
+    const acquired = await refusal(limited.acquire({ _id: 'page' }, { tag: 'editor' }));
+    const viewer = await limited.acquire({ _id: 'page' }, { tag: 'viewer' });
+    const converted = await refusal(viewer.convert('editor'));
+    const editors = await liveEditors(collection);
+    await Promise.all([holder.release(), viewer.release()]);
+    expect({ acquired: acquired.subtype, converted: converted.subtype }, `${acquired.message} / ${converted.message}`).to.deep.equal({ acquired: 'LimitMismatch', converted: 'LimitMismatch' });
+    expect(acquired.message, 'the refusal says why').to.match(/declares it without a limit/);
+    expect(editors, 'one editor lock, the exclusive holder\'s').to.equal(1);
+    await (await limited.acquire({ _id: 'page' }, { tag: 'editor' })).release(); // once it is gone, the limited side is admitted again
+  });
+
+  it('an exclusive acquisition is refused (LimitMismatch, not waited for) while permits of its tag are held under a limit', async () => {
+    const collection = await freshCollection([{ _id: 'page' }]);
+    const permit = await limitedEditor(collection).acquire({ _id: 'page' }, { tag: 'editor' });
+    const exclusive = exclusiveEditor(collection);
+    const fast = await rejectionOf(exclusive.acquire({ _id: 'page' }, { tag: 'editor' }));
+    const waited = await rejectionOf(exclusive.acquire({ _id: 'page' }, { tag: 'editor', wait: 5_000 }));
+    const editors = await liveEditors(collection);
+    await permit.release();
+    expect({ fast: fast.subtype, waited: waited.subtype }, `${fast.message} / ${waited.message}`).to.deep.equal({ fast: 'LimitMismatch', waited: 'LimitMismatch' });
+    expect(editors, 'only the permit').to.equal(1);
+    await (await exclusive.acquire({ _id: 'page' }, { tag: 'editor' })).release(); // once the permit is gone, the exclusive side is admitted
   });
 });
