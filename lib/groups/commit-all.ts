@@ -1,6 +1,7 @@
 import type { Document } from 'mongodb';
 import { compareBson } from '../common/bson-order';
 import { isLockError, lockError, withDbErrors } from '../common/errors';
+import { CommitAllRequest } from '../locks/commit';
 import { describe, expectUpdate } from '../common/validation';
 import type { Located } from './group-request';
 import { endMembers, RELEASE_NOW, type MemberEnding } from './kept-members';
@@ -19,13 +20,8 @@ export interface CommitAll<T = undefined> {
   readonly value: T;
 }
 
-/** The class behind {@link CommitAll}. */
-export class CommitAllRequest<T> implements CommitAll<T> {
-  constructor(
-    readonly updates: ReadonlyArray<Document | null | undefined>,
-    readonly value: T,
-  ) {}
-}
+/** The class behind {@link CommitAll} (in lib/locks/commit.ts, so that `using()` can refuse it). */
+export { CommitAllRequest };
 
 /**
  * What became of each update of a {@link commitAll} that failed, in the order of the requests:

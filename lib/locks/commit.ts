@@ -37,6 +37,17 @@ export const Commit: {
 } = CommitRequest as never; // a class answers instanceof (Function.prototype[Symbol.hasInstance])
 
 /**
+ * The class behind what `commitAll()` (lib/groups/commit-all.ts) returns: one update per document
+ * of a group. It lives here so that `using()`, which locks one document, can refuse it.
+ */
+export class CommitAllRequest<T> {
+  constructor(
+    readonly updates: ReadonlyArray<Document | null | undefined>,
+    readonly value: T,
+  ) {}
+}
+
+/**
  * Ends a critical section with `update` (update operators on the locked document, never its lock
  * field, typed by the collection's schema), applied by the release itself: a read-modify-write
  * under a lock takes two commands (acquire with `document`, then this) instead of four, and the

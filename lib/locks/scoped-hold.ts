@@ -1,5 +1,5 @@
 import type { Document } from 'mongodb';
-import { CommitRequest, type Commit } from './commit';
+import { CommitAllRequest, CommitRequest, type Commit } from './commit';
 import type { BoomLike } from '../common/errors';
 import { isLockError } from '../common/errors';
 import { keptLease, LeaseKeeper } from './lease-keeper';
@@ -88,6 +88,10 @@ export async function holdWhile<T, H extends Handle>(handle: H, settings: HoldSe
   // A commit's update is applied with the release, only while the lock is held. If it was not
   // applied (refused by MongoDB or by validation), or it cannot be told, the lock is released
   // without it, and the caller hears why.
+  if (result instanceof CommitAllRequest) {
+    await finish().catch(() => undefined);
+    throw new TypeError('Expected a `using()` body to return `commit(update, value)`, for its one document: `commitAll([update, …])` is for a `usingAll()` group (nothing was written, and the lock was released)');
+  }
   if (result instanceof CommitRequest) {
     try {
       await finish(result);

@@ -1,7 +1,7 @@
 import Hapi from '@hapi/hapi';
 import { expect } from 'chai';
 import type { CommandStartedEvent, Document } from 'mongodb';
-import { commit, multiLock, writeLock } from '../../lib';
+import { commit, commitAll, multiLock, writeLock } from '../../lib';
 import { lockOf } from '../../lib/hapi';
 import { delayedCollection } from '../../stress/delayed-collection';
 import { commandsSentBy, freshCollection, newClient, rejectionOf, sleep } from '../support/fixture';
@@ -133,6 +133,18 @@ describe('the critical section folded into the lock\'s own writes', () => {
     expect(aborted, 'the body was told').to.equal(true);
     expect((await collection.findOne({ _id: 1 as never }))?.balance, 'not applied').to.equal(100);
     await thief.release();
+  });
+
+  it('using() whose body returns commitAll([…]) (a group\'s) is refused, as usingAll() refuses commit(): TypeError, nothing written, the lock released', async () => {
+    const collection = await freshCollection([{ _id: 1, balance: 100 }]);
+    const accounts = writeLock({ collection, locktimeout: 60_000 });
+    const outcome = await accounts.using({ _id: 1 }, {}, () => commitAll([{ $inc: { balance: -50 } }], 'paid')).then(
+      (value) => `resolved ${String(value)}`,
+      (error: Error) => `${error.name}: ${error.message}`,
+    );
+    const doc = await collection.findOne({ _id: 1 as never });
+    expect(outcome, 'the call says what the body should have returned').to.match(/^TypeError: .*commit\(update, value\)/);
+    expect({ balance: doc?.balance, held: doc?.lock?.tags?.write?.length }, 'nothing written, the lock released').to.deep.equal({ balance: 100, held: 0 });
   });
 
   it('hapi: the handler gets the document and returns commit(update, value): applied before the answer, in two commands', async () => {
