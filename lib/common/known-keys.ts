@@ -34,12 +34,13 @@ export function refuseUnknownKeys(name: string, object: object, known: KnownKeys
 function unknownKeyMessage(name: string, key: string, known: KnownKeys): string {
   const hint = Object.hasOwn(known.misplaced, key) ? known.misplaced[key] : undefined;
   if (hint !== undefined) return `Unexpected key \`${name}.${key}\`: ${hint}`;
-  const nearest = nearestKey(key, [...known.keys]);
-  const suggestion = nearest === undefined ? '' : ` Did you mean \`${nearest}\`?`;
-  return `Unknown key \`${name}.${key}\`.${suggestion} Known keys: ${[...known.keys].join(', ')}`;
+  return `Unknown key \`${name}.${key}\`.${didYouMean(key, [...known.keys])} Known keys: ${[...known.keys].join(', ')}`;
 }
 
-/** The candidate nearest to `key` (case ignored, then edit distance); undefined when there is none. */
+/**
+ * The candidate nearest to `key` (case ignored, then edit distance), when it is near enough to be
+ * a misspelling of it (at most 2 edits, or a third of its length): `tag` is no misspelling of `w`.
+ */
 export function nearestKey(key: string, candidates: readonly string[]): string | undefined {
   let best: string | undefined;
   let bestDistance = Infinity;
@@ -50,5 +51,11 @@ export function nearestKey(key: string, candidates: readonly string[]): string |
       bestDistance = d;
     }
   }
-  return best;
+  return bestDistance <= Math.max(2, Math.floor(key.length / 3)) ? best : undefined;
+}
+
+/** ` Did you mean \`x\`?` for the candidate nearest to `name` ({@link nearestKey}), or nothing. */
+export function didYouMean(name: string, candidates: readonly string[]): string {
+  const nearest = nearestKey(name, candidates);
+  return nearest === undefined ? '' : ` Did you mean \`${nearest}\`?`;
 }

@@ -1,7 +1,7 @@
 import type { Document } from 'mongodb';
 import { compareBson } from '../common/bson-order';
 import { lockError, withDbErrors } from '../common/errors';
-import { knownKeys } from '../common/known-keys';
+import { didYouMean, knownKeys } from '../common/known-keys';
 import { readParams, type ResolvedCallOptions } from '../common/options';
 import { describe, expectFilter, expectSafeName, namesOneDocument } from '../common/validation';
 import type { DocumentLock } from '../locks/document-lock';
@@ -68,7 +68,7 @@ export function readGroupRequests(requests: unknown): Member[] {
     if (kind === 'multiLock') {
       if (r.tag === undefined) throw new TypeError(`Expected \`${name}.tag\` (one of ${[...tags].join(', ')}): a multiLock lock needs its tag`);
       tag = expectSafeName(`${name}.tag`, r.tag);
-      if (!tags.has(tag)) throw new TypeError(`Unknown tag \`${tag}\` in \`${name}.tag\`: the multiLock declares ${[...tags].join(', ')}`);
+      if (!tags.has(tag)) throw new TypeError(`Unknown tag \`${tag}\` in \`${name}.tag\`.${didYouMean(tag, [...tags])} The multiLock declares ${[...tags].join(', ')}`);
     } else {
       if (r.tag !== undefined && r.tag !== only) throw new TypeError(`Expected no \`${name}.tag\`: a ${kind}'s tag is \`${only!}\``);
       tag = only!;

@@ -66,6 +66,20 @@ export function commit<T = undefined, TSchema extends Document = Document>(updat
   return new CommitRequest(update, value as T, options === undefined ? {} : commitOptionsOf(options));
 }
 
+/**
+ * A body's result that is an update document (a plain object whose keys are all update operators,
+ * `{ $set: … }`), or an array of them: `commit()` or `commitAll()` forgotten around it. Returned
+ * as is, it would be the call's value and nothing would be written; it is refused instead.
+ */
+export function isBareUpdate(result: unknown): boolean {
+  if (Array.isArray(result)) return result.length > 0 && result.every((each) => isBareUpdate(each));
+  if (typeof result !== 'object' || result === null) return false;
+  const prototype = Object.getPrototypeOf(result) as unknown;
+  if (prototype !== Object.prototype && prototype !== null) return false;
+  const keys = Object.keys(result);
+  return keys.length > 0 && keys.every((key) => key.startsWith('$'));
+}
+
 /** `options` of {@link commit}, validated. */
 function commitOptionsOf<TSchema extends Document>(options: CommitOptions<TSchema>): CommitOptions<TSchema> {
   const given = expectObject('options', options);

@@ -1,7 +1,7 @@
 import type { Document } from 'mongodb';
 import { traced } from '../common/diagnostics';
 import { isLockError } from '../common/errors';
-import { knownKeys } from '../common/known-keys';
+import { didYouMean, knownKeys } from '../common/known-keys';
 import { CALL_KEYS, FIXED_PER_LOCK, readParams, type CallOptions } from '../common/options';
 import { expectSafeName } from '../common/validation';
 import type { Acquired } from '../engine/acquired';
@@ -56,7 +56,7 @@ export function convertTraced(site: ConvertSite, kind: string, target: Document,
 export async function convertHeld(site: ConvertSite, target: Document, lock: LockData, tag: unknown, params: unknown): Promise<Acquired> {
   const { engine } = site;
   const to = expectSafeName('tag', tag);
-  if (!engine.tags.has(to)) throw new TypeError(`Unknown tag \`${to}\`: a lock converts to another tag of its multiLock (${[...engine.tags].join(', ')})`);
+  if (!engine.tags.has(to)) throw new TypeError(`Unknown tag \`${to}\`.${didYouMean(to, [...engine.tags])} A lock converts to another tag of its multiLock (${[...engine.tags].join(', ')})`);
   if (to === lock.tag) throw new TypeError(`Expected \`tag\` to be another tag than the lock's own (\`${lock.tag}\`)`);
   if (lock.owner !== undefined) throw new TypeError("A reentrant hold cannot be converted: its owner's other holds keep their tag (convert a lock taken without `owner`)");
   const { params: p, call } = site.callOptions(readParams('params', params, CONVERT_PARAMS));

@@ -5,7 +5,7 @@ import { describedAs } from './lock-kind';
 import type { UsingBody } from './scoped-hold';
 import type { LockData, LockHandle } from './lock-handle';
 import type { PromiseOf } from '../common/promise-types';
-import { knownKeys, type KnownKeys } from '../common/known-keys';
+import { didYouMean, knownKeys, type KnownKeys } from '../common/known-keys';
 import { CALL_KEYS, FIXED_PER_LOCK, LOCK_OPTION_KEYS, readParams, UPDATE_KEYS, type CallOptions, type DocumentOf, type DocumentOptionOf, type DocumentParams, type HoldParams, type LockFilter, type LockOptions, type PromiseLibrary, type UpdateParams } from '../common/options';
 import { describe, expectFilter, expectSafeName } from '../common/validation';
 import { resolveTagRules, withUpgradePreference, type LockRelationships, type TagLimits } from './relationships';
@@ -159,7 +159,9 @@ export function multiLock<TSchema extends Document = Document, P extends Promise
       throw new TypeError(`Expected \`params.tag\` (one of ${[...core.engine.tags].join(', ')}): a multiLock acquisition needs \`{ tag }\` (or \`{ lock }\` to continue an assertive one)`);
     }
     const tag = expectSafeName('params.tag', params.tag);
-    if (!core.engine.tags.has(tag)) throw new TypeError(`Unknown tag \`${tag}\`: declare it in \`locktimeouts\` or \`lockRelationships\``);
+    if (!core.engine.tags.has(tag)) {
+      throw new TypeError(`Unknown tag \`${tag}\` in \`params.tag\`.${didYouMean(tag, [...core.engine.tags])} The multiLock declares ${[...core.engine.tags].join(', ')} (its \`locktimeouts\` or \`lockRelationships\` keys)`);
+    }
     return tag;
   };
 

@@ -72,7 +72,11 @@ const OPTIONS = knownKeys<SemaphoreOptions>()([...LOCK_OPTION_KEYS, 'limit', 'lo
   permits: 'permits are per call: `acquire(filter, { permits })`',
   wait: 'waiting is per call: `acquire(filter, { wait })`',
 });
-const NOT_OWNED = { ...FIXED_PER_LOCK, owner: "a semaphore's holders are counted by permits, not owned: it is not reentrant" };
+const NOT_OWNED = {
+  ...FIXED_PER_LOCK,
+  owner: "a semaphore's holders are counted by permits, not owned: it is not reentrant",
+  tag: 'a semaphore has no tags (its holders take `permits`): `tag` is a multiLock param, whose tags may have `limits`',
+};
 const ACQUIRE = knownKeys<SemaphoreAcquireParams>()([...CALL_KEYS, ...WAIT_KEYS, 'document', 'permits', 'locktimeout'], NOT_OWNED);
 const USING = knownKeys<SemaphoreAcquireParams & HoldParams>()([...CALL_KEYS, ...WAIT_KEYS, 'document', 'permits', 'locktimeout', 'maxHold'], NOT_OWNED);
 const RELEASE = knownKeys<SemaphoreReleaseParams>()([...CALL_KEYS, ...UPDATE_KEYS, 'lock'], {

@@ -56,13 +56,14 @@ const OPTIONS = knownKeys<WriteLockOptions>()([...LOCK_OPTION_KEYS, 'locktimeout
   lockRelationships: 'a writeLock has one tag (`write`); relationships are for multiLock',
   wait: 'waiting is per call: `acquire(filter, { wait })`',
 });
-const ACQUIRE = knownKeys<WriteLockAcquireParams>()([...CALL_KEYS, ...WAIT_KEYS, 'document', 'locktimeout', 'owner'], FIXED_PER_LOCK);
-const USING = knownKeys<WriteLockAcquireParams & HoldParams>()([...CALL_KEYS, ...WAIT_KEYS, 'document', 'locktimeout', 'owner', 'maxHold'], FIXED_PER_LOCK);
+const NO_TAGS = { ...FIXED_PER_LOCK, tag: 'a writeLock has no tags (its one lock is `write`): `tag` is a multiLock param (`multiLock({ locktimeouts: { read, write } })`)' };
+const ACQUIRE = knownKeys<WriteLockAcquireParams>()([...CALL_KEYS, ...WAIT_KEYS, 'document', 'locktimeout', 'owner'], NO_TAGS);
+const USING = knownKeys<WriteLockAcquireParams & HoldParams>()([...CALL_KEYS, ...WAIT_KEYS, 'document', 'locktimeout', 'owner', 'maxHold'], NO_TAGS);
 const RELEASE = knownKeys<WriteLockReleaseParams>()([...CALL_KEYS, ...UPDATE_KEYS, 'timestamp', 'lock'], {
-  ...FIXED_PER_LOCK,
+  ...NO_TAGS,
   locktimeout: 'a release takes no lease (`locktimeout` is for acquire and extend)',
 });
-const EXTEND = knownKeys<WriteLockExtendParams>()([...CALL_KEYS, ...UPDATE_KEYS, 'timestamp', 'lock', 'locktimeout'], FIXED_PER_LOCK);
+const EXTEND = knownKeys<WriteLockExtendParams>()([...CALL_KEYS, ...UPDATE_KEYS, 'timestamp', 'lock', 'locktimeout'], NO_TAGS);
 
 /**
  * One exclusive lock per document; filters and updates are typed against the collection's schema

@@ -5,7 +5,7 @@
  * acquire fail fast; a relationship that named `wirte` declared a tag nobody holds.
  */
 import { expect } from 'chai';
-import { clearV2Locks, multiLock, resourceLocks, writeLock } from '../../lib';
+import { acquireAll, clearV2Locks, multiLock, resourceLocks, semaphore, writeLock } from '../../lib';
 import { instrumentMonglock } from '../../lib/otel';
 import { failureOf, freshCollection, locksHoldingSomething, rejectionOf } from '../support/fixture';
 
@@ -45,6 +45,48 @@ describe('unknown keys: a typo never loosens a lock', () => {
         lockRelationships: { read: { cooperative: ['wirte'] }, write: { cooperative: ['write', 'read'] } },
       });
     expect(make).to.throw(TypeError, /Tag `wirte` in `options\.lockRelationships\.read\.cooperative` is not declared \(did you mean `write`\?\)/);
+  });
+
+  it('a writeLock or semaphore given a `tag` says it has no tags and that `tag` is a multiLock param (no "did you mean `w`"), and writes nothing', async () => {
+    const collection = await freshCollection([{ _id: 'a' }]);
+    const lock = writeLock({ collection });
+    const pool = semaphore({ collection, limit: 2 });
+    const held = await lock.acquire({ _id: 'a' });
+    const calls: Array<[string, () => unknown, RegExp]> = [
+      ['writeLock.acquire', () => lock.acquire({ _id: 'a' }, { tag: 'read' } as never), /a writeLock has no tags.*`tag` is a multiLock param/],
+      ['writeLock.using', () => lock.using({ _id: 'a' }, { tag: 'read' } as never, () => 1), /a writeLock has no tags.*`tag` is a multiLock param/],
+      ['writeLock.release', () => lock.release({ _id: 'a' }, { lock: held, tag: 'write' } as never), /a writeLock has no tags.*`tag` is a multiLock param/],
+      ['semaphore.acquire', () => pool.acquire({ _id: 'a' }, { tag: 'read' } as never), /a semaphore has no tags.*`tag` is a multiLock param/],
+    ];
+    const wrong: string[] = [];
+    for (const [name, call, expected] of calls) {
+      const error = await failureOf(call);
+      if (!(error instanceof TypeError) || !expected.test(error.message) || /Did you mean/.test(error.message)) wrong.push(`${name}: ${error.name}: ${error.message}`);
+    }
+    expect(wrong, 'the calls whose message misleads').to.deep.equal([]);
+    expect((await rejectionOf(lock.acquire({ _id: 'a' }))).subtype, 'the lock is still held, by the same holder').to.equal('LockAlreadyTaken');
+    await held.release();
+  });
+
+  it('a misspelled tag (`wirte`) is refused naming the declared tag it is nearest to, in acquire, using, convert and a group request, before anything is written', async () => {
+    const collection = await freshCollection([{ _id: 'a' }]);
+    const rw = multiLock({ collection, locktimeouts: { read: 5000, write: 5000 }, lockRelationships: { read: { cooperative: ['write'] } } });
+    const reader = await rw.acquire({ _id: 'a' }, { tag: 'read' });
+    const before = JSON.stringify(await collection.findOne({ _id: 'a' as never }));
+    const calls: Array<[string, () => unknown]> = [
+      ['acquire', () => rw.acquire({ _id: 'a' }, { tag: 'wirte' })],
+      ['using', () => rw.using({ _id: 'a' }, { tag: 'wirte' }, () => 1)],
+      ['convert', () => reader.convert('wirte')],
+      ['acquireAll', () => acquireAll([{ lock: rw, filter: { _id: 'a' }, tag: 'wirte' }])],
+    ];
+    const wrong: string[] = [];
+    for (const [name, call] of calls) {
+      const error = await failureOf(call);
+      if (!(error instanceof TypeError) || !/Unknown tag `wirte`.*Did you mean `write`\?/.test(error.message)) wrong.push(`${name}: ${error.name}: ${error.message}`);
+    }
+    expect(wrong, 'the calls that do not suggest `write`').to.deep.equal([]);
+    expect(JSON.stringify(await collection.findOne({ _id: 'a' as never })), 'nothing written').to.equal(before);
+    await reader.release();
   });
 
   it('a tag declared only by its lease (v2 style) may be named in relationships', async () => {
@@ -87,7 +129,7 @@ describe('unknown keys: a typo never loosens a lock', () => {
       ['slock: fair', () => rl.slock('res2', 'g', { fair: true } as never), 'params.fair', undefined],
       ['resource using', () => rl.using('res2', 'g', { sharred: true } as never, body), 'params.sharred', 'shared'],
       ['status filter', () => rl.status({ lockid: 'group' } as never), 'filter.lockid', 'lockId'],
-      ['resource handle.release', () => resource.release({ wait: 1 } as never), 'params.wait', 'w'],
+      ['resource handle.release', () => resource.release({ wait: 1 } as never), 'params.wait', undefined],
       ['resource handle.extend', () => resource.extend(1000, { lockId: 'x' } as never), 'params.lockId', undefined],
     ];
 

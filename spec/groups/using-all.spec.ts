@@ -95,13 +95,15 @@ describe('usingAll(requests, params, body) and commitAll(updates, value)', funct
     expect(failed.subtype).to.equal('MaxHoldExceeded');
   });
 
-  it('bad commits are refused before any is written: the wrong count, an update of the lock field, a single-document commit()', async () => {
+  it('bad commits are refused before any is written: the wrong count, an update of the lock field, a single-document commit(), bare update documents without commitAll()', async () => {
     const accounts = await freshCollection([{ _id: 1, n: 0 }, { _id: 2, n: 0 }]);
     const lock = writeLock({ collection: accounts });
     const requests = [{ lock, filter: { _id: 1 } }, { lock, filter: { _id: 2 } }] as const;
     expect((await rejectionOf(usingAll(requests, {}, () => commitAll([{ $inc: { n: 1 } }])))).message).to.match(/one update \(or null\) per request, 2 in all/);
     expect((await rejectionOf(usingAll(requests, {}, () => commitAll([{ $inc: { n: 1 } }, { $set: { 'lock.x': 1 } }])))).message).to.match(/updates\[1\]/);
     expect((await rejectionOf(usingAll(requests, {}, () => commit({ $inc: { n: 1 } })))).message).to.match(/commitAll/);
+    const bare = await rejectionOf(usingAll(requests, {}, () => [{ $inc: { n: 1 } }, { $inc: { n: 1 } }]));
+    expect(bare.message, 'update documents returned without commitAll()').to.match(/return `commitAll\(\[update, …\], value\)`.*nothing was written, and every lock was released/);
     expect((await rejectionOf(usingAll(requests, { maxHlod: 5 } as never, () => 1))).message).to.match(/Did you mean `maxHold`/);
     const docs = await accounts.find().sort({ _id: 1 }).toArray();
     expect(docs.map((doc) => [doc.n, doc.lock.tags.write.length])).to.deep.equal([[0, 0], [0, 0]]);

@@ -147,6 +147,20 @@ describe('the critical section folded into the lock\'s own writes', () => {
     expect({ balance: doc?.balance, held: doc?.lock?.tags?.write?.length }, 'nothing written, the lock released').to.deep.equal({ balance: 100, held: 0 });
   });
 
+  it('using() whose body returns a bare update document ({ $set: … }) instead of commit() is refused: TypeError, nothing written, the lock released', async () => {
+    const collection = await freshCollection([{ _id: 1, balance: 100 }]);
+    const accounts = writeLock({ collection, locktimeout: 60_000 });
+    const outcome = await accounts.using({ _id: 1 }, {}, () => ({ $set: { balance: 50 } })).then(
+      (value) => `resolved ${JSON.stringify(value)}`,
+      (error: Error) => `${error.name}: ${error.message}`,
+    );
+    const doc = await collection.findOne({ _id: 1 as never });
+    expect(outcome, 'the call says that commit() was forgotten').to.match(/^TypeError: .*return `commit\(update, value\)`.*nothing was written, and the lock was released/);
+    expect({ balance: doc?.balance, held: doc?.lock?.tags?.write?.length }, 'nothing written, the lock released').to.deep.equal({ balance: 100, held: 0 });
+    const plain = await accounts.using({ _id: 1 }, {}, () => ({ status: 'ok', $note: 'a value with a plain key is a value' }));
+    expect(plain, 'a returned object with a plain key is the value').to.deep.equal({ status: 'ok', $note: 'a value with a plain key is a value' });
+  });
+
   it('hapi: the handler gets the document and returns commit(update, value): applied before the answer, in two commands', async () => {
     const collection = await freshCollection([{ _id: 'acc', balance: 10 }]);
     const accounts = writeLock({ collection, locktimeout: 5_000 });
