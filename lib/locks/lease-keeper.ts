@@ -1,6 +1,6 @@
 import { publish, type LeaseLossCause } from '../common/diagnostics';
 import { isLockError, lockError, type BoomLike } from '../common/errors';
-import type { Handle } from './lock-handle';
+import { Handle } from './lock-handle';
 
 /** What a lease keeper needs of a held lock. */
 export interface KeptLease {
@@ -8,6 +8,8 @@ export interface KeptLease {
   remaining(): number;
   /** Pushes the lease forward; rejects when the lock is lost or MongoDB fails. */
   extend(): PromiseLike<unknown>;
+  /** The lease kept now, in ms, when it can change while kept (a conversion gives the lock its new tag's); default: the keeper's. */
+  leaseMs?(): number;
   /** Releases the lock (`maxHold` passed). */
   release(): PromiseLike<unknown>;
   /** The error that tells the body why the lock ended without its release. */
@@ -58,7 +60,6 @@ export class LeaseKeeper {
   /** The last extension's DbError, while MongoDB cannot be reached. */
   private outage: unknown;
   private stopped = false;
-  private readonly margin: number;
 
   constructor(
     private readonly lease: KeptLease,
@@ -68,7 +69,6 @@ export class LeaseKeeper {
     /** How long the lock was already held when this keeper took over (a keeper started later counts from the acquisition). */
     heldMs = 0,
   ) {
-    this.margin = safetyMargin(leaseMs);
     if (Number.isFinite(maxHoldMs)) this.maxHoldTimer = setTimeout(() => this.giveUp(maxHoldMs), Math.max(0, maxHoldMs - heldMs));
     this.replan();
   }
@@ -87,8 +87,18 @@ export class LeaseKeeper {
     if (this.stopped || this.controller.signal.aborted) return;
     const left = this.lease.remaining();
     if (left <= this.margin) return this.lapse();
-    this.extendTimer = setTimeout(() => this.extend(), Math.max(0, left - this.leaseMs / 2));
+    this.extendTimer = setTimeout(() => this.extend(), Math.max(0, left - this.kept / 2));
     this.expiryTimer = setTimeout(() => this.lapse(), left - this.margin);
+  }
+
+  /** The lease kept now, in ms: the lock's own once it says (a converted lock's), else the one given. */
+  private get kept(): number {
+    return this.lease.leaseMs?.() ?? this.leaseMs;
+  }
+
+  /** How long before the lease may end the body is told: {@link safetyMargin} of the lease kept now. */
+  private get margin(): number {
+    return safetyMargin(this.kept);
   }
 
   private extend(): void {
@@ -160,11 +170,22 @@ export class LeaseKeeper {
   }
 }
 
-/** How a keeper keeps `handle`: extended to `leaseMs` with `params`, released with them at `maxHold`. */
+/**
+ * How a keeper keeps `handle`: extended to `leaseMs` with `params`, released with them at `maxHold`.
+ * Once a conversion gives the lock another tag and token, it is extended to the lease the
+ * conversion gave it (the new tag's, or the conversion's `locktimeout`), not to `leaseMs`.
+ */
 export function keptLease(handle: Handle, leaseMs: number, boom: BoomLike | undefined, params: object = {}): KeptLease {
+  const keyOf = (): string => `${handle.tag} ${handle.fence}`;
+  let kept = { key: keyOf(), leaseMs };
+  const current = (): number => {
+    if (kept.key !== keyOf()) kept = { key: keyOf(), leaseMs: Handle.lease(handle) };
+    return kept.leaseMs;
+  };
   return {
     remaining: () => handle.remaining(),
-    extend: () => handle.extend(leaseMs, params),
+    extend: () => handle.extend(current(), params),
+    leaseMs: current,
     release: () => handle.release(params),
     ended: (cause, error) => leaseEnded(cause, error, boom),
     identity: { namespace: handle.namespace, tag: handle.tag, lockId: handle.id },

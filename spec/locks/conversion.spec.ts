@@ -199,6 +199,26 @@ describe('handle.convert(tag): upgrade and downgrade in one update', () => {
     expect({ read: await idsOf(collection, 'doc', 'read'), write: await idsOf(collection, 'doc', 'write') }).to.deep.equal({ read: [], write: [] });
   });
 
+  it('using(): once converted, the lock is extended by the new tag\'s lease, not by the lease it was acquired with', async function () {
+    this.timeout(20_000);
+    const collection = await freshCollection([{ _id: 'doc' }]);
+    const rw = multiLock({
+      collection,
+      locktimeouts: { read: 30_000, write: 600 },
+      lockRelationships: { read: { cooperative: ['write'] }, write: { cooperative: ['write'], assertive: ['read'] } },
+    });
+    const leases = await rw.using({ _id: 'doc' }, { tag: 'read' }, async (handle: LockHandle) => {
+      await handle.convert('write');
+      const converted = handle.expiresAt;
+      for (let i = 0; i < 250 && handle.expiresAt === converted; i++) await sleep(20); // until the keeper extended it
+      const doc = await collection.findOne({ _id: 'doc' as never });
+      const entry = (doc?.lock?.tags?.write as Array<{ id: string; exp: Date }>).find((each) => each.id === handle.id);
+      return { extended: handle.expiresAt !== converted, storedLease: (entry?.exp.getTime() ?? 0) - (doc?.lock?.now as Date).getTime() };
+    });
+    expect(leases.extended, 'the keeper extended the converted lock').to.equal(true);
+    expect(leases.storedLease, 'the write lock\'s lease as stored after the extension, from the server\'s clock then (ms): the write tag\'s 600, not the read tag\'s 30,000').to.be.within(1, 600);
+  });
+
   it('bad conversions are refused: a lost lock (LockNotFound), a writeLock\'s handle, the same or an unknown tag, unknown keys, a reentrant hold', async () => {
     const collection = await freshCollection([{ _id: 'doc' }, { _id: 'other' }]);
     const rw = readWrite(collection, 300);
