@@ -8,7 +8,7 @@ export { withOwner } from './locks/owner-context';
 export { MAX_HOLDS } from './protocol/reentry';
 export { LockHandle } from './locks/lock-handle';
 export { commit, Commit, type CommitOptions } from './locks/commit';
-export type { HandleParams, LockData } from './locks/lock-handle';
+export type { DocumentField, HandleParams, LockData } from './locks/lock-handle';
 export type { PromiseLibraries, PromiseOf } from './common/promise-types';
 export { LockError, isLockError } from './common/errors';
 export type { ConflictSubtype, LockErrorType, LockErrorSubtype, LockErrorFields, LockErrorDetails, BoomLike } from './common/errors';

@@ -11,9 +11,9 @@ import { useGroup, type UsingAllBody, type UsingAllParams } from './using-all';
 
 /* eslint-disable @typescript-eslint/no-explicit-any */
 /** The schema of a lock's collection. */
-export type SchemaOf<L> = L extends WriteLock<infer S, any> ? S : L extends MultiLock<infer S, any> ? S : L extends Semaphore<infer S, any> ? S : Document;
+export type SchemaOf<L> = L extends WriteLock<infer S, any> ? S : L extends MultiLock<infer S, any, any> ? S : L extends Semaphore<infer S, any> ? S : Document;
 /** The `Promise` option of a lock. */
-export type PromiseOptionOf<L> = L extends WriteLock<any, infer P> ? P : L extends MultiLock<any, infer P> ? P : L extends Semaphore<any, infer P> ? P : undefined;
+export type PromiseOptionOf<L> = L extends WriteLock<any, infer P> ? P : L extends MultiLock<any, infer P, any> ? P : L extends Semaphore<any, infer P> ? P : undefined;
 /* eslint-enable @typescript-eslint/no-explicit-any */
 
 /** The handle a request of a group resolves to, for group params `A`. */

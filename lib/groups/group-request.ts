@@ -13,7 +13,7 @@ import { ofRequest } from './lock-group';
 
 /** A lock of this package that a group can take: a writeLock, a multiLock or a semaphore (any schema, any promise library). */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
-export type GroupableLock = WriteLock<any, any> | MultiLock<any, any> | Semaphore<any, any>;
+export type GroupableLock = WriteLock<any, any> | MultiLock<any, any, any> | Semaphore<any, any>;
 
 /** One document of a group: which lock, on which document, and how. */
 export interface GroupRequest<L extends GroupableLock = GroupableLock> {

@@ -22,7 +22,8 @@ export type SchemaDocument<TSchema extends Document> = Document extends TSchema 
  * `TSchema` is the locked collection's schema (updates are typed by it), `P` the lock's `Promise`
  * option (its promises are returned), `TDocument` what `document` holds: the document the
  * acquisition returned, as its `document` option shaped it (`never`, so `undefined`, without it;
- * `unknown` by default, so that a plain `LockHandle` accepts every handle).
+ * `unknown` by default, so that a plain `LockHandle` accepts every handle). An acquisition that
+ * asked for the document always has it: `handle.document.balance` needs no `!`.
  */
 export interface LockHandle<TSchema extends Document = Document, P = undefined, TDocument = unknown> extends LockData {
   /** When the lease ends, ms since the epoch by the server's clock (later after an extension). */
@@ -31,9 +32,9 @@ export interface LockHandle<TSchema extends Document = Document, P = undefined, 
   readonly namespace: string;
   /**
    * The locked document as the acquisition left it (without the lock field), when `document` was
-   * asked for; undefined otherwise.
+   * asked for; undefined otherwise (so typed: {@link DocumentField}).
    */
-  readonly document: TDocument | undefined;
+  readonly document: DocumentField<TDocument>;
   /**
    * ms of the lease this client can rely on: until `expiresAt` by the upper bound of the server's
    * clock, so the server's clock has not reached the lease's end either (0 once it may have).
@@ -74,8 +75,11 @@ export interface LockHandle<TSchema extends Document = Document, P = undefined, 
   valueOf(): number;
 }
 
+/** What `handle.document` holds for a handle whose acquisition returned `TDocument`: `undefined` when it asked for none (`never`). */
+export type DocumentField<TDocument> = [TDocument] extends [never] ? undefined : TDocument;
+
 /** The class behind every {@link LockHandle}: made by the locks of this package, never by callers. */
-export class Handle implements LockHandle<Document, unknown, Document> {
+export class Handle implements LockHandle<Document, unknown, Document | undefined> {
   /** The lock but its expiry; a conversion changes its tag, timestamp, fence and permits (and `maybeTag`: see {@link LockData}). */
   #lock: Omit<LockData, 'expiresAt'>;
   /** A conversion in flight: a release or extension refused meanwhile waits for it, and retries under the new tag. */

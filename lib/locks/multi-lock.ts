@@ -11,24 +11,27 @@ import { describe, expectFilter, expectSafeName } from '../common/validation';
 import { resolveTagRules, withUpgradePreference, type LockRelationships, type TagLimits } from './relationships';
 import type { WaitOptions } from '../waiting/wait-options';
 
-/** Options of {@link multiLock}. */
-export interface MultiLockOptions<TSchema extends Document = Document, P extends PromiseLibrary | undefined = undefined> extends LockOptions<TSchema, P> {
+/**
+ * Options of {@link multiLock}. `Tag`: the tags it declares, the keys of `locktimeouts` (without
+ * it, of `lockRelationships`), taken from them by the compiler.
+ */
+export interface MultiLockOptions<TSchema extends Document = Document, P extends PromiseLibrary | undefined = undefined, Tag extends string = string> extends LockOptions<TSchema, P> {
   /** Lease in ms per tag. */
-  readonly locktimeouts?: Readonly<Record<string, number>>;
+  readonly locktimeouts?: { readonly [T in Tag]: number };
   /** Lease in ms for tags without one in `locktimeouts`. @default undefined (every tag needs one) */
   readonly locktimeout?: number;
   /** `{ [tag]: { cooperative?: tags[], assertive?: tags[] } }`; tags not named are concurrent. */
-  readonly lockRelationships?: LockRelationships;
+  readonly lockRelationships?: LockRelationships<Tag>;
   /**
    * Tags that are counting semaphores: `{ editor: 3 }` admits at most 3 permits of `editor` at
    * once (each acquisition takes `params.permits`, default 1), beside the tag's relationships.
    */
-  readonly limits?: TagLimits;
+  readonly limits?: TagLimits<Tag>;
 }
 
-/** Per-call options of `acquire`: a `tag` for a new lock, or the `lock` that `AssertiveLock` carried to continue. */
-export interface MultiLockAcquireParams extends CallOptions, WaitOptions, DocumentParams {
-  readonly tag?: string;
+/** Per-call options of `acquire`: a `tag` for a new lock, or the `lock` that `AssertiveLock` carried to continue. `Tag`: the multiLock's tags. */
+export interface MultiLockAcquireParams<Tag extends string = string> extends CallOptions, WaitOptions, DocumentParams {
+  readonly tag?: Tag;
   readonly lock?: LockData;
   /** For a tag in `options.limits`: the permits to take. @default 1 */
   readonly permits?: number;
@@ -57,17 +60,17 @@ export interface MultiLockExtendParams<TSchema extends Document = Document> exte
 
 /**
  * Tagged locks with concurrent, cooperative and assertive relationships; filters and updates are
- * typed against the collection's schema `TSchema`, and every method returns the promises of the
- * `Promise` option `P`.
+ * typed against the collection's schema `TSchema`, every method returns the promises of the
+ * `Promise` option `P`, and a call's `tag` is one of the declared tags `Tag`.
  */
-export interface MultiLock<TSchema extends Document = Document, P = undefined> {
+export interface MultiLock<TSchema extends Document = Document, P = undefined, Tag extends string = string> {
   /**
    * With `tag`, takes a new lock; with `lock`, continues an assertive acquisition. Rejects with
    * `RessourceNotFound` (404), `CooperativeLock` (409, nothing written), `AssertiveLock` (409,
    * the lock is registered: call again with `{ lock: err.lock }` — `err.data` with boom),
    * `LockNotFound` (409, the continued lock expired or is gone) or `DbError` (500).
    */
-  acquire<A extends MultiLockAcquireParams = MultiLockAcquireParams>(
+  acquire<A extends MultiLockAcquireParams<Tag> = MultiLockAcquireParams<Tag>>(
     filter: LockFilter<TSchema>,
     params: A,
   ): PromiseOf<P, LockHandle<TSchema, P, DocumentOf<TSchema, DocumentOptionOf<A>>>>;
@@ -80,7 +83,7 @@ export interface MultiLock<TSchema extends Document = Document, P = undefined> {
    * per `params.wait`, assertive continuations included), runs `body` while extending the lease,
    * aborts `signal` if the lease is lost, always releases.
    */
-  using<T, A extends MultiLockAcquireParams & HoldParams = MultiLockAcquireParams & HoldParams>(
+  using<T, A extends MultiLockAcquireParams<Tag> & HoldParams = MultiLockAcquireParams<Tag> & HoldParams>(
     filter: LockFilter<TSchema>,
     params: A,
     body: UsingBody<T, LockHandle<TSchema, P, DocumentOf<TSchema, DocumentOptionOf<A>>>, TSchema>,
@@ -144,7 +147,9 @@ export function namedLockMethods(core: DocumentLock, release: KnownKeys, extend:
  * });
  * const handle = await rw.acquire({ _id: 1 }, { tag: 'read' });
  */
-export function multiLock<TSchema extends Document = Document, P extends PromiseLibrary | undefined = undefined>(options: MultiLockOptions<TSchema, P>): MultiLock<TSchema, P> {
+export function multiLock<TSchema extends Document = Document, P extends PromiseLibrary | undefined = undefined, Tag extends string = string>(
+  options: MultiLockOptions<TSchema, P, Tag>,
+): MultiLock<TSchema, P, Tag> {
   const o = readParams('options', options, OPTIONS, false);
   const core = new DocumentLock(options, {
     options: OPTIONS,
@@ -176,7 +181,7 @@ export function multiLock<TSchema extends Document = Document, P extends Promise
   };
 
   const lock = {
-    acquire: (filter: unknown, params: MultiLockAcquireParams) => {
+    acquire: (filter: unknown, params: MultiLockAcquireParams<Tag>) => {
       // A continuation's lock is the caller's already: a cancelled continuation leaves it to them.
       const continued = typeof params === 'object' && params !== null && (params as { lock?: unknown }).lock !== undefined;
       if (continued) {
@@ -199,5 +204,5 @@ export function multiLock<TSchema extends Document = Document, P extends Promise
     ...namedLockMethods(core, RELEASE, EXTEND),
   };
   // The methods return the `Promise` option's promises (run() makes them): typed as such here.
-  return describedAs(lock, { kind: 'multiLock', tags: core.engine.tags, field: core.engine.field, core }) as unknown as MultiLock<TSchema, P>;
+  return describedAs(lock, { kind: 'multiLock', tags: core.engine.tags, field: core.engine.field, core }) as unknown as MultiLock<TSchema, P, Tag>;
 }

@@ -5,7 +5,11 @@ import { knownKeys, nearestKey } from '../common/known-keys';
 import { readParams } from '../common/options';
 import { describe, expectMs, expectObject, expectPermits, expectSafeName } from '../common/validation';
 
-/** How locks of one tag treat locks of other tags. Tags not named are concurrent (ignored). */
+/**
+ * How locks of one tag treat locks of other tags. Tags not named are concurrent (ignored). The
+ * lists are plain strings, so that relationships written apart from the lock (without `as const`)
+ * compile; a name the multiLock does not declare is refused when it is made.
+ */
 export interface TagRelationship {
   /** Acquiring this tag is refused (`CooperativeLock`) while an unexpired lock of any of these tags is held. */
   readonly cooperative?: readonly string[];
@@ -16,13 +20,13 @@ export interface TagRelationship {
   readonly assertive?: readonly string[];
 }
 
-/** `{ [tag]: { cooperative?, assertive? } }`, as in monglock v2. */
-export type LockRelationships = Readonly<Record<string, TagRelationship>>;
+/** `{ [tag]: { cooperative?, assertive? } }`, as in monglock v2; `Tag`: the tags its keys may be. */
+export type LockRelationships<Tag extends string = string> = { readonly [T in Tag]?: TagRelationship };
 
 const RELATIONSHIP = knownKeys<TagRelationship>()(['cooperative', 'assertive']);
 
 /** `{ [tag]: limit }`: tags that are counting semaphores (at most `limit` permits held at once). */
-export type TagLimits = Readonly<Record<string, number>>;
+export type TagLimits<Tag extends string = string> = { readonly [T in NoInfer<Tag>]?: number };
 
 /** The most a limit may be: a document holds an entry per lock, and stays well under 16 MB. */
 export const MAX_LIMIT = 10_000;

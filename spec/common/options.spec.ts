@@ -86,9 +86,9 @@ describe('options and arguments', () => {
       const calls: Array<[() => PromiseLike<unknown>, RegExp]> = [
         [() => lock.acquire({ _id: 1 }, undefined as never), /`params.tag` \(one of a\): a multiLock acquisition needs `\{ tag \}`/],
         [() => lock.acquire({ _id: 1 }, {}), /params.tag/],
-        [() => lock.acquire({ _id: 1 }, { tag: 'b' }), /Unknown tag `b`/],
-        [() => lock.acquire({ _id: 1 }, { tag: 'a.b' }), /params.tag/],
-        [() => lock.acquire({ _id: 1 }, { tag: '$where' }), /params.tag/],
+        [() => lock.acquire({ _id: 1 }, { tag: 'b' } as never), /Unknown tag `b`/],
+        [() => lock.acquire({ _id: 1 }, { tag: 'a.b' } as never), /params.tag/],
+        [() => lock.acquire({ _id: 1 }, { tag: '$where' } as never), /params.tag/],
         [() => lock.release({ _id: 1 }, {} as never), /params.lock/],
         [() => lock.release({ _id: 1 }, { lock: { id: 7, tag: 'a' } as never }), /params.lock.id/],
       ];

@@ -74,8 +74,9 @@ describe('unknown keys: a typo never loosens a lock', () => {
     const reader = await rw.acquire({ _id: 'a' }, { tag: 'read' });
     const before = JSON.stringify(await collection.findOne({ _id: 'a' as never }));
     const calls: Array<[string, () => unknown]> = [
-      ['acquire', () => rw.acquire({ _id: 'a' }, { tag: 'wirte' })],
-      ['using', () => rw.using({ _id: 'a' }, { tag: 'wirte' }, () => 1)],
+      // In plain JavaScript (TypeScript refuses `wirte`: the tags are typed from the options).
+      ['acquire', () => rw.acquire({ _id: 'a' }, { tag: 'wirte' } as never)],
+      ['using', () => rw.using({ _id: 'a' }, { tag: 'wirte' } as never, () => 1)],
       ['convert', () => reader.convert('wirte')],
       ['acquireAll', () => acquireAll([{ lock: rw, filter: { _id: 'a' }, tag: 'wirte' }])],
     ];

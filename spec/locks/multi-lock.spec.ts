@@ -100,7 +100,7 @@ describe('multiLock', () => {
       lockRelationships: { d: { cooperative: ['a', 'b', 'c'] } },
     });
     const started = Date.now();
-    await Promise.all(['a', 'b', 'c'].map((tag) => lock.acquire({ _id: 1 }, { tag })));
+    await Promise.all((['a', 'b', 'c'] as const).map((tag) => lock.acquire({ _id: 1 }, { tag })));
     const attemptAt = async (ms: number): Promise<string> => {
       await sleep(started + ms - Date.now());
       return lock.acquire({ _id: 1 }, { tag: 'd' }).then(() => 'acquired', (error: LockError) => error.subtype);

@@ -209,7 +209,7 @@ describe('multiLock limits: semaphores that compose with relationships', () => {
 
   it('a limit on a tag without one, or an exclusive one, or undeclared, is refused; permits only for a limited tag', async () => {
     const collection = await freshCollection([{ _id: 'page' }]);
-    expect(() => multiLock({ ...options(collection), limits: { editr: 3 } })).to.throw(TypeError, /editr.*did you mean `editor`/);
+    expect(() => multiLock({ ...options(collection), limits: { editr: 3 } as never })).to.throw(TypeError, /editr.*did you mean `editor`/);
     expect(() => multiLock({ ...options(collection), limits: { publisher: 3 } })).to.throw(TypeError, /cooperative with itself/);
     expect(() => multiLock({ ...options(collection), limits: { editor: 10_001 } })).to.throw(RangeError);
     const page = multiLock(options(collection));

@@ -31,7 +31,7 @@ export async function routes(db: Db): Promise<void> {
       plugins: { monglock: { lock: orders, filter: (request) => ({ _id: request.params.id }), wait: 2000 } },
       handler: (request) => {
         expectTypeOf(request.plugins.monglock).toEqualTypeOf<RequestLock>();
-        expectTypeOf(request.plugins.monglock.lock).toEqualTypeOf<LockHandle<Document, undefined, Document>>();
+        expectTypeOf(request.plugins.monglock.lock).toEqualTypeOf<LockHandle<Document, undefined, Document | undefined>>();
         expectTypeOf(lockOf(request).signal).toEqualTypeOf<AbortSignal>();
         return request.plugins.monglock.lock.fence;
       },

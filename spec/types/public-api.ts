@@ -6,8 +6,11 @@
 import Bluebird from 'bluebird';
 import { expectTypeOf } from 'expect-type';
 import type { Collection, Db, Document, WithId } from 'mongodb';
-import { commit, isLockError, LockHandle, multiLock, resourceLocks, semaphore, withOwner, writeLock, type LockError, type LockInspection, type MultiLock, type ResourceLockHandle, type Semaphore, type WriteLock } from 'monglock';
+import { commit, commitAll, isLockError, LockHandle, multiLock, resourceLocks, semaphore, usingAll, withOwner, writeLock, type LockError, type LockInspection, type MultiLock, type MultiLockOptions, type ResourceLockHandle, type Semaphore, type WriteLock } from 'monglock';
 import 'monglock/bluebird';
+
+/** The params a multiLock's `acquire` takes (its `tag` typed by the lock's declared tags). */
+type MultiLockAcquireParamsOf<L> = L extends { acquire(filter: never, params: infer A): unknown } ? A : never;
 
 interface Order {
   _id: string;
@@ -37,7 +40,8 @@ export async function typedCollections(db: Db): Promise<void> {
   await handle.release({ update: { $inc: { status: 1 } } });
   const fence: number = await lock.using({ _id: 'o-1' }, { document: true }, async (held, signal) => {
     expectTypeOf(held).toEqualTypeOf<LockHandle<Order, undefined, WithId<Order>>>();
-    expectTypeOf(held.document).toEqualTypeOf<WithId<Order> | undefined>();
+    // Asked for, the document is there: no `!`.
+    expectTypeOf(held.document).toEqualTypeOf<WithId<Order>>();
     expectTypeOf(signal).toEqualTypeOf<AbortSignal>();
     return held.fence;
   });
@@ -45,16 +49,22 @@ export async function typedCollections(db: Db): Promise<void> {
 
   // The document an acquisition returns is typed by its projection.
   const whole = await lock.acquire({ _id: 'o-1' }, { document: true });
-  expectTypeOf(whole.document).toEqualTypeOf<WithId<Order> | undefined>();
+  expectTypeOf(whole.document).toEqualTypeOf<WithId<Order>>();
   const picked = await lock.acquire({ _id: 'o-1' }, { document: { total: 1 } });
-  expectTypeOf(picked.document).toEqualTypeOf<Pick<WithId<Order>, '_id' | 'total'> | undefined>();
+  expectTypeOf(picked.document).toEqualTypeOf<Pick<WithId<Order>, '_id' | 'total'>>();
   const withoutId = await lock.acquire({ _id: 'o-1' }, { document: { total: 1, _id: 0 } });
-  expectTypeOf(withoutId.document).toEqualTypeOf<Pick<WithId<Order>, 'total'> | undefined>();
+  expectTypeOf(withoutId.document).toEqualTypeOf<Pick<WithId<Order>, 'total'>>();
   const omitted = await lock.acquire({ _id: 'o-1' }, { document: { status: 0 } });
-  expectTypeOf(omitted.document).toEqualTypeOf<Omit<WithId<Order>, 'status'> | undefined>();
+  expectTypeOf(omitted.document).toEqualTypeOf<Omit<WithId<Order>, 'status'>>();
+  // An untyped collection's document, asked for, is a document; not asked for, undefined.
+  const untyped = writeLock({ collection: db.collection('orders') });
+  expectTypeOf((await untyped.acquire({ _id: 'o-1' }, { document: true })).document).toEqualTypeOf<Document>();
+  expectTypeOf((await untyped.acquire({ _id: 'o-1' })).document).toEqualTypeOf<undefined>();
+  // @ts-expect-error: without `document`, there is no document to read
+  void handle.document.total;
 
   // A commit returned from a typed body is checked against the schema; its value is what using() resolves.
-  const total = await lock.using({ _id: 'o-1' }, { document: { total: 1 } }, (held) => commit({ $set: { total: held.document!.total + 1 } }, held.document!.total + 1));
+  const total = await lock.using({ _id: 'o-1' }, { document: { total: 1 } }, (held) => commit({ $set: { total: held.document.total + 1 } }, held.document.total + 1));
   expectTypeOf(total).toEqualTypeOf<number>();
   // @ts-expect-error: `total` is a number
   await lock.using({ _id: 'o-1' }, {}, () => commit({ $set: { total: 'many' } }, 1));
@@ -65,7 +75,35 @@ export async function typedCollections(db: Db): Promise<void> {
   // @ts-expect-error: a multiLock acquisition needs its params (a tag or a lock)
   await tagged.acquire({ _id: 'o-1' });
 
+  // A call's tag is one the options declare (the keys of locktimeouts, else of lockRelationships).
+  expectTypeOf<NonNullable<MultiLockAcquireParamsOf<typeof tagged>['tag']>>().toEqualTypeOf<'read' | 'write'>();
+  // @ts-expect-error: `wirte` is not a declared tag
+  await tagged.acquire({ _id: 'o-1' }, { tag: 'wirte' });
+  // @ts-expect-error: nor in using()
+  await tagged.using({ _id: 'o-1' }, { tag: 'wirte' }, () => 1);
+  const byRelationships = multiLock({ collection: orders, locktimeout: 1_000, lockRelationships: { run: {}, audit: { cooperative: ['run'] } } });
+  expectTypeOf<NonNullable<MultiLockAcquireParamsOf<typeof byRelationships>['tag']>>().toEqualTypeOf<'run' | 'audit'>();
+  await byRelationships.acquire({ _id: 'o-1' }, { tag: 'audit' });
+  // @ts-expect-error: a relationship key outside locktimeouts' keys (a misspelled tag) leaves locktimeouts without it
+  multiLock({ collection: orders, locktimeouts: { read: 1_000, write: 5_000 }, lockRelationships: { wirte: { cooperative: ['read'] } } });
+  // @ts-expect-error: so does a limit of an undeclared tag
+  multiLock({ collection: orders, locktimeouts: { read: 1_000 }, limits: { raed: 3 } });
+  // Options built apart, typed loosely: any tag compiles (and an undeclared one is refused at run time).
+  const loose: MultiLockOptions<Order> = { collection: orders, locktimeouts: { read: 1_000 } };
+  expectTypeOf<NonNullable<MultiLockAcquireParamsOf<ReturnType<typeof multiLock<Order, undefined, string>>>['tag']>>().toEqualTypeOf<string>();
+  await multiLock(loose).acquire({ _id: 'o-1' }, { tag: 'anything' });
+  // Relationships written apart (their lists plain strings) compile.
+  const relationships = { read: { cooperative: ['write'] }, write: { cooperative: ['write', 'read'] } };
+  multiLock({ collection: orders, locktimeouts: { read: 1_000, write: 5_000 }, lockRelationships: relationships });
+
   resourceLocks({ collection: db.collection<{ _id: string }>('locks') });
+
+  // A group's handles carry their documents when the group asked for them: no `!`.
+  const moved = await usingAll([{ lock, filter: { _id: 'o-1' } }, { lock, filter: { _id: 'o-2' } }], { document: { total: 1 } }, ([from, to]) => {
+    expectTypeOf(from.document).toEqualTypeOf<Pick<WithId<Order>, '_id' | 'total'>>();
+    return commitAll([{ $inc: { total: -1 } }, { $inc: { total: 1 } }], from.document.total + to.document.total);
+  });
+  expectTypeOf(moved).toEqualTypeOf<number>();
 }
 
 export async function promiseLibraries(db: Db): Promise<void> {

@@ -92,7 +92,7 @@ export interface MonglockPluginOptions {
 /** What the plugin gives a handler, in `request.plugins.monglock`. */
 export interface RequestLock {
   /** The held lock (its JSON is what a checkout route returns). */
-  readonly lock: LockHandle<Document, undefined, Document>;
+  readonly lock: LockHandle<Document, undefined, Document | undefined>;
   /** `lock.guard(extra)`: a filter matching the document only while the lock is held. */
   guard(extra?: Document): Document;
   /**
@@ -104,7 +104,7 @@ export interface RequestLock {
   /** The locked document, when the route's `document` option asked for it. */
   readonly document: Document | undefined;
   /** A route with `filters`: the group (its handles in the order of the filters; `lock` is the first). */
-  readonly locks?: LockGroup<Array<LockHandle<Document, undefined, Document>>>;
+  readonly locks?: LockGroup<Array<LockHandle<Document, undefined, Document | undefined>>>;
 }
 
 declare module '@hapi/hapi' {

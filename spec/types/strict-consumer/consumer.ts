@@ -20,7 +20,7 @@ interface Account {
 export async function strictConsumer(client: MongoClient): Promise<void> {
   const accounts = client.db('shop').collection<Account>('accounts');
   const lock = writeLock({ collection: accounts, locktimeout: 5_000, boom: Boom });
-  const balance = await lock.using({ _id: 'a' }, { wait: 2_000, document: { balance: 1 } }, (held) => commit({ $set: { balance: (held.document?.balance ?? 0) - 1 } }, 1));
+  const balance = await lock.using({ _id: 'a' }, { wait: 2_000, document: { balance: 1 } }, (held) => commit({ $set: { balance: held.document.balance - 1 } }, held.document.balance - 1));
   const handle: LockHandle<Account, undefined, never> = await lock.acquire({ _id: 'a' });
   const permits: number | undefined = handle.permits;
   await handle.extend(1_000);
@@ -35,7 +35,7 @@ export async function strictConsumer(client: MongoClient): Promise<void> {
 
   const [first] = await acquireAll([{ lock, filter: { _id: 'a' } }, { lock, filter: { _id: 'b' } }], { wait: 1_000 });
   await first?.release();
-  await usingAll([{ lock, filter: { _id: 'a' } }], { document: true }, ([held]) => commitAll([{ $inc: { balance: held?.document?.balance ?? 0 } }], 'done'));
+  await usingAll([{ lock, filter: { _id: 'a' } }], { document: true }, ([held]) => commitAll([{ $inc: { balance: held.document.balance } }], 'done'));
 
   const resources = resourceLocks({ collection: client.db('shop').collection('locks') });
   await (await resources.xlock('report', 'job-1', { owner: 'me', ttl: 30_000 })).release();
