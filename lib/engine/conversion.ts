@@ -11,7 +11,8 @@ import type { LockEngine } from './lock-engine';
 import { explainLostLock } from './refusals';
 import { stampRefused, type Verdict } from './stamp-refusals';
 import { observeWrite } from './stamped-write';
-import type { Inspection } from './store';
+import type { Inspection, Timed } from './store';
+import { classifyWriteFailure, describeWriteFailure } from './write-failures';
 
 /**
  * Converts `lock` to `tag` ({@link convertOperation}): resolves the lock with its new tag, token
@@ -31,17 +32,71 @@ export async function convertLock(engine: LockEngine, target: Document, lock: Lo
     write: async (stamp, tolerance) => {
       const entry = { id: lock.id, at: new Date(stamp), exp: new Date(engine.clock.expiry(stamp, lease)) };
       const operation = convertOperation({ paths, from, to, tags: engine.tags, target, entry, tolerance, yieldsToUpgradesOf });
-      const reply = await store.apply(operation, call, call.w);
+      let reply: Timed<Document | null>;
+      try {
+        reply = await store.apply(operation, call, call.w);
+      } catch (error) {
+        throw mayHaveConverted(error, tag, call);
+      }
       if (!reply.value) return undefined;
       const appliedAt = observeWrite({ paths, clock }, reply.value, reply);
-      await engine.deployment.refuseSkewed(call);
       const converted: LockData = { id: lock.id, tag, timestamp: stamp, fence: fenceOf(paths.read(reply.value)), expiresAt: entry.exp.getTime(), ...(to.limit !== undefined && { permits: 1 }) };
-      return { lock: converted, target: engine.deployment.addressOf(reply.value), appliedAt };
+      const acquired = { lock: converted, target: engine.deployment.addressOf(reply.value), appliedAt };
+      await engine.deployment.refuseSkewed(call).catch((error: unknown) => Promise.reject(landedWith(error, acquired)));
+      return acquired;
     },
     explain: (seen, stamp, tolerance) =>
+      foundConverted(engine, seen, lock, tag, call) ??
       explainRefusedConversion(engine, seen, lock, tag, yieldsToUpgradesOf, call, stamp, tolerance) ??
       explainLostLock({ paths, rule: from, reportsReacquired: false, boom: call.boom }, seen, lock, { id: lock.id }, stamp, tolerance, lease),
   });
+}
+
+/** Failures of a conversion's write whose reply was lost: it may have landed (the new tag it may be under). */
+const maybeConverted = new WeakMap<object, string>();
+/** Failures of a conversion that landed: the lock as it now is. */
+const landed = new WeakMap<object, Acquired>();
+
+/** The tag a failed conversion may have moved its lock to (its reply was lost), if it may have. */
+export function conversionMayHaveLanded(error: unknown): string | undefined {
+  return typeof error === 'object' && error !== null ? maybeConverted.get(error) : undefined;
+}
+
+/** The lock a failed conversion did move (it landed, but the call failed after, or its reply had been lost), if it did. */
+export function conversionLanded(error: unknown): Acquired | undefined {
+  return typeof error === 'object' && error !== null ? landed.get(error) : undefined;
+}
+
+/** The error of a conversion's write that failed: a `DbError` that says whether it may have landed ({@link conversionMayHaveLanded}). */
+function mayHaveConverted(error: unknown, tag: string, call: ResolvedCallOptions): Error {
+  const failure = classifyWriteFailure(error);
+  const message = error instanceof Error ? error.message : String(error);
+  const detail = `${message} (${failure === 'unknown' ? `the conversion to ${tag} may have landed: the handle's release looks for the lock under both tags` : describeWriteFailure(failure, 'conversion')})`;
+  const failed = lockError('DbError', call.boom, { cause: error, detail });
+  if (failure === 'unknown') maybeConverted.set(failed, tag);
+  return failed;
+}
+
+/** `error`, recorded as the failure of a conversion that landed as `acquired`. */
+function landedWith(error: unknown, acquired: Acquired): unknown {
+  if (typeof error === 'object' && error !== null) landed.set(error, acquired);
+  return error;
+}
+
+/**
+ * When the document shows `lock` live under `tag` already, a conversion whose reply was lost had
+ * landed: a `DbError` that says so, with the lock as it is ({@link conversionLanded}; its fencing
+ * token is not known: the conversion's was not read back, and the document's counter may have
+ * moved on since).
+ */
+function foundConverted(engine: LockEngine, seen: Inspection, lock: LockData, tag: string, call: ResolvedCallOptions): Verdict | undefined {
+  if (!seen.value) return undefined;
+  const now = seen.serverNow?.getTime() ?? 0;
+  const entry = liveEntries(engine.paths.read(seen.value), tag, now).find((each) => each.id === lock.id);
+  if (!entry) return undefined;
+  const detail = `the conversion to ${tag} had landed, but its reply was lost: the lock is a ${tag} lock now (its new fencing token is not known: the handle keeps the one it had)`;
+  const moved: LockData = { id: lock.id, tag, timestamp: entry.at.getTime(), fence: lock.fence, expiresAt: entry.exp.getTime(), ...(entry.permits !== undefined && { permits: entry.permits }) };
+  return { retry: false, error: landedWith(lockError('DbError', call.boom, { detail }), { lock: moved, target: engine.deployment.addressOf(seen.value), appliedAt: now }) as Error };
 }
 
 /** Why a conversion of a live lock was refused: the locks its new tag waits for, or an upgrade it may not wait behind; undefined: the lock itself (see explainLostLock). */

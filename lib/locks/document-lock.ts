@@ -1,6 +1,6 @@
 import type { Document } from 'mongodb';
 import { acquireOnDocument, type AcquireSite } from './document-acquire';
-import { convertTraced } from './conversion';
+import { convertTraced, type ConversionAftermath } from './conversion';
 import { isTraced, traced } from '../common/diagnostics';
 import type { ConflictSubtype } from '../common/errors';
 import { finalCallOf, inTransaction } from '../common/write-params';
@@ -206,8 +206,8 @@ export class DocumentLock implements HandleOwner, AcquireSite {
   }
 
   /** Converts `lock` (a multiLock's) to `tag` (see lib/locks/conversion.ts); the lock it resolves has its new tag, token and lease. */
-  convert(target: Document, lock: LockData, tag: unknown, params: unknown): Promise<Acquired> {
-    return this.run(() => convertTraced(this, this.kindName, target, lock, tag, params));
+  convert(target: Document, lock: LockData, tag: unknown, params: unknown, aftermath: (after: ConversionAftermath) => void): Promise<Acquired> {
+    return this.run(() => convertTraced(this, this.kindName, target, lock, tag, params, aftermath));
   }
 
   guard(target: Document, lock: LockData, extra?: Document): Document {

@@ -2,6 +2,7 @@ import type { Document } from 'mongodb';
 import type { LockData } from '../protocol/lock-data';
 import { knownKeys } from '../common/known-keys';
 import { CALL_KEYS, FIXED_PER_LOCK, UPDATE_KEYS, type CallOptions, type UpdateParams } from '../common/options';
+import type { ConversionAftermath } from './conversion-run';
 
 /** Per-call options of `handle.release()` and `handle.extend()`. */
 export interface HandleParams<TSchema extends Document = Document> extends CallOptions, UpdateParams<TSchema> {}
@@ -23,8 +24,8 @@ export interface Extension {
 export interface HandleOwner {
   /** Releases `lock`; `params` as the caller passed them (validated against {@link HANDLE_PARAMS}); a commit of a group records its id. */
   release(target: Document, lock: LockData, params: unknown, group?: string): Promise<void>;
-  /** Converts `lock` to `tag` (multiLock locks only); `params` as passed. */
-  convert?(target: Document, lock: LockData, tag: unknown, params: unknown): Promise<{ readonly lock: LockData; readonly appliedAt?: number }>;
+  /** Converts `lock` to `tag` (multiLock locks only); `params` as passed; when it rejects, `aftermath` hears what became of the lock. */
+  convert?(target: Document, lock: LockData, tag: unknown, params: unknown, aftermath: (after: ConversionAftermath) => void): Promise<{ readonly lock: LockData; readonly appliedAt?: number }>;
   /** Extends `lock` to `locktimeout` ms (the positional argument; default the lock's lease); `params` as passed. */
   extend(target: Document, lock: LockData, params: unknown, locktimeout: unknown): Promise<Extension>;
   guard(target: Document, lock: LockData, extra?: Document): Document;

@@ -3,7 +3,7 @@ import type { Document, WithId } from 'mongodb';
 import { isLockError } from '../common/errors';
 import type { Unclaimed } from '../common/promise-library';
 import type { PromiseOf } from '../common/promise-types';
-import type { ConvertParams } from './conversion';
+import type { ConversionAftermath, ConversionChange, ConvertParams } from './conversion';
 
 export type { LockData } from '../protocol/lock-data';
 export { extensionOf, HANDLE_PARAMS, type Extension, type HandleOwner, type HandleParams } from './handle-owner';
@@ -193,10 +193,7 @@ export class Handle implements LockHandle<Document, unknown, Document | undefine
     return () => handle.#watchers.delete(watcher);
   }
 
-  /**
-   * ms of the lease this client can rely on: until `expiresAt` by the upper bound of the server's
-   * clock, so the server's clock has not reached the lease's end either (0 once it may have).
-   */
+  /** ms of the lease this client can rely on (see {@link LockHandle.remaining}). */
   remaining(): number {
     return Math.max(0, this.#owner.remaining(this.toJSON()));
   }
@@ -213,10 +210,7 @@ export class Handle implements LockHandle<Document, unknown, Document | undefine
     });
   }
 
-  /**
-   * Pushes the lease forward to `locktimeout` ms (default: the tag's lease) from the server's now.
-   * Fails with `LockNotFound`/`LockWasReacquired` if the lock was lost; never re-creates it.
-   */
+  /** Pushes the lease forward (see {@link LockHandle.extend}). */
   extend(locktimeout?: number, params?: HandleParams): Promise<this> {
     const extended = this.#followingConversions(() => this.#owner.extend(this.#target, this.toJSON(), params, locktimeout));
     return extended.then((extension) => {
@@ -225,36 +219,44 @@ export class Handle implements LockHandle<Document, unknown, Document | undefine
     });
   }
 
-  /** Converts this lock to another tag of its multiLock (see {@link LockHandle.convert}); resolves this handle, changed. */
+  /** Converts this lock to another tag (see {@link LockHandle.convert}); resolves this handle, changed. Until what its attempts left is known, a refused release or extension waits. */
   convert(tag: string, params?: ConvertParams): Promise<this> {
     if (!this.#owner.convert) return Promise.reject(new TypeError('Only a multiLock lock converts to another tag'));
-    const converting = this.#owner.convert(this.#target, Handle.claim(this), tag, params).then(
-      ({ lock, appliedAt }) => {
-        this.#lock = lockOnly(lock);
-        // Applied by the server after any extension of the old tag, which can no longer land.
-        Handle.updateExpiry(this, { expiresAt: lock.expiresAt, appliedAt: appliedAt ?? 0 });
-        return this;
-      },
-      (error: unknown) => {
-        // The conversion may have landed without its reply: a release looks for the lock under both tags.
-        if (isLockError(error, 'DbError') && typeof tag === 'string') this.#lock = { ...this.#lock, maybeTag: tag };
-        throw error;
-      },
-    );
-    this.#converting = converting;
-    return converting.finally(() => {
-      if (this.#converting === converting) this.#converting = undefined;
-    });
+    let later: Promise<unknown> = Promise.resolve();
+    const aftermath = ({ now, later: settling }: ConversionAftermath): void => {
+      if (now) this.#follow(now);
+      later = settling.then((change) => change && this.#follow(change), () => undefined);
+    };
+    const converting = this.#owner.convert(this.#target, Handle.claim(this), tag, params, aftermath).then((converted) => (this.#follow(converted), this));
+    const settled = converting.then(undefined, () => later);
+    this.#converting = settled;
+    void settled.then(() => this.#converting === settled && (this.#converting = undefined));
+    return converting;
   }
 
-  /** Runs `call` (a release or extension); refused as not held after a conversion changed the tag meanwhile (waited for if in flight), runs it again. */
+  /** Takes what a conversion made of the lock: its new tag, token and lease (applied after any extension of the old tag, which can no longer land), or a tag it may be under. */
+  #follow(change: ConversionChange): void {
+    if ('maybeTag' in change) return void (this.#lock = { ...this.#lock, maybeTag: change.maybeTag });
+    this.#lock = lockOnly(change.lock);
+    Handle.updateExpiry(this, { expiresAt: change.lock.expiresAt, appliedAt: change.appliedAt ?? 0 });
+  }
+
+  /**
+   * Runs `call` (a release, commit or extension); refused as not held after a conversion changed the
+   * tag meanwhile (waited for if in flight), runs it again; refused while a conversion whose reply
+   * was lost may have moved the lock (`maybeTag`), runs it under that tag (where it is if it lands).
+   */
   #followingConversions<T>(call: () => Promise<T>): Promise<T> {
     const sentTag = this.tag;
     return call().then(undefined, async (error: unknown) => {
       if (!(isLockError(error, 'LockNotFound') || isLockError(error, 'LockWasReacquired'))) throw error;
       await this.#converting?.catch(() => undefined);
-      if (this.tag === sentTag) throw error;
-      return call();
+      if (this.tag !== sentTag) return call();
+      const { maybeTag } = this.#lock;
+      if (maybeTag === undefined) throw error;
+      const before = this.#lock;
+      this.#lock = lockOnly({ ...this.toJSON(), tag: maybeTag, maybeTag: undefined });
+      return call().catch((again: unknown) => Promise.reject(this.#lock.tag === maybeTag ? ((this.#lock = before), error) : again));
     });
   }
 

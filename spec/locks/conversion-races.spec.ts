@@ -2,12 +2,35 @@
  * handle.convert(tag) under lost replies, extensions in flight, and pending upgrades it need not wait for (found by an independent review; each test failed before its fix).
  */
 import { expect } from 'chai';
-import type { Collection, Document } from 'mongodb';
-import { multiLock, type LockHandle } from '../../lib';
+import { MongoNetworkError, type Collection, type Document } from 'mongodb';
+import { commit, multiLock, type LockHandle } from '../../lib';
 import { delayedCollection } from '../../stress/delayed-collection';
+import { wrapWrites } from '../../stress/server-faults';
+import { gate } from '../support/lock-commands';
 import { freshCollection, newClient, rejectionOf, sleep } from '../support/fixture';
 
 const relationships = { read: { cooperative: ['write'] }, write: { cooperative: ['write'], assertive: ['read'] } };
+
+/** A conversion's write: it moves the entry (+1 on the fence) and takes its own upgrade mark out. */
+const isConversion = (method: string, args: readonly unknown[]): boolean =>
+  method === 'findOneAndUpdate' && (args[1] as Document).$inc?.['lock.fence'] === 1 && (args[1] as Document).$pull?.['lock.upgrade'] !== undefined;
+/** A waiting conversion's mark (`lock.upgrade`), set or renewed. */
+const isMark = (method: string, args: readonly unknown[]): boolean => method === 'findOneAndUpdate' && (args[1] as Document).$set?.['lock.upgrade'] !== undefined;
+
+/** `collection` whose writes `lose` names land, and whose replies are then lost (a network error). */
+function losingReplies(collection: Collection<Document>, lose: (method: string, args: readonly unknown[]) => boolean): Collection<Document> {
+  return wrapWrites(collection, async (method, args, _n, send) => {
+    const result = await send(args);
+    if (lose(method, args)) throw new MongoNetworkError('the reply was lost (simulated)');
+    return result;
+  });
+}
+
+/** The live upgrade marks of document `_id`. */
+async function liveMarks(collection: Collection<Document>, _id: unknown): Promise<unknown[]> {
+  const doc = await collection.findOne({ _id: _id as never });
+  return ((doc?.lock?.upgrade ?? []) as Array<{ exp: Date }>).filter((mark) => mark.exp.getTime() > Date.now());
+}
 
 /** Every stored entry (any tag) of document `_id`, with its tag. */
 async function storedEntries(collection: Collection<Document>, _id: unknown): Promise<Array<{ tag: string; id: string; exp: Date }>> {
@@ -127,5 +150,127 @@ describe('convert under races: lost replies, extensions in flight, pending upgra
     await upgrade.catch(() => undefined);
     await upgrader.release().catch(() => undefined);
     expect(outcome).to.equal('converted');
+  });
+
+  it('a waiting upgrade whose mark\'s reply is lost waits on, and completes once the other readers are gone, leaving no mark', async function () {
+    this.timeout(20_000);
+    const collection = await freshCollection([{ _id: 'doc' }]);
+    let marksLost = 0;
+    const lossy = losingReplies(collection, (method, args) => isMark(method, args) && marksLost === 0 && ++marksLost === 1);
+    const rw = multiLock({ collection: lossy, locktimeouts: { read: 60_000, write: 60_000 }, lockRelationships: relationships });
+    const upgrader = await rw.acquire({ _id: 'doc' }, { tag: 'read' });
+    const reader = await rw.acquire({ _id: 'doc' }, { tag: 'read' });
+    const upgrade = upgrader.convert('write', { wait: 10_000 }).then(
+      () => 'converted',
+      (error: Error & { subtype?: string }) => `${error.subtype}: ${error.message}`,
+    );
+    for (let i = 0; i < 250 && marksLost === 0; i++) await sleep(20);
+    await sleep(100);
+    await reader.release();
+    const outcome = await upgrade;
+    const facts = { outcome, tag: upgrader.tag, maybeTag: upgrader.toJSON().maybeTag, marks: (await liveMarks(collection, 'doc')).length };
+    await upgrader.release();
+    expect(marksLost, 'a mark\'s reply was lost').to.equal(1);
+    expect(facts, 'the wait went on after the lost reply, and the conversion took its mark out').to.deep.equal({ outcome: 'converted', tag: 'write', maybeTag: undefined, marks: 0 });
+  });
+
+  it('an upgrade that gives up after its mark\'s reply was lost takes the mark out and keeps its old tag (no maybeTag): readers are admitted at once', async function () {
+    this.timeout(20_000);
+    const collection = await freshCollection([{ _id: 'doc' }]);
+    const lossy = losingReplies(collection, isMark);
+    const rw = multiLock({ collection: lossy, locktimeouts: { read: 60_000, write: 60_000 }, lockRelationships: relationships });
+    const other = multiLock({ collection, locktimeouts: { read: 60_000, write: 60_000 }, lockRelationships: relationships });
+    const upgrader = await rw.acquire({ _id: 'doc' }, { tag: 'read' });
+    const reader = await rw.acquire({ _id: 'doc' }, { tag: 'read' });
+    const refused = await rejectionOf(upgrader.convert('write', { wait: 800 }));
+    const newcomer = await other.acquire({ _id: 'doc' }, { tag: 'read' }).then(
+      (handle) => handle.release().then(() => 'admitted'),
+      (error: Error) => error.message,
+    );
+    const facts = { refused: refused.subtype, tag: upgrader.tag, maybeTag: upgrader.toJSON().maybeTag, marks: (await liveMarks(collection, 'doc')).length, newcomer };
+    await Promise.all([upgrader.release(), reader.release()]);
+    expect(facts, refused.message).to.deep.equal({ refused: 'CooperativeLock', tag: 'read', maybeTag: undefined, marks: 0, newcomer: 'admitted' });
+  });
+
+  it('a waiting conversion whose own reply is lost does not end the wait: it finds out that it landed, and the handle holds the new tag', async function () {
+    this.timeout(20_000);
+    const collection = await freshCollection([{ _id: 'doc' }]);
+    let lost = 0;
+    const lossy = losingReplies(collection, (method, args) => isConversion(method, args) && lost === 0 && ++lost === 1);
+    const rw = multiLock({ collection: lossy, locktimeouts: { read: 60_000, write: 60_000 }, lockRelationships: relationships });
+    const handle = await rw.acquire({ _id: 'doc' }, { tag: 'read' });
+    const outcome = await handle.convert('write', { wait: 5_000 }).then(
+      () => 'converted',
+      (error: Error & { subtype?: string }) => `${error.subtype}: ${error.message}`,
+    );
+    const stored = (await storedEntries(collection, 'doc')).filter((entry) => entry.id === handle.id).map((entry) => entry.tag);
+    const facts = { stored, tag: handle.tag, maybeTag: handle.toJSON().maybeTag };
+    await handle.release();
+    const left = (await storedEntries(collection, 'doc')).filter((entry) => entry.id === handle.id);
+    expect(lost, 'the conversion\'s reply was lost').to.equal(1);
+    expect(outcome, 'the caller hears that it landed, its reply lost').to.match(/^DbError: .*landed/);
+    expect(facts, 'the handle says what is stored').to.deep.equal({ stored: ['write'], tag: 'write', maybeTag: undefined });
+    expect(left, 'its release removed it').to.deep.equal([]);
+  });
+
+  it('a body that catches a conversion\'s lost reply (it landed) and returns commit(): the update lands under the new tag and the lock is released', async function () {
+    this.timeout(20_000);
+    const collection = await freshCollection([{ _id: 'doc', n: 0 }]);
+    let lose = false;
+    const lossy = losingReplies(collection, (method, args) => lose && isConversion(method, args));
+    const rw = multiLock({ collection: lossy, locktimeouts: { read: 60_000, write: 60_000 }, lockRelationships: relationships });
+    let id = '';
+    const outcome = await rw
+      .using({ _id: 'doc' }, { tag: 'read' }, async (handle: LockHandle) => {
+        id = handle.id;
+        lose = true;
+        const lost = await rejectionOf(handle.convert('write'));
+        lose = false;
+        return commit({ $inc: { n: 1 } }, lost.subtype);
+      })
+      .then(
+        (value) => `resolved ${String(value)}`,
+        (error: Error & { subtype?: string }) => `${error.subtype}: ${error.message}`,
+      );
+    const doc = await collection.findOne({ _id: 'doc' as never });
+    const left = (await storedEntries(collection, 'doc')).filter((entry) => entry.id === id).map((entry) => entry.tag);
+    expect({ outcome, n: doc?.n, left }, 'committed, and nothing of the lock is left').to.deep.equal({ outcome: 'resolved DbError', n: 1, left: [] });
+  });
+
+  it('an abort while a conversion\'s write is on its way rejects at once with the reason; what the write lands afterwards is undone, and the handle says what is stored', async function () {
+    this.timeout(20_000);
+    const collection = await freshCollection([{ _id: 'doc' }]);
+    const way = gate();
+    let held = false;
+    const slow = delayedCollection(collection, {
+      request: (method, _n, args) => {
+        if (held || !isConversion(method, args)) return undefined;
+        held = true;
+        return way.promise;
+      },
+    });
+    const rw = multiLock({ collection: slow, locktimeouts: { read: 60_000, write: 60_000 }, lockRelationships: relationships });
+    const handle = await rw.acquire({ _id: 'doc' }, { tag: 'read' });
+    const controller = new AbortController();
+    const converting = handle.convert('write', { wait: 5_000, signal: controller.signal });
+    for (let i = 0; i < 250 && !held; i++) await sleep(20);
+    const reason = new Error('the caller gave up');
+    controller.abort(reason);
+    const rejected = await converting.then(
+      () => 'resolved',
+      (error: unknown) => (error === reason ? 'the reason' : String(error)),
+    );
+    const whileOnItsWay = held && (await storedEntries(collection, 'doc')).find((entry) => entry.id === handle.id)?.tag;
+    way.open(); // the conversion lands now
+    let stored: string[] = [];
+    for (let i = 0; i < 250; i++) {
+      await sleep(20);
+      stored = (await storedEntries(collection, 'doc')).filter((entry) => entry.id === handle.id).map((entry) => entry.tag);
+      if (stored.length === 1 && stored[0] === handle.tag && (await liveMarks(collection, 'doc')).length === 0 && stored[0] === 'read') break;
+    }
+    const facts = { rejected, whileOnItsWay, stored, tag: handle.tag, maybeTag: handle.toJSON().maybeTag, marks: (await liveMarks(collection, 'doc')).length };
+    await handle.release();
+    expect(facts, 'rejected before the write landed; once it landed, undone').to.deep.equal({ rejected: 'the reason', whileOnItsWay: 'read', stored: ['read'], tag: 'read', maybeTag: undefined, marks: 0 });
+    expect(await storedEntries(collection, 'doc'), 'its release removed it').to.deep.equal([]);
   });
 });

@@ -174,6 +174,22 @@ describe('handle.convert(tag): upgrade and downgrade in one update', () => {
     await Promise.all([upgrader.release(), reader.release()]);
   });
 
+  it('a signal already aborted: convert sends nothing and rejects with its reason, with or without wait', async () => {
+    const collection = await freshCollection([{ _id: 'doc' }]);
+    const rw = readWrite(collection);
+    const handle = await rw.acquire({ _id: 'doc' }, { tag: 'read' });
+    const fence = async (): Promise<number> => (await collection.findOne({ _id: 'doc' as never }))?.lock?.fence as number;
+    const before = await fence();
+    const reason = new Error('the caller gave up before');
+    const outcomes: string[] = [];
+    for (const wait of [0, 5_000]) {
+      outcomes.push(await handle.convert('write', { wait, signal: AbortSignal.abort(reason) }).then(() => 'converted', (error: unknown) => (error === reason ? 'the reason' : String(error))));
+    }
+    const facts = { outcomes, tag: handle.tag, read: await idsOf(collection, 'doc', 'read'), write: await idsOf(collection, 'doc', 'write'), fenceMoved: (await fence()) - before };
+    await handle.release();
+    expect(facts, 'rejected with the reason, nothing written').to.deep.equal({ outcomes: ['the reason', 'the reason'], tag: 'read', read: [handle.id], write: [], fenceMoved: 0 });
+  });
+
   it('a write guarded by the old lock cannot land after the conversion; the converted handle\'s guard can', async () => {
     const collection = await freshCollection([{ _id: 'doc', n: 0 }]);
     const rw = readWrite(collection);
