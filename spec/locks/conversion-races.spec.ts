@@ -5,7 +5,7 @@ import { expect } from 'chai';
 import { MongoNetworkError, type Collection, type Document } from 'mongodb';
 import { commit, multiLock, type LockHandle } from '../../lib';
 import { delayedCollection } from '../../stress/delayed-collection';
-import { wrapWrites } from '../../stress/server-faults';
+import { landingLate, wrapWrites, type LateLanding } from '../../stress/server-faults';
 import { gate } from '../support/lock-commands';
 import { freshCollection, newClient, rejectionOf, sleep } from '../support/fixture';
 
@@ -235,6 +235,29 @@ describe('convert under races: lost replies, extensions in flight, pending upgra
     const doc = await collection.findOne({ _id: 'doc' as never });
     const left = (await storedEntries(collection, 'doc')).filter((entry) => entry.id === id).map((entry) => entry.tag);
     expect({ outcome, n: doc?.n, left }, 'committed, and nothing of the lock is left').to.deep.equal({ outcome: 'resolved DbError', n: 1, left: [] });
+  });
+
+  it('a body that catches a conversion\'s lost reply (it had not landed yet) and returns commit(): the update lands under the old tag, and the conversion landing later matches nothing', async function () {
+    this.timeout(20_000);
+    const collection = await freshCollection([{ _id: 'doc', n: 0 }]);
+    let lose = false;
+    const landed: LateLanding[] = [];
+    // The conversion's connection drops at once; the command, blocked on the server, lands 400 ms later.
+    const late = landingLate(collection, (method, args) => lose && isConversion(method, args), 400, landed);
+    const rw = multiLock({ collection: late, locktimeouts: { read: 60_000, write: 60_000 }, lockRelationships: relationships });
+    let id = '';
+    const outcome = await rw.using({ _id: 'doc' }, { tag: 'read' }, async (handle: LockHandle) => {
+      id = handle.id;
+      lose = true;
+      const lost = await rejectionOf(handle.convert('write'));
+      lose = false;
+      return commit({ $inc: { n: 1 } }, `${lost.subtype}, then committed as a ${handle.tag} lock`);
+    });
+    for (let i = 0; i < 250 && landed[0]?.appliedAt === undefined; i++) await sleep(20);
+    const doc = await collection.findOne({ _id: 'doc' as never });
+    const left = (await storedEntries(collection, 'doc')).filter((entry) => entry.id === id).map((entry) => entry.tag);
+    expect(landed[0]?.appliedAt, 'the conversion reached the server after the commit').to.be.a('number');
+    expect({ outcome, n: doc?.n, left }, 'committed once, and the late conversion found no lock to move').to.deep.equal({ outcome: 'DbError, then committed as a read lock', n: 1, left: [] });
   });
 
   it('an abort while a conversion\'s write is on its way rejects at once with the reason; what the write lands afterwards is undone, and the handle says what is stored', async function () {
