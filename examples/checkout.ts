@@ -7,38 +7,37 @@ import { lockOf, monglockPlugin } from 'monglock/hapi';
 
 async function main(): Promise<void> {
   const client = await MongoClient.connect(process.env.MONGODB_URI ?? 'mongodb://127.0.0.1:27017');
-  const collection = client.db('monglock_examples').collection('drafts');
+  const collection = client.db('monglock_examples').collection<{ _id: string }>('drafts');
   await collection.deleteMany({});
-  await collection.insertOne({ _id: 'd-1' as never });
+  await collection.insertOne({ _id: 'd-1' });
   const server = Hapi.server({ port: 0 });
   try {
     // #region readme
     const drafts = writeLock({ collection, locktimeout: 60_000, boom: Boom });
     await server.register({ plugin: monglockPlugin });
-    const filter = (request: Hapi.Request) => ({ _id: request.params.id });
+    const filter = (request: { readonly params: Record<string, unknown> }) => ({ _id: String(request.params.id) });
 
-    server.route([
-      {
-        method: 'POST',
-        path: '/drafts/{id}/checkout', // the lock outlives the request: the client keeps the JSON
-        options: { plugins: { monglock: { lock: drafts, filter, mode: 'checkout' } }, handler: (request) => lockOf(request).lock },
+    server.route({
+      method: 'POST',
+      path: '/drafts/{id}/checkout', // the lock outlives the request: the client keeps the JSON
+      options: { plugins: { monglock: { lock: drafts, filter, mode: 'checkout' } }, handler: (request) => lockOf(request).lock },
+    });
+    // The client sends the lock back: { lock } (a payload the route should validate).
+    server.route<{ Payload: { lock: LockData } }>({
+      method: 'POST',
+      path: '/drafts/{id}/extend',
+      handler: (request) => drafts.extend(filter(request), { lock: request.payload.lock }),
+    });
+    server.route<{ Payload: { lock: LockData } }>({
+      method: 'POST',
+      path: '/drafts/{id}/checkin',
+      handler: async (request) => {
+        await drafts.release(filter(request), { lock: request.payload.lock });
+        return { checkedIn: true };
       },
-      {
-        method: 'POST',
-        path: '/drafts/{id}/extend',
-        handler: (request) => drafts.extend(filter(request), { lock: (request.payload as { lock: LockData }).lock }),
-      },
-      {
-        method: 'POST',
-        path: '/drafts/{id}/checkin',
-        handler: async (request) => {
-          await drafts.release(filter(request), { lock: (request.payload as { lock: LockData }).lock });
-          return { checkedIn: true };
-        },
-      },
-    ]);
+    });
     // #endregion
-    const lock = JSON.parse((await server.inject({ method: 'POST', url: '/drafts/d-1/checkout' })).payload) as LockData;
+    const lock: LockData = JSON.parse((await server.inject({ method: 'POST', url: '/drafts/d-1/checkout' })).payload);
     const busy = await server.inject({ method: 'POST', url: '/drafts/d-1/checkout' });
     const extended = await server.inject({ method: 'POST', url: '/drafts/d-1/extend', payload: { lock } });
     const back = await server.inject({ method: 'POST', url: '/drafts/d-1/checkin', payload: { lock } });

@@ -6,9 +6,9 @@ import type { LeaseLostEvent, LockCallContext } from 'monglock';
 
 async function main(): Promise<void> {
   const client = await MongoClient.connect(process.env.MONGODB_URI ?? 'mongodb://127.0.0.1:27017');
-  const collection = client.db('monglock_examples').collection('contended');
+  const collection = client.db('monglock_examples').collection<{ _id: string }>('contended');
   await collection.deleteMany({});
-  await collection.insertOne({ _id: 'hot' as never });
+  await collection.insertOne({ _id: 'hot' });
   const printed: string[] = [];
   const log = (line: string): void => void (printed.push(line), console.log(line));
   try {
@@ -25,9 +25,10 @@ async function main(): Promise<void> {
         }
       },
     });
+    // A plain channel's messages are `unknown` to node's types: narrowed by a check, not cast.
+    const isLeaseLost = (message: unknown): message is LeaseLostEvent => typeof message === 'object' && message !== null && 'lockId' in message;
     subscribe('monglock:lease-lost', (message) => {
-      const lost = message as LeaseLostEvent;
-      log(`lost ${lost.tag} lock ${lost.lockId}: ${lost.cause}`);
+      if (isLeaseLost(message)) log(`lost ${message.tag} lock ${message.lockId}: ${message.cause}`);
     });
     // #endregion
     const lock = writeLock({ collection, locktimeout: 5_000 });

@@ -4,9 +4,9 @@ import { writeLock } from 'monglock';
 
 async function main(): Promise<void> {
   const client = await MongoClient.connect(process.env.MONGODB_URI ?? 'mongodb://127.0.0.1:27017');
-  const collection = client.db('monglock_examples').collection('jobs');
-  await collection.deleteMany({ _id: 'job-1' as never });
-  await collection.insertOne({ _id: 'job-1' as never, status: 'open' });
+  const collection = client.db('monglock_examples').collection<{ _id: string; status: string; fence?: number }>('jobs');
+  await collection.deleteMany({ _id: 'job-1' });
+  await collection.insertOne({ _id: 'job-1', status: 'open' });
   try {
     // #region readme
     const jobs = writeLock({ collection, locktimeout: 200 });

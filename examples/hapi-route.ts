@@ -9,7 +9,7 @@ async function main(): Promise<void> {
   const client = await MongoClient.connect(process.env.MONGODB_URI ?? 'mongodb://127.0.0.1:27017');
   const db = client.db('monglock_examples');
   await db.collection('orders').deleteMany({});
-  await db.collection('orders').insertOne({ _id: 'o-1' as never, status: 'open' });
+  await db.collection<{ _id: string; status: string }>('orders').insertOne({ _id: 'o-1', status: 'open' });
   const server = Hapi.server({ port: 0 });
   try {
     // #region readme

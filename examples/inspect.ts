@@ -4,9 +4,9 @@ import { writeLock } from 'monglock';
 
 async function main(): Promise<void> {
   const client = await MongoClient.connect(process.env.MONGODB_URI ?? 'mongodb://127.0.0.1:27017');
-  const orders = client.db('monglock_examples').collection('orders');
-  await orders.deleteMany({ _id: 'order-7' as never });
-  await orders.insertOne({ _id: 'order-7' as never, status: 'open' });
+  const orders = client.db('monglock_examples').collection<{ _id: string; status: string }>('orders');
+  await orders.deleteMany({ _id: 'order-7' });
+  await orders.insertOne({ _id: 'order-7', status: 'open' });
   try {
     const lock = writeLock({ collection: orders, locktimeout: 5000 });
     const handle = await lock.acquire({ _id: 'order-7' });
@@ -17,7 +17,7 @@ async function main(): Promise<void> {
     }
     console.log(`${seen.waiting.length} waiting (fair mode); latest fencing token ${seen.fence}`);
     // #endregion
-    if (seen.locks.length !== 1 || seen.locks[0]!.id !== handle.id || seen.fence !== handle.fence) throw new Error('unexpected');
+    if (seen.locks.length !== 1 || seen.locks[0]?.id !== handle.id || seen.fence !== handle.fence) throw new Error('unexpected');
     await handle.release();
   } finally {
     await client.close();

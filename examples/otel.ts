@@ -7,9 +7,9 @@ import { instrumentMonglock } from 'monglock/otel'; // needs @opentelemetry/api 
 
 async function main(): Promise<void> {
   const client = await MongoClient.connect(process.env.MONGODB_URI ?? 'mongodb://127.0.0.1:27017');
-  const collection = client.db('monglock_examples').collection('orders');
-  await collection.deleteMany({ _id: 'o-otel' as never });
-  await collection.insertOne({ _id: 'o-otel' as never });
+  const collection = client.db('monglock_examples').collection<{ _id: string }>('orders');
+  await collection.deleteMany({ _id: 'o-otel' });
+  await collection.insertOne({ _id: 'o-otel' });
   const spans = new InMemorySpanExporter();
   const tracerProvider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(spans)] });
   const meterProvider = new MeterProvider();

@@ -11,7 +11,7 @@ const lock = writeLock({ collection: accounts, locktimeout: 5000 }); // one per 
 function withdraw(id: string, amount: number): Promise<number> {
   // 1st command: lock the document and read it; 2nd: write it and release, only if still held.
   return lock.using({ _id: id }, { wait: 2000, document: { balance: 1 } }, (held) => {
-    const balance = held.document!.balance - amount;
+    const balance = held.document.balance - amount;
     if (balance < 0) throw new Error('insufficient funds'); // released, nothing written
     return commit({ $set: { balance } }, balance);
   });

@@ -4,9 +4,9 @@ import { multiLock } from 'monglock';
 
 async function main(): Promise<void> {
   const client = await MongoClient.connect(process.env.MONGODB_URI ?? 'mongodb://127.0.0.1:27017');
-  const collection = client.db('monglock_examples').collection('documents');
+  const collection = client.db('monglock_examples').collection<{ _id: string }>('documents');
   await collection.deleteMany({});
-  await collection.insertOne({ _id: 'doc' as never });
+  await collection.insertOne({ _id: 'doc' });
   const filter = { _id: 'doc' };
   try {
     // #region readme

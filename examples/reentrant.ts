@@ -4,9 +4,9 @@ import { withOwner, writeLock } from 'monglock';
 
 async function main(): Promise<void> {
   const client = await MongoClient.connect(process.env.MONGODB_URI ?? 'mongodb://127.0.0.1:27017');
-  const orders = client.db('monglock_examples').collection('orders');
-  await orders.deleteMany({ _id: 'order-9' as never });
-  await orders.insertOne({ _id: 'order-9' as never, total: 0, lines: [5, 7] });
+  const orders = client.db('monglock_examples').collection<{ _id: string; total: number; lines: number[] }>('orders');
+  await orders.deleteMany({ _id: 'order-9' });
+  await orders.insertOne({ _id: 'order-9', total: 0, lines: [5, 7] });
   try {
     // #region readme
     const orderLock = writeLock({ collection: orders, locktimeout: 10_000 });
@@ -14,8 +14,8 @@ async function main(): Promise<void> {
     // A helper that locks the order itself; called on its own, or from code that holds the lock.
     const recomputeTotal = (id: string) =>
       orderLock.using({ _id: id }, { wait: 5_000 }, async (handle) => {
-        const order = await orders.findOne({ _id: id as never });
-        const total = (order?.lines as number[]).reduce((a, b) => a + b, 0);
+        const order = await orders.findOne({ _id: id });
+        const total = (order?.lines ?? []).reduce((a, b) => a + b, 0);
         await orders.updateOne(handle.guard(), { $set: { total } });
         return handle.fence;
       });
@@ -29,7 +29,7 @@ async function main(): Promise<void> {
       }),
     );
     // #endregion
-    const order = await orders.findOne({ _id: 'order-9' as never });
+    const order = await orders.findOne({ _id: 'order-9' });
     console.log(`outer fence ${outerFence}, nested fence ${innerFence}, total ${order?.total}`);
     if (outerFence !== innerFence || order?.total !== 15) throw new Error('unexpected');
   } finally {

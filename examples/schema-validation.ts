@@ -8,7 +8,7 @@ async function main(): Promise<void> {
   await db.collection('validated').drop().catch(() => undefined);
   try {
     // #region readme
-    const collection = await db.createCollection('validated', {
+    const collection = await db.createCollection<{ _id: string; balance: number }>('validated', {
       validator: {
         $jsonSchema: {
           bsonType: 'object',
@@ -36,9 +36,9 @@ async function main(): Promise<void> {
       },
     });
     // #endregion
-    await collection.insertOne({ _id: 'acc-1' as never, balance: 100 });
+    await collection.insertOne({ _id: 'acc-1', balance: 100 });
     const accounts = writeLock({ collection, locktimeout: 5000, fair: true });
-    const balance = await accounts.using({ _id: 'acc-1' }, { wait: 2000, document: { balance: 1 } }, (held) => commit({ $inc: { balance: -30 } }, (held.document?.balance as number) - 30));
+    const balance = await accounts.using({ _id: 'acc-1' }, { wait: 2000, document: { balance: 1 } }, (held) => commit({ $inc: { balance: -30 } }, held.document.balance - 30));
     console.log('balance', balance);
     if (balance !== 70) throw new Error('unexpected');
   } finally {

@@ -4,9 +4,9 @@ import { semaphore } from 'monglock';
 
 async function main(): Promise<void> {
   const client = await MongoClient.connect(process.env.MONGODB_URI ?? 'mongodb://127.0.0.1:27017');
-  const accounts = client.db('monglock_examples').collection('accounts');
-  await accounts.deleteMany({ _id: 'acme' as never });
-  await accounts.insertOne({ _id: 'acme' as never, exports: 0 });
+  const accounts = client.db('monglock_examples').collection<{ _id: string; exports: number }>('accounts');
+  await accounts.deleteMany({ _id: 'acme' });
+  await accounts.insertOne({ _id: 'acme', exports: 0 });
   const runExport = async (): Promise<void> => {
     await new Promise((resolve) => setTimeout(resolve, 100));
   };

@@ -9,9 +9,9 @@ async function main(): Promise<void> {
   const client = await MongoClient.connect(process.env.MONGODB_URI ?? 'mongodb://127.0.0.1:27017');
   const db = client.db('monglock_examples');
   const ledger = db.collection('ledger');
-  const collection = db.collection('tx_accounts');
+  const collection = db.collection<{ _id: string; balance: number }>('tx_accounts');
   await Promise.all([ledger.deleteMany({}), collection.deleteMany({})]);
-  await collection.insertOne({ _id: 'acc-1' as never, balance: 100 });
+  await collection.insertOne({ _id: 'acc-1', balance: 100 });
   const accounts = writeLock({ collection, locktimeout: 5000 });
   const session = client.startSession();
   try {
@@ -24,7 +24,7 @@ async function main(): Promise<void> {
       });
     });
     // #endregion
-    const stored = await collection.findOne({ _id: 'acc-1' as never });
+    const stored = await collection.findOne({ _id: 'acc-1' });
     const entries = await ledger.countDocuments({ account: 'acc-1' });
     console.log('balance', stored?.balance, 'ledger entries', entries);
     if (stored?.balance !== 70 || entries !== 1) throw new Error('unexpected');

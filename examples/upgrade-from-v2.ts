@@ -5,10 +5,11 @@ import { clearV2Locks, writeLock } from 'monglock';
 async function main(): Promise<void> {
   const client = await MongoClient.connect(process.env.MONGODB_URI ?? 'mongodb://127.0.0.1:27017');
   const db = client.db('monglock_examples');
-  await db.collection('orders_v2').deleteMany({});
-  await db.collection('orders_v2').insertMany([
-    { _id: 1 as never, total: 7, lock: { active: true, timestamp: Date.now() } }, // a v2 writeLock
-    { _id: 2 as never, total: 9, lock: { read: [{ timestamp: Date.now(), id: new ObjectId() }], write: [] } }, // v2 multiLock arrays
+  const v2Orders = db.collection<{ _id: number; total: number; lock: object }>('orders_v2');
+  await v2Orders.deleteMany({});
+  await v2Orders.insertMany([
+    { _id: 1, total: 7, lock: { active: true, timestamp: Date.now() } }, // a v2 writeLock
+    { _id: 2, total: 9, lock: { read: [{ timestamp: Date.now(), id: new ObjectId() }], write: [] } }, // v2 multiLock arrays
   ]);
   try {
     // #region readme

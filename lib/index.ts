@@ -1,3 +1,8 @@
+/**
+ * `monglock`: the locks (writeLock, multiLock, semaphore, resourceLocks), their handles, `commit`,
+ * groups (acquireAll, usingAll, commitAll), errors, diagnostics channels and the doctor.
+ * @module monglock
+ */
 export { writeLock, WRITE_TAG } from './locks/write-lock';
 export type { WriteLock, WriteLockOptions, WriteLockAcquireParams, WriteLockReleaseParams, WriteLockExtendParams } from './locks/write-lock';
 export { multiLock } from './locks/multi-lock';

@@ -1,5 +1,6 @@
 import { execFile } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { dirname, join, relative } from 'node:path';
 import { promisify } from 'node:util';
 import { expect } from 'chai';
@@ -7,6 +8,7 @@ import { renderTargets } from '../../bench/targets';
 import { mongoBackend, requireCapability } from '../support/fixture';
 import type { BackendCapabilities } from '../../support/mongo-backend';
 import { RESERVED_TAG_NAMES } from '../../lib/protocol/stored-format';
+import { castsIn, codeBlocks, compileAlone } from '../support/code-blocks';
 
 const run = promisify(execFile);
 const ROOT = join(__dirname, '..', '..');
@@ -26,18 +28,18 @@ function readmeRegion(file: string): string {
   return region.map((line) => line.slice(indent)).join('\n').trim();
 }
 
-/**
- * Checks that every TypeScript or JavaScript block of `page` follows an `<!-- example: examples/x.ts -->`
- * marker and is that file's readme region (so it compiles and runs); returns how many there are.
- */
-function expectExampleBlocks(page: string): number {
-  const blocks = [...read(page).matchAll(/(<!-- example: (\S+) -->\n)?```(?:ts|typescript|js|javascript)\b[^\n]*\n([\s\S]*?)```/g)];
-  for (const [, marker, file, code] of blocks) {
-    expect(marker, `${page}: a code block without an <!-- example: … --> marker:\n${code?.slice(0, 200)}`).to.be.a('string');
-    expect(code!.trim(), `${page}: block of ${file}`).to.equal(readmeRegion(file!));
-  }
-  return blocks.length;
+/** The files under `dir`, as paths relative to it, sorted. */
+function filesUnder(dir: string): string[] {
+  return readdirSync(dir, { recursive: true, withFileTypes: true })
+    .filter((entry) => entry.isFile())
+    .map((entry) => relative(dir, join(entry.parentPath, entry.name)))
+    .sort();
 }
+
+/** The pages whose code blocks a user copies: README.md and docs/*.md. */
+const CODE_PAGES = PAGES.filter((page) => page === 'README.md' || page.startsWith('docs'));
+const BLOCKS = CODE_PAGES.flatMap((page) => codeBlocks(ROOT, page));
+const EXAMPLES = readdirSync(join(ROOT, 'examples')).filter((name) => name.endsWith('.ts'));
 
 /** Markdown without its fenced code blocks and inline code spans, where a link is not a link. */
 function prose(markdown: string): string {
@@ -82,10 +84,32 @@ describe('README and docs', () => {
     expect(broken).to.deep.equal([]);
   });
 
-  it('every TypeScript or JavaScript block in docs/*.md is the readme region of a file under examples/', () => {
-    const pages = PAGES.filter((name) => name.startsWith('docs'));
-    expect(pages.length).to.be.at.least(5);
-    for (const page of pages) expectExampleBlocks(page);
+  it('every TypeScript or JavaScript block of README.md and docs/*.md is the readme region of a file under examples/ (which runs below, and `npm run typecheck` compiles), named on the line before it', () => {
+    expect(BLOCKS.filter((block) => block.page === 'README.md').length, 'README.md blocks').to.be.at.least(5);
+    expect(new Set(BLOCKS.map((block) => block.page)).size, 'pages with blocks').to.be.at.least(5);
+    const include = (JSON.parse(read('tsconfig.json')) as { include: string[] }).include;
+    expect(include, 'tsconfig.json (npm run typecheck) compiles examples/').to.include('examples');
+    const wrong: string[] = [];
+    for (const block of BLOCKS) {
+      if (block.example === undefined) wrong.push(`${block.page}:${block.line}: no [examples/….ts](…) link (or <!-- example: … --> marker) on the line before:\n${block.code.slice(0, 200)}`);
+      else if (block.code.trim() !== readmeRegion(block.example)) wrong.push(`${block.page}:${block.line}: not the readme region of ${block.example}`);
+    }
+    expect(wrong, 'blocks that are not an example file\'s region').to.deep.equal([]);
+  });
+
+  it('a block shown without a visible link to its complete file (an HTML comment shows nowhere) compiles as copied, on its own, in a strict project', function () {
+    this.timeout(60_000);
+    const alone = BLOCKS.filter((block) => !block.linked);
+    expect(alone.length, 'the quick start at least is complete where it stands').to.be.at.least(1);
+    expect(compileAlone(ROOT, alone), 'errors of blocks compiled on their own').to.deep.equal([]);
+  });
+
+  it('no block of README.md or docs/*.md, and no file under examples/, has a cast (`as never`, `as number[]`) or a non-null assertion (`!`): users copy them', () => {
+    const found = [
+      ...BLOCKS.flatMap((block) => castsIn(block.code).map((cast) => `${block.page}:${block.line}: ${cast}`)),
+      ...EXAMPLES.flatMap((file) => castsIn(read(join('examples', file)), file).map((cast) => `examples/${file}: ${cast}`)),
+    ];
+    expect(found, 'casts and non-null assertions in code users copy').to.deep.equal([]);
   });
 
   it('the schema validation recipe (examples/schema-validation.ts) allows every key monglock stores in the lock field (the offline server ignores validators, so its run cannot tell)', () => {
@@ -94,6 +118,22 @@ describe('README and docs', () => {
     const allowed = [...lockBlock.matchAll(/^\s+(\w+): \{ bsonType/gm)].map((match) => match[1]).sort();
     const stored = [...RESERVED_TAG_NAMES].filter((key) => key !== 'active' && key !== 'timestamp').sort(); // v2's keys are not written
     expect(allowed).to.deep.equal(stored);
+  });
+
+  it('docs/api-reference/ is what `npm run docs` generates from the TSDoc now (the API reference users read on GitHub), with its front page', async function () {
+    this.timeout(120_000);
+    const out = mkdtempSync(join(tmpdir(), 'monglock-api-reference-'));
+    try {
+      await run(process.execPath, [join(ROOT, 'node_modules', 'typedoc', 'bin', 'typedoc'), '--out', out, '--logLevel', 'Warn'], { cwd: ROOT });
+      const committed = filesUnder(join(ROOT, 'docs', 'api-reference'));
+      const generated = filesUnder(out);
+      expect(committed, 'the files of docs/api-reference (run `npm run docs` and commit them)').to.deep.equal(generated);
+      const stale = generated.filter((file) => readFileSync(join(out, file), 'utf8') !== readFileSync(join(ROOT, 'docs', 'api-reference', file), 'utf8'));
+      expect(stale, 'pages of docs/api-reference older than the TSDoc: run `npm run docs` and commit them').to.deep.equal([]);
+      expect(read('docs/api-reference/README.md'), 'the front page says what each entry point holds').to.include('| `monglock/hapi` |');
+    } finally {
+      rmSync(out, { recursive: true, force: true });
+    }
   });
 
   it('bench/results/targets.md is what bench/targets.ts judges from the committed results (targets are never judged by hand)', () => {
@@ -111,11 +151,16 @@ describe('README', () => {
     expect(scripts).to.include.keys('demo', 'test');
   });
 
-  it('every TypeScript example is the readme region of a file under examples/', () => {
-    expect(expectExampleBlocks('README.md')).to.be.at.least(5);
+  it('says which MongoDB versions and drivers it supports (the peer range), that the lock field shows in your documents and the projection that hides it, and links the API reference', () => {
+    const peer = (JSON.parse(read('package.json')) as { peerDependencies: Record<string, string> }).peerDependencies.mongodb;
+    const majors = [...peer!.matchAll(/\^(\d+)\.(\d+)\.0/g)].map(([, major, minor]) => `${major} (${major}.${minor}+)`);
+    expect(majors, `the peer range ${peer}`).to.deep.equal(['6 (6.21+)', '7 (7.9+)']);
+    expect(README, 'the supported servers and drivers').to.include(`**Supported:** MongoDB 4.4 and newer`).and.include(`the Node.js driver ${majors.join(' or ')}`);
+    expect(README, 'the lock field in the documents, and how to hide it').to.match(/in its `lock` field[\s\S]{0,120}projection: \{ lock: 0 \}/);
+    expect(README, 'the API reference in the documentation table').to.include('| [API reference](docs/api-reference/README.md) |');
   });
 
-  for (const file of readdirSync(join(ROOT, 'examples')).filter((name) => name.endsWith('.ts'))) {
+  for (const file of EXAMPLES) {
     it(`examples/${file} runs`, async function () {
       this.timeout(60_000);
       // An example that needs what the backend lacks (`needs: transactions` in its header) is skipped, saying why.
