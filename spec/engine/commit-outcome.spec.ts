@@ -10,6 +10,9 @@ import { delayedCollection } from '../../stress/delayed-collection';
 import { freshCollection, newClient, rejectionOf, sleep } from '../support/fixture';
 import { gate, liveEntries, whatAnAcquisitionGets } from '../support/lock-commands';
 
+/** The calls' `timeout`: a reply held back (or lost) misses it; every other command of the call meets it even on a loaded 2-core machine (500 ms did not: a first-run failure). */
+const DEADLINE = 2_000;
+
 const debit = (lock: LockHandle<Document, undefined, Document>): Document => ({ $set: { balance: (lock.document?.balance as number) - 30 }, $push: { history: -30 } });
 
 describe('a commit whose outcome is not known at once', () => {
@@ -19,7 +22,7 @@ describe('a commit whose outcome is not known at once', () => {
     // The commit (the first updateOne) reaches the server only after the call's deadline, and after the settling write.
     const late = gate();
     const slow = delayedCollection(collection, { request: (method, n) => (method === 'updateOne' && n === 1 ? late.promise : 0) });
-    const accounts = writeLock({ collection: slow, locktimeout: 10_000, timeout: 500 });
+    const accounts = writeLock({ collection: slow, locktimeout: 10_000, timeout: DEADLINE });
     const error = await rejectionOf(accounts.using({ _id: 'acc' }, { document: { balance: 1 } }, (lock) => commit(debit(lock), 'done')));
     late.open();
     await sleep(300); // the late request lands now, or would
@@ -43,7 +46,7 @@ describe('a commit whose outcome is not known at once', () => {
       reply: (method, n) => (method === 'updateOne' && n === 1 ? new Promise(() => undefined) : 0),
       request: (method, n) => (method === 'updateOne' && n === 2 ? committed.promise : 0),
     });
-    const accounts = writeLock({ collection: slow, locktimeout: 10_000, timeout: 500 });
+    const accounts = writeLock({ collection: slow, locktimeout: 10_000, timeout: DEADLINE });
     const ours = accounts.using({ _id: 'acc' }, { document: { balance: 1 } }, (lock) => commit(debit(lock), 'ours')).catch((error: unknown) => error);
     // Ours lands first (its reply is what is lost), then the others follow it.
     for (let i = 0; i < 400 && ((await collection.findOne({ _id: 'acc' as never }))?.history?.length ?? 0) === 0; i++) await sleep(10);
@@ -82,7 +85,7 @@ describe('a commit whose outcome is not known at once', () => {
     const collection = await freshCollection([{ _id: 'acc', balance: 100, history: [] }]);
     const late = gate();
     const slow = delayedCollection(collection, { request: (method, n) => (method === 'updateOne' && n === 1 ? late.promise : 0) });
-    const accounts = writeLock({ collection: slow, locktimeout: 10_000, timeout: 500 });
+    const accounts = writeLock({ collection: slow, locktimeout: 10_000, timeout: DEADLINE });
     const held = await accounts.acquire({ _id: 'acc' }, { document: true });
     const committing = rejectionOf(held.release({ update: debit(held) }));
     await sleep(100);
@@ -129,7 +132,7 @@ describe('a commit whose outcome is not known at once', () => {
         };
       },
     });
-    const accounts = writeLock({ collection: oneMember, locktimeout: 10_000, timeout: 500, w });
+    const accounts = writeLock({ collection: oneMember, locktimeout: 10_000, timeout: DEADLINE, w });
     await accounts.using({ _id: 'acc' }, { document: { balance: 1 } }, (lock) => commit(debit(lock), 'ok'));
     const updates = seen.filter((event) => event.commandName === 'update').map((event) => (event.command.writeConcern as { w?: unknown }).w);
     const reads = seen.filter((event) => event.commandName === 'aggregate').map((event) => (event.command.readConcern as { level?: unknown } | undefined)?.level);
@@ -141,8 +144,8 @@ describe('a commit whose outcome is not known at once', () => {
     this.timeout(20_000);
     const collection = await freshCollection([{ _id: 'acc', balance: 100 }]);
     // The acquisition lands; its reply comes after the deadline: err.lock is an unconfirmed handle, released in the background.
-    const slow = delayedCollection(collection, { reply: (method, n) => (method === 'findOneAndUpdate' && n === 1 ? 1_500 : 0) });
-    const accounts = writeLock({ collection: slow, locktimeout: 10_000, timeout: 500 });
+    const slow = delayedCollection(collection, { reply: (method, n) => (method === 'findOneAndUpdate' && n === 1 ? DEADLINE + 1_000 : 0) });
+    const accounts = writeLock({ collection: slow, locktimeout: 10_000, timeout: DEADLINE });
     const lost = await rejectionOf(accounts.acquire({ _id: 'acc' }));
     expect(isLockError(lost, 'DbError')).to.equal(true);
     for (let i = 0; i < 100 && ((await collection.findOne({ _id: 'acc' as never }))?.lock?.tags?.write?.length ?? 0) > 0; i++) await sleep(50);
@@ -179,8 +182,8 @@ describe('a failed acquisition says whether it may have written a lock', () => {
   it('a lost reply: the lock may have been written, and err.lock releases it', async function () {
     this.timeout(20_000);
     const collection = await freshCollection([{ _id: 'a' }]);
-    const slow = delayedCollection(collection, { reply: (method, n) => (method === 'findOneAndUpdate' && n === 1 ? 1_500 : 0) });
-    const error = await rejectionOf(writeLock({ collection: slow, locktimeout: 10_000, timeout: 500 }).acquire({ _id: 'a' }));
+    const slow = delayedCollection(collection, { reply: (method, n) => (method === 'findOneAndUpdate' && n === 1 ? DEADLINE + 1_000 : 0) });
+    const error = await rejectionOf(writeLock({ collection: slow, locktimeout: 10_000, timeout: DEADLINE }).acquire({ _id: 'a' }));
     expect(error.message).to.match(/may have been written: release err.lock/);
     expect(error.lock).not.to.equal(undefined);
   });
@@ -200,8 +203,8 @@ describe('a commit whose reply is lost', () => {
     this.timeout(20_000);
     const collection = await freshCollection([{ _id: 'acc-1', balance: 100, history: [] }]);
     // The first updateOne (the commit) is applied; its reply comes back after the call's timeout.
-    const slow = delayedCollection(collection, { reply: (method, n) => (method === 'updateOne' && n === 1 ? 1_500 : 0) });
-    const accounts = writeLock({ collection: slow, locktimeout: 5_000, timeout: 1_000 });
+    const slow = delayedCollection(collection, { reply: (method, n) => (method === 'updateOne' && n === 1 ? DEADLINE + 1_000 : 0) });
+    const accounts = writeLock({ collection: slow, locktimeout: 5_000, timeout: DEADLINE });
     const debit = (): Promise<number> =>
       accounts.using({ _id: 'acc-1' }, { wait: 2_000, document: { balance: 1 } }, (lock) => {
         const next = (lock.document?.balance as number) - 30;
@@ -241,8 +244,8 @@ describe('a commit with match', () => {
     this.timeout(20_000);
     const collection = await freshCollection([{ _id: 'cart', items: CART }]);
     // The first updateOne (the commit) is applied; its reply comes back after the call's timeout.
-    const slow = delayedCollection(collection, { reply: (method, n) => (method === 'updateOne' && n === 1 ? 1_500 : 0) });
-    const carts = writeLock({ collection: slow, locktimeout: 5_000, timeout: 1_000 });
+    const slow = delayedCollection(collection, { reply: (method, n) => (method === 'updateOne' && n === 1 ? DEADLINE + 1_000 : 0) });
+    const carts = writeLock({ collection: slow, locktimeout: 5_000, timeout: DEADLINE });
     const outcome = await carts.using({ _id: 'cart' }, {}, () => commit({ $inc: { 'items.$.qty': 10 } }, 'added', { match: { 'items.sku': 'y' } })).then(
       (value) => ({ said: `resolved ${value}`, applied: true as unknown }),
       (error: Error & { data?: { applied?: unknown } }) => ({ said: error.message, applied: error.data?.applied }),

@@ -16,6 +16,9 @@ import { delayedCollection } from '../../stress/delayed-collection';
 import { freshCollection, rejectionOf, sleep } from '../support/fixture';
 import { gate, isAcquisition, isCommit, isExtension, isPlainRelease, never, outcomeOf } from '../support/lock-commands';
 
+/** The calls' `timeout`: a reply held back (or lost) misses it; every other command of the call meets it even on a loaded 2-core machine (500 ms did not: a first-run failure). */
+const DEADLINE = 2_000;
+
 const incOf = (args: readonly unknown[]): unknown => ((args[1] as Document).$inc as Document | undefined)?.balance;
 
 describe('settling a lost commit when its lock entry is absent for another reason', () => {
@@ -24,7 +27,7 @@ describe('settling a lost commit when its lock entry is absent for another reaso
     const collection = await freshCollection([{ _id: 'acc', balance: 100 }]);
     // The acquisition's request never reaches the server (its reply is "lost": the deadline passes); so does the commit's.
     const held = delayedCollection(collection, { request: (method, _n, args) => (isAcquisition(method, args) || isCommit(method, args) ? never : undefined) });
-    const accounts = writeLock({ collection: held, locktimeout: 10_000, timeout: 500 });
+    const accounts = writeLock({ collection: held, locktimeout: 10_000, timeout: DEADLINE });
     const lost = await rejectionOf(accounts.acquire({ _id: 'acc' }));
     expect(isLockError(lost, 'DbError')).to.equal(true);
     const handle = lost.lock as LockHandle;
@@ -46,7 +49,7 @@ describe('settling a lost commit when its lock entry is absent for another reaso
       reply: (method, _n, args) => (isExtension(method, args) ? never : undefined),
       request: (method, _n, args) => (isCommit(method, args) ? never : undefined),
     });
-    const accounts = writeLock({ collection: held, locktimeout: 300, timeout: 500 });
+    const accounts = writeLock({ collection: held, locktimeout: 300, timeout: DEADLINE });
     const handle = await accounts.acquire({ _id: 'acc' }, { locktimeout: 10_000 });
     // extend() without a lease: the tag's lease (300 ms), shorter than this lock's 10 s. Applied; its reply is lost.
     const extension = await rejectionOf(handle.extend());
@@ -72,7 +75,7 @@ describe('a commit is settled by its own record, not by its lock id', () => {
     const collection = await freshCollection([{ _id: 'acc', balance: 100 }]);
     // Commit B's request never reaches the server (a lost request: the client-side deadline passes).
     const held = delayedCollection(collection, { request: (method, _n, args) => (method === 'updateOne' && incOf(args) === -50 ? never : undefined) });
-    const accounts = writeLock({ collection: held, locktimeout: 10_000, timeout: 500 });
+    const accounts = writeLock({ collection: held, locktimeout: 10_000, timeout: DEADLINE });
     const handle = await accounts.acquire({ _id: 'acc' });
 
     const commitA = handle.release({ update: { $inc: { balance: -30 } } });
@@ -100,7 +103,7 @@ describe('a lost commit is settled by reading the locked document', () => {
     ]);
     // The commit lands; its reply never comes back (the client-side deadline passes).
     const held = delayedCollection(collection, { reply: (method, _n, args) => (isCommit(method, args) ? never : undefined) });
-    const jobs = writeLock({ collection: held, locktimeout: 10_000, timeout: 500 });
+    const jobs = writeLock({ collection: held, locktimeout: 10_000, timeout: DEADLINE });
     const handle = await jobs.acquire({ state: 'pending' });
     expect((await collection.findOne({ 'lock.tags.write.id': handle.id }))?._id).to.equal('job-1');
 
@@ -123,7 +126,7 @@ describe('a lost commit is settled by reading the locked document', () => {
       reply: (method, _n, args) => (isAcquisition(method, args) || isCommit(method, args) ? never : undefined),
       request: (method, _n, args) => (isPlainRelease(method, args) ? never : undefined),
     });
-    const accounts = writeLock({ collection: held, locktimeout: 10_000, timeout: 500 });
+    const accounts = writeLock({ collection: held, locktimeout: 10_000, timeout: DEADLINE });
     const lost = await rejectionOf(accounts.acquire({ _id: 'acc' }));
     expect(isLockError(lost, 'DbError')).to.equal(true);
     const handle = lost.lock as LockHandle;
@@ -152,7 +155,7 @@ describe('a commit of err.lock through release(filter, { lock }) waits until the
         return undefined;
       },
     });
-    const accounts = writeLock({ collection: held, locktimeout: 10_000, timeout: 500, clock: () => Date.now() - 60_000 });
+    const accounts = writeLock({ collection: held, locktimeout: 10_000, timeout: DEADLINE, clock: () => Date.now() - 60_000 });
     const lost = await rejectionOf(accounts.acquire({ _id: 'acc' }));
     expect(isLockError(lost, 'DbError')).to.equal(true);
     const errLock = lost.lock as LockHandle;
