@@ -22,7 +22,7 @@ async function main(): Promise<void> {
       options: {
         plugins: { monglock: { lock: orders, filter: (request: Hapi.Request) => ({ _id: request.params.id }), wait: 2000 } },
         handler: async (request) => {
-          const { lock, guard } = lockOf(request); // held until the response has gone out
+          const { lock, guard } = lockOf(request); // held until the answer is settled, released before it goes out
           const paid = await db.collection('orders').updateOne(guard({ status: 'open' }), { $set: { status: 'paid', fence: lock.fence } });
           return { paid: paid.modifiedCount === 1, fence: lock.fence };
         },

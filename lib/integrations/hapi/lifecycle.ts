@@ -1,9 +1,11 @@
+import { Readable } from 'node:stream';
 import type { Document } from 'mongodb';
 import type { Request, RequestRoute, ResponseToolkit } from '@hapi/hapi';
 import { CommitRequest } from '../../locks/commit';
 import type { BoomLike } from '../../common/errors';
 import { CommitAllRequest } from '../../groups/commit-all';
 import type { Held } from './held';
+import { releasingBody } from './streamed-body';
 
 /** A route method as hapi calls it: a pre method, a pre's failAction (with the error as third argument) or the handler. */
 type RouteMethod = (this: unknown, request: Request, h: ResponseToolkit, ...rest: unknown[]) => unknown;
@@ -28,19 +30,26 @@ interface Tracked {
   /** Wrapped calls started so far. */
   started: number;
   handlerFinished: boolean;
-  responded: boolean;
+  /**
+   * hapi has settled on an answer that does not carry the lock (a checkout's successful answer
+   * does, until it went out): from then on, the lock is released once no route code runs.
+   */
+  answered: boolean;
+  /** A stream body is read under the lock: its end (or the response event) releases it. */
+  streaming: boolean;
   /** Once set, no wrapped call runs its user function. */
   released: boolean;
-  settling: boolean;
+  /** The release under way, for an answer that must not go out before it is done. */
+  releasing?: Promise<void>;
 }
 
 /** How the hapi plugin follows a request from its onPreHandler to the end of its handler. */
 export interface RequestTracking {
   /**
    * Starts following `request` (onPreHandler, before acquiring) and wraps its route's pre methods
-   * the first time. Resolves the signal for its wait for the lock, which aborts once the response
-   * has gone out (a server timeout, a client gone); undefined when it already has: then nothing
-   * must be acquired.
+   * the first time. Resolves the signal for its wait for the lock, which aborts once hapi answers
+   * without it (a server timeout, a client gone); undefined when it already has: then nothing must
+   * be acquired.
    */
   begin(request: Request, checkout: boolean): AbortSignal | undefined;
   /**
@@ -49,6 +58,13 @@ export interface RequestTracking {
    * meanwhile (or maxHold passes: the lock is then released).
    */
   acquired(request: Request, held: Held, maxHoldMs: number): AbortSignal;
+  /**
+   * hapi has settled on the answer and is about to send it (onPreResponse): resolves once the
+   * lock is released if no route code runs any more, so the client cannot have the answer before
+   * the lock is free. A stream body is read under the lock and releases it at its end; while
+   * route code still runs (a server timeout), it resolves at once and that code's end releases.
+   */
+  answering(request: Request): Promise<void>;
   /** The response has gone out, or the client is gone (the server's `response` event). */
   responded(request: Request): void;
   /** Wraps a locked route's handler (once per route: hapi reads `route.settings.handler` on each request). */
@@ -61,8 +77,9 @@ export function routeName(route: { method: string; path: string }): string {
 }
 
 /**
- * Follows locked requests so that the lock is released once the response is out and none of the
- * route's code after onPreHandler runs any more, and so that none of it starts once released.
+ * Follows locked requests so that the lock is released once the answer is settled and none of
+ * the route's code after onPreHandler runs any more (before the answer is sent, when that code is
+ * done first), and so that none of it starts once released.
  *
  * hapi runs the pre methods and the handler as one lifecycle step; a server timeout or a client
  * disconnect answers while that step goes on. So every pre method, function failAction and the
@@ -72,23 +89,26 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
   const requests = new WeakMap<Request, Tracked>();
   const coverage = new WeakMap<object, boolean>();
 
-  const settle = (state: Tracked): void => {
-    if (!state.held || state.handedOver || state.released || state.settling || !state.responded || state.running > 0) return;
-    if (state.conservative && !state.handlerFinished) return;
-    // hapi starts the next pre method or the handler a few microtasks after the previous one
-    // settled; one macrotask later, a call that started meanwhile shows in `started`.
-    state.settling = true;
-    const seen = state.started;
-    setImmediate(() => {
-      state.settling = false;
-      if (state.started !== seen) return settle(state);
-      state.released = true;
-      const held = state.held;
-      void (async () => {
-        await state.keeping?.stop();
-        await held?.release();
-      })().catch((error: unknown) => log(['monglock', 'error'], error));
-    });
+  const releasable = (state: Tracked): boolean =>
+    state.held !== undefined && !state.handedOver && !state.released && state.answered && !state.streaming && state.running === 0 && (!state.conservative || state.handlerFinished);
+
+  /** Releases the lock if nothing needs it any more; resolves once it is released (or kept). Never rejects. */
+  const settle = async (state: Tracked): Promise<void> => {
+    if (!releasable(state)) return state.releasing;
+    if (!state.handlerFinished) {
+      // hapi starts the next pre method or the handler a few microtasks after the previous one
+      // settled; one macrotask later, a call that started meanwhile shows in `started` (its end settles again).
+      const seen = state.started;
+      await new Promise((resolve) => setImmediate(resolve));
+      if (state.started !== seen || !releasable(state)) return state.releasing;
+    }
+    state.released = true;
+    const held = state.held;
+    state.releasing = (async () => {
+      await state.keeping?.stop();
+      await held?.release();
+    })().catch((error: unknown) => log(['monglock', 'error'], error));
+    return state.releasing;
   };
 
   /**
@@ -99,9 +119,9 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
     // Checked again after every await, right before the write: the answer may go out (a server
     // timeout, a client gone) or the lease end while the keeper stops.
     const refuseIfLate = (): void => {
-      // hapi already answered: the client may retry, so the update must not be applied behind its
-      // back. The lock is released once nothing runs.
-      if (state.responded) throw boom.badImplementation('monglock: not committing: the response already went out');
+      // hapi already answered (a server timeout, a client gone): the client may retry, so the update
+      // must not be applied behind its back. The lock is released once nothing runs.
+      if (state.answered) throw boom.badImplementation('monglock: not committing: hapi already answered the request');
       // The lease was lost or maxHold released the lock: the update must not be applied.
       if (state.controller.signal.aborted) throw state.controller.signal.reason;
     };
@@ -130,7 +150,7 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       } finally {
         state.running--;
         if (what === 'handler') state.handlerFinished = true;
-        settle(state);
+        void settle(state); // hapi answered already (a server timeout, a client gone): this call may have been the last
       }
     };
     // hapi names the method in some of its errors.
@@ -188,9 +208,9 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
         running: 0,
         started: 0,
         handlerFinished: false,
-        responded: false,
+        answered: false,
+        streaming: false,
         released: false,
-        settling: false,
       };
       requests.set(request, state);
       return state.waiting.signal;
@@ -204,19 +224,41 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       state.keeping = held.keep(controller, maxHoldMs, () => {
         state.released = true;
       });
-      settle(state); // the client may have gone while we waited for the lock
+      void settle(state); // hapi may have answered while we waited for the lock
       return controller.signal;
+    },
+    async answering(request) {
+      const state = requests.get(request);
+      if (!state) return;
+      const response = request.response as { isBoom?: boolean; variety?: string; source?: unknown; headers?: Record<string, unknown> } | null;
+      const failed = response?.isBoom === true;
+      if (state.checkout && !failed) return; // its answer carries the lock: responded() decides
+      state.answered = true;
+      if (!state.held) return state.waiting.abort(new Error('monglock: hapi answered while the request waited for its lock'));
+      const sendsBody = !failed && request.method !== 'head';
+      if (sendsBody && response?.variety === 'stream' && response.source instanceof Readable && !state.released) {
+        state.streaming = true;
+        const release = (): Promise<void> => {
+          state.streaming = false;
+          return settle(state);
+        };
+        // Read by hapi as it sends the response: it reads the source set here.
+        response.source = releasingBody(response.source, release, response.headers?.['content-length'] !== undefined);
+        return;
+      }
+      await settle(state);
     },
     responded(request) {
       const state = requests.get(request);
       if (!state) return;
-      state.responded = true;
       if (!state.held) state.waiting.abort(new Error('monglock: the response went out while the request waited for its lock'));
       if (state.checkout && state.held && state.handlerFinished && delivered(request)) {
         state.handedOver = true; // the client has the lock's JSON: it releases or extends it
         void state.keeping?.stop();
       }
-      settle(state);
+      state.answered = true;
+      state.streaming = false; // a stream body hapi did not read to its end: nothing reads it any more
+      void settle(state);
     },
     coverHandler(route) {
       const settings = route.settings as { handler?: unknown };

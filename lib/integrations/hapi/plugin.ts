@@ -49,7 +49,7 @@ export interface RouteLockSettings {
   /** Lease in ms. @default the lock's */
   readonly locktimeout?: number;
   /**
-   * `'hold'`: release after the response. `'checkout'`: keep the lock after the response (the
+   * `'hold'`: release before the answer is sent. `'checkout'`: keep the lock after the response (the
    * handler returns it; a later request releases or extends it).
    * @default 'hold'
    */
@@ -132,10 +132,11 @@ function pluginBoom(options: unknown): BoomLike {
 
 /**
  * The hapi plugin: locks the document a route works on before its pre methods and handler, gives
- * the handler the lock (`lockOf(request)`), and releases it once the response has gone out and
- * none of the route's pre methods, their failAction or the handler runs any more (also after
- * hapi's server timeout or a client disconnect, which answer while they go on). Once released,
- * they are never started. Lock errors answer 404/409/500 with the subtype as message.
+ * the handler the lock (`lockOf(request)`), and releases it before the answer goes out, once none
+ * of the route's pre methods, their failAction or the handler runs any more (after hapi's server
+ * timeout or a client disconnect, which answer while they go on, once the last of them ends). A
+ * stream body is read under the lock, released before its end goes out. Once released, they are
+ * never started. Lock errors answer 404/409/500 with the subtype as message.
  * @example
  * await server.register({ plugin: monglockPlugin });
  * server.route({ method: 'POST', path: '/orders/{id}/pay', options: {
@@ -190,6 +191,11 @@ export const monglockPlugin: NamedPlugin<MonglockPluginOptions> = {
       return h.continue;
     });
 
+    // The last step before hapi sends the answer: the client must not have it before the lock is free.
+    server.ext('onPreResponse', async (request: Request, h: ResponseToolkit) => {
+      await tracking.answering(request);
+      return h.continue;
+    });
     server.events.on('response', (request: Request) => tracking.responded(request));
   },
 };

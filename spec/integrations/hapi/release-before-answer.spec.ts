@@ -1,0 +1,180 @@
+/**
+ * A route's lock is free before its answer reaches the client: a client that waits for each answer
+ * before its next request is never refused by the lock its own previous request held (routes
+ * without `wait`, the default). The defect guarded against: the lock was released after the
+ * response had gone out, so the next request could arrive first and get 409 LockAlreadyTaken.
+ */
+import { Readable } from 'node:stream';
+import * as Boom from '@hapi/boom';
+import Hapi from '@hapi/hapi';
+import { expect } from 'chai';
+import type { Collection, Document } from 'mongodb';
+import { commit, writeLock } from '../../../lib';
+import { lockOf } from '../../../lib/hapi';
+import { freshCollection } from '../../support/fixture';
+import { heldIds, makeServer, released, stopServers } from '../../support/hapi-server';
+
+const SEQUENTIAL = 300;
+const byId = (request: Hapi.Request): Document => ({ _id: request.params.id });
+
+/** One answer: its status and, for a 409, its message (LockAlreadyTaken is the lock's refusal). */
+interface Answer {
+  readonly path: string;
+  readonly status: number;
+  readonly message?: string;
+}
+
+/** The answers the lock refused, as `#index path`. */
+function refusals(answers: readonly Answer[]): string[] {
+  return answers.flatMap((answer, index) => (answer.status === 409 ? [`#${index} ${answer.path}: ${answer.message ?? ''}`] : []));
+}
+
+/** A stream body of three chunks that records, as it is read, whether document `id` is locked. */
+function recordingStream(collection: Collection<Document>, id: string, lockedWhileRead: boolean[], body = 'a,b,c'): Readable {
+  return Readable.from(
+    (async function* () {
+      for (const part of body.split(/(?<=,)/)) {
+        lockedWhileRead.push((await heldIds(collection, id)).length === 1);
+        yield Buffer.from(part);
+      }
+    })(),
+    { objectMode: false },
+  );
+}
+
+/** Routes on the counter document: each kind of answer a locked route gives. */
+function counterRoutes(server: Hapi.Server, collection: Collection<Document>, lockedWhileRead: boolean[]): void {
+  const lock = writeLock({ collection, locktimeout: 10_000 });
+  const route = (method: 'GET' | 'POST', path: string, options: Partial<Hapi.RouteOptions>, mode: 'hold' | 'checkout' = 'hold'): void => {
+    server.route({ method, path: `/counters/{id}/${path}`, options: { plugins: { monglock: { lock, filter: byId, mode } }, ...options } });
+  };
+  route('POST', 'inc', {
+    handler: async (request) => ({ matched: (await collection.updateOne(lockOf(request).guard(), { $inc: { n: 1 } })).matchedCount }),
+  });
+  route('POST', 'commit', { handler: () => commit({ $inc: { n: 1 } }, { committed: true }) });
+  route('POST', 'refused-by-pre', {
+    pre: [
+      () => {
+        throw Boom.badRequest('no such counter kind');
+      },
+    ],
+    handler: () => 'never',
+  });
+  route('POST', 'failed', {
+    handler: () => {
+      throw Boom.badData('the count is odd');
+    },
+  });
+  route(
+    'POST',
+    'checkout-failed',
+    {
+      handler: () => {
+        throw new Error('the draft could not be loaded');
+      },
+    },
+    'checkout',
+  );
+  route('GET', 'export', { handler: (request) => recordingStream(collection, request.params.id as string, lockedWhileRead) });
+  route('GET', 'export-sized', {
+    handler: (request, h) => h.response(recordingStream(collection, request.params.id as string, lockedWhileRead)).header('content-length', '5'),
+  });
+}
+
+describe('hapi: the lock is free before the answer reaches the client', () => {
+  afterEach(stopServers);
+
+  it(`${SEQUENTIAL} sequential fetch calls over HTTP: none is refused by the lock the previous one held`, async function () {
+    this.timeout(60_000);
+    const collection = await freshCollection([{ _id: 'c', n: 0 }]);
+    const server = await makeServer((s) => counterRoutes(s, collection, []));
+    await server.start();
+    const answers: Answer[] = [];
+    for (let i = 0; i < SEQUENTIAL; i++) {
+      const response = await fetch(`http://127.0.0.1:${server.info.port}/counters/c/inc`, { method: 'POST' });
+      const body = (await response.json()) as { message?: string };
+      answers.push({ path: 'inc', status: response.status, ...(body.message !== undefined && { message: body.message }) });
+    }
+    const refused = refusals(answers);
+    expect(refused, `${refused.length} of ${SEQUENTIAL} sequential requests refused by the lock of the one before`).to.deep.equal([]);
+    expect(answers.filter((answer) => answer.status !== 200), 'every request answered 200').to.deep.equal([]);
+    expect((await collection.findOne({ _id: 'c' as never }))?.n, 'every request incremented under the lock').to.equal(SEQUENTIAL);
+  });
+
+  it(`${SEQUENTIAL} sequential injects (a write, a commit, a refusal by a pre method, a failed handler, a failed checkout, a stream): none is refused`, async function () {
+    this.timeout(60_000);
+    const collection = await freshCollection([{ _id: 'c', n: 0 }]);
+    const lockedWhileRead: boolean[] = [];
+    const server = await makeServer((s) => counterRoutes(s, collection, lockedWhileRead));
+    const kinds = [
+      { method: 'POST', path: 'inc', status: 200 },
+      { method: 'POST', path: 'commit', status: 200 },
+      { method: 'POST', path: 'refused-by-pre', status: 400 },
+      { method: 'POST', path: 'failed', status: 422 },
+      { method: 'POST', path: 'checkout-failed', status: 500 },
+      { method: 'GET', path: 'export', status: 200 },
+    ];
+    const answers: Answer[] = [];
+    for (let i = 0; i < SEQUENTIAL; i++) {
+      const kind = kinds[i % kinds.length]!;
+      const response = await server.inject({ method: kind.method, url: `/counters/c/${kind.path}` });
+      const message = response.statusCode === 409 ? (JSON.parse(response.payload) as { message: string }).message : undefined;
+      answers.push({ path: kind.path, status: response.statusCode, ...(message !== undefined && { message }) });
+    }
+    const refused = refusals(answers);
+    expect(refused, `${refused.length} of ${SEQUENTIAL} sequential injects refused by the lock of the one before`).to.deep.equal([]);
+    const unexpected = answers.filter((answer, index) => answer.status !== kinds[index % kinds.length]!.status);
+    expect(unexpected, 'every route answered its own status').to.deep.equal([]);
+    const increments = (SEQUENTIAL / kinds.length) * 2;
+    expect((await collection.findOne({ _id: 'c' as never }))?.n, 'every write and every commit applied once').to.equal(increments);
+    expect(lockedWhileRead.length, 'every stream was read').to.equal((SEQUENTIAL / kinds.length) * 3);
+    expect(lockedWhileRead.every(Boolean), 'a stream body is read under the lock').to.equal(true);
+  });
+
+  it('a stream body (chunked, or with a content-length) is read under the lock, which is free once the client has the whole body', async function () {
+    this.timeout(60_000);
+    const collection = await freshCollection([{ _id: 's', n: 0 }]);
+    const lockedWhileRead: boolean[] = [];
+    const server = await makeServer((s) => counterRoutes(s, collection, lockedWhileRead));
+    await server.start();
+    const heldOnceReceived: string[] = [];
+    for (let i = 0; i < 100; i++) {
+      const path = i % 2 === 0 ? 'export' : 'export-sized';
+      const response = await fetch(`http://127.0.0.1:${server.info.port}/counters/s/${path}`);
+      const body = await response.text();
+      expect({ status: response.status, body }, `${path} #${i} answered the whole stream`).to.deep.equal({ status: 200, body: 'a,b,c' });
+      if ((await heldIds(collection, 's')).length > 0) heldOnceReceived.push(`#${i} ${path}`);
+    }
+    expect(heldOnceReceived, 'requests whose lock was still held once their client had the whole body').to.deep.equal([]);
+    expect(lockedWhileRead.length, 'every stream was read').to.equal(300);
+    expect(lockedWhileRead.every(Boolean), 'a stream body is read under the lock').to.equal(true);
+  });
+
+  it('a stream that never ends holds the lock while it is sent, and releases it once the client leaves; a HEAD request, which reads no body, is not refused after it', async function () {
+    this.timeout(20_000);
+    const collection = await freshCollection([{ _id: 'e' }]);
+    const lock = writeLock({ collection, locktimeout: 10_000 });
+    let events = 0;
+    const endless = new Readable({
+      read() {
+        setTimeout(() => this.push(`data: ${events++}\n\n`), 10);
+      },
+    });
+    const server = await makeServer((s) =>
+      s.route({ method: 'GET', path: '/events/{id}', options: { plugins: { monglock: { lock, filter: byId } }, handler: (request) => (request.method === 'head' ? Readable.from(['x'], { objectMode: false }) : endless) } }),
+    );
+    await server.start();
+    const url = `http://127.0.0.1:${server.info.port}/events/e`;
+    const client = new AbortController();
+    // identity: hapi would gzip the stream and hold its events until the compressor flushes.
+    const response = await fetch(url, { signal: client.signal, headers: { 'accept-encoding': 'identity' } });
+    const reader = response.body!.getReader();
+    await reader.read();
+    await reader.read();
+    expect(await heldIds(collection, 'e'), 'held while the events are sent').to.have.length(1);
+    client.abort();
+    await released(collection, 'e');
+    expect(endless.destroyed, 'the stream was stopped with the response').to.equal(true);
+    for (let i = 0; i < 50; i++) expect((await fetch(url, { method: 'HEAD' })).status, `HEAD #${i}`).to.equal(200);
+  });
+});
