@@ -230,9 +230,21 @@ async function acquireGroupFor(request: Request, resolved: Resolved, signal: Abo
   }
 }
 
-/** The lock the plugin acquired for this request (throws if the route has none). */
+/**
+ * The lock the plugin acquired for this request, from the route's pre methods and handler.
+ * @throws Error when there is none: the plugin is not registered on this server (the route then
+ * runs without a lock), the route has no `plugins.monglock`, or the lock is not acquired yet.
+ */
 export function lockOf(request: Request): RequestLock {
   const state = (request.plugins as { monglock?: RequestLock }).monglock;
-  if (!state) throw new Error(`Route ${routeName(request.route)} has no monglock configuration`);
-  return state;
+  if (state) return state;
+  const route = routeName(request.route);
+  if (!(request.server.registrations as Record<string, unknown>)[NAME]) {
+    throw new Error(
+      `monglock: the plugin is not registered on the server of ${route}, so its \`plugins.monglock\` is ignored and it runs without a lock: ` +
+        "register it on that server (`await server.register({ plugin: monglockPlugin })`, from 'monglock/hapi')",
+    );
+  }
+  if ((request.route.settings.plugins as Record<string, unknown> | undefined)?.[NAME] === undefined) throw new Error(`Route ${route} has no monglock configuration (\`options.plugins.monglock\`)`);
+  throw new Error(`monglock: the lock of ${route} is not acquired yet (in onPreHandler): call lockOf(request) from the route's pre methods or handler`);
 }

@@ -9,7 +9,7 @@ import { multiLock, writeLock } from '../../../lib';
 import { lockOf, monglockPlugin } from '../../../lib/hapi';
 import { describeLock } from '../../../lib/locks/lock-kind';
 import { freshCollection, rejectionOf, sleep } from '../../support/fixture';
-import { makeServer, stopServers } from '../../support/hapi-server';
+import { heldIds, makeServer, stopServers } from '../../support/hapi-server';
 
 const rw = (collection: Collection<Document>) => ({
   collection,
@@ -153,6 +153,82 @@ describe('hapi plugin registration', () => {
     await server.register({ plugin: monglockPlugin });
     await server.register({ plugin: monglockPlugin }); // a second plugin that depends on it may register it again
     expect((server.registrations as Record<string, { version: string } | undefined>).monglock?.version).to.equal(monglockPlugin.version);
+  });
+
+  it('a locked route on a server without the plugin runs without a lock, and lockOf() says the plugin is not registered and how to register it', async () => {
+    const collection = await freshCollection([{ _id: 'o' }]);
+    const lockedRoute = (lock: ReturnType<typeof writeLock>, lockedDuringHandler: number[]): Hapi.ServerRoute => ({
+      method: 'POST',
+      path: '/orders/{id}',
+      options: {
+        plugins: { monglock: { lock, filter: (request: Hapi.Request) => ({ _id: request.params.id }) } },
+        handler: async (request) => {
+          lockedDuringHandler.push((await heldIds(collection, request.params.id)).length);
+          try {
+            return lockOf(request);
+          } catch (error) {
+            return (error as Error).message;
+          }
+        },
+      },
+    });
+    const withoutPlugin = Hapi.server({ debug: false });
+    const lockedDuringHandler: number[] = [];
+    withoutPlugin.route(lockedRoute(writeLock({ collection }), lockedDuringHandler));
+    const response = await withoutPlugin.inject({ method: 'POST', url: '/orders/o' });
+    expect({ status: response.statusCode, lockedDuringHandler }, 'the failure mode: the route runs, unlocked').to.deep.equal({ status: 200, lockedDuringHandler: [0] });
+    expect(response.payload, 'lockOf() names the cause and the cure').to.equal(
+      "monglock: the plugin is not registered on the server of POST /orders/{id}, so its `plugins.monglock` is ignored and it runs without a lock: register it on that server (`await server.register({ plugin: monglockPlugin })`, from 'monglock/hapi')",
+    );
+  });
+
+  it('with the plugin registered, lockOf() says when the route has no monglock configuration, and when the lock is not acquired yet', async () => {
+    const collection = await freshCollection([{ _id: 'o' }]);
+    const messageOf = (request: Hapi.Request): string => {
+      try {
+        lockOf(request);
+        return 'no error';
+      } catch (error) {
+        return (error as Error).message;
+      }
+    };
+    const early: string[] = [];
+    const server = await makeServer((s) => {
+      s.route({ method: 'GET', path: '/plain', handler: (request) => messageOf(request) });
+      s.route({
+        method: 'POST',
+        path: '/orders/{id}',
+        options: {
+          ext: { onPostAuth: { method: (request, h) => (early.push(messageOf(request)), h.continue) } },
+          plugins: { monglock: { lock: writeLock({ collection }), filter: (request: Hapi.Request) => ({ _id: request.params.id }) } },
+          handler: (request) => messageOf(request),
+        },
+      });
+    });
+    expect((await server.inject('/plain')).payload).to.equal('Route GET /plain has no monglock configuration (`options.plugins.monglock`)');
+    expect((await server.inject({ method: 'POST', url: '/orders/o' })).payload, 'from the handler').to.equal('no error');
+    expect(early, 'from an extension before onPreHandler').to.deep.equal([
+      "monglock: the lock of POST /orders/{id} is not acquired yet (in onPreHandler): call lockOf(request) from the route's pre methods or handler",
+    ]);
+  });
+
+  it("an app plugin that adds locked routes and declares `dependencies: 'monglock'` makes initialize() fail on a server without it", async () => {
+    const collection = await freshCollection([]);
+    const lock = writeLock({ collection });
+    const orders: Hapi.Plugin<void> = {
+      name: 'orders',
+      dependencies: 'monglock',
+      register: (server) =>
+        server.route({ method: 'POST', path: '/orders/{id}', options: { plugins: { monglock: { lock, filter: (request: Hapi.Request) => ({ _id: request.params.id }) } }, handler: () => 'ok' } }),
+    };
+    const without = Hapi.server({ debug: false });
+    await without.register(orders);
+    expect((await rejectionOf(without.initialize())).message).to.match(/missing dependency monglock/);
+    const withIt = Hapi.server({ debug: false });
+    await withIt.register(orders);
+    await withIt.register({ plugin: monglockPlugin });
+    await withIt.initialize();
+    await withIt.stop();
   });
 });
 
