@@ -150,6 +150,31 @@ describe('hapi: the lock is free before the answer reaches the client', () => {
     expect(lockedWhileRead.every(Boolean), 'a stream body is read under the lock').to.equal(true);
   });
 
+  it("onPostHandler extensions and the route's response validation still run under the lock; the next request finds it free", async () => {
+    const collection = await freshCollection([{ _id: 'v' }]);
+    const seen: Record<string, number> = {};
+    const server = await makeServer((s) =>
+      s.route({
+        method: 'POST',
+        path: '/orders/{id}',
+        options: {
+          plugins: { monglock: { lock: writeLock({ collection }), filter: byId } },
+          ext: { onPostHandler: { method: async (request, h) => ((seen.onPostHandler = (await heldIds(collection, request.params.id)).length), h.continue) } },
+          response: {
+            schema: async (value: unknown) => {
+              seen.validation = (await heldIds(collection, 'v')).length;
+              return value;
+            },
+          },
+          handler: () => ({ ok: true }),
+        },
+      }),
+    );
+    const statuses = [];
+    for (let i = 0; i < 3; i++) statuses.push((await server.inject({ method: 'POST', url: '/orders/v' })).statusCode);
+    expect({ statuses, seen }, 'entries of the lock seen by onPostHandler and response validation').to.deep.equal({ statuses: [200, 200, 200], seen: { onPostHandler: 1, validation: 1 } });
+  });
+
   it('a stream that never ends holds the lock while it is sent, and releases it once the client leaves; a HEAD request, which reads no body, is not refused after it', async function () {
     this.timeout(20_000);
     const collection = await freshCollection([{ _id: 'e' }]);
