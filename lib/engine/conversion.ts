@@ -6,7 +6,7 @@ import { fenceOf, type LockData } from '../protocol/lock-data';
 import { liveEntries, type StoredLock } from '../protocol/stored-format';
 import type { TagRule } from '../protocol/lock-data';
 import { isLimited, limitMismatch, usedPermits } from '../protocol/permits';
-import type { Acquired } from './acquired';
+import { landing, type Acquired } from './acquired';
 import type { LockEngine } from './lock-engine';
 import { explainLostLock } from './refusals';
 import { stampRefused, type Verdict } from './stamp-refusals';
@@ -36,7 +36,7 @@ export async function convertLock(engine: LockEngine, target: Document, lock: Lo
       try {
         reply = await store.apply(operation, call, call.w);
       } catch (error) {
-        throw mayHaveConverted(error, tag, call);
+        throw mayHaveConverted(error, { tag, timestamp: stamp, expiresAt: entry.exp.getTime(), landsBy: landing(stamp, tolerance, call).landsBy }, call);
       }
       if (!reply.value) return undefined;
       const appliedAt = observeWrite({ paths, clock }, reply.value, reply);
@@ -52,13 +52,24 @@ export async function convertLock(engine: LockEngine, target: Document, lock: Lo
   });
 }
 
-/** Failures of a conversion's write whose reply was lost: it may have landed (the new tag it may be under). */
-const maybeConverted = new WeakMap<object, string>();
+/**
+ * A conversion whose reply was lost, as it left the lock if it landed: under `tag`, stamped
+ * `timestamp`, its lease ending at `expiresAt`; it can land until `landsBy` (server time).
+ */
+export interface MaybeConverted {
+  readonly tag: string;
+  readonly timestamp: number;
+  readonly expiresAt: number;
+  readonly landsBy: number;
+}
+
+/** Failures of a conversion's write whose reply was lost: it may have landed (what it made of the lock if it did). */
+const maybeConverted = new WeakMap<object, MaybeConverted>();
 /** Failures of a conversion that landed: the lock as it now is. */
 const landed = new WeakMap<object, Acquired>();
 
-/** The tag a failed conversion may have moved its lock to (its reply was lost), if it may have. */
-export function conversionMayHaveLanded(error: unknown): string | undefined {
+/** What a failed conversion made of its lock if it landed (its reply was lost), if it may have. */
+export function conversionMayHaveLanded(error: unknown): MaybeConverted | undefined {
   return typeof error === 'object' && error !== null ? maybeConverted.get(error) : undefined;
 }
 
@@ -68,12 +79,13 @@ export function conversionLanded(error: unknown): Acquired | undefined {
 }
 
 /** The error of a conversion's write that failed: a `DbError` that says whether it may have landed ({@link conversionMayHaveLanded}). */
-function mayHaveConverted(error: unknown, tag: string, call: ResolvedCallOptions): Error {
+function mayHaveConverted(error: unknown, maybe: MaybeConverted, call: ResolvedCallOptions): Error {
+  const { tag } = maybe;
   const failure = classifyWriteFailure(error);
   const message = error instanceof Error ? error.message : String(error);
   const detail = `${message} (${failure === 'unknown' ? `the conversion to ${tag} may have landed: the handle's release looks for the lock under both tags` : describeWriteFailure(failure, 'conversion')})`;
   const failed = lockError('DbError', call.boom, { cause: error, detail });
-  if (failure === 'unknown') maybeConverted.set(failed, tag);
+  if (failure === 'unknown') maybeConverted.set(failed, maybe);
   return failed;
 }
 

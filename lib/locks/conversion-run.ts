@@ -2,7 +2,7 @@ import type { Document } from 'mongodb';
 import { isLockError } from '../common/errors';
 import type { ResolvedCallOptions } from '../common/options';
 import type { Acquired } from '../engine/acquired';
-import { conversionLanded, conversionMayHaveLanded, convertLock, dropUpgrade, markUpgrade } from '../engine/conversion';
+import { conversionLanded, conversionMayHaveLanded, convertLock, dropUpgrade, markUpgrade, type MaybeConverted } from '../engine/conversion';
 import type { LockData } from '../protocol/lock-data';
 import { retryWithin, type WaitParams } from '../waiting/wait-options';
 import type { AcquireSite } from './document-acquire';
@@ -15,8 +15,13 @@ const MARK_RENEWAL = 600;
 /** What a conversion needs from the lock that made the handle. */
 export type ConvertSite = Pick<AcquireSite, 'engine' | 'namespace' | 'clock' | 'waiters' | 'callOptions' | 'leaseOf'>;
 
-/** What a conversion made of its lock: moved to another tag (`lock`, with when the server wrote it), or perhaps (`maybeTag`: a reply was lost). */
-export type ConversionChange = { readonly lock: LockData; readonly appliedAt?: number } | { readonly maybeTag: string };
+export type { MaybeConverted } from '../engine/conversion';
+
+/**
+ * What a conversion made of its lock: moved to another tag (`lock`, with when the server wrote
+ * it), and what a write whose reply was lost made of it if it landed (`maybe`).
+ */
+export type ConversionChange = { readonly lock: LockData; readonly appliedAt?: number; readonly maybe?: MaybeConverted } | { readonly maybe: MaybeConverted };
 
 /**
  * What a conversion that rejected leaves its handle: what is known when it rejects (`now`), and
@@ -44,8 +49,8 @@ export class ConversionRun {
   #landedLate: Acquired | undefined;
   #markSent = false;
   #markedAt: number | undefined;
-  /** The tag an attempt whose reply was lost may have moved the lock to. */
-  #maybeTag: string | undefined;
+  /** What an attempt whose reply was lost made of the lock if it landed. */
+  #maybe: MaybeConverted | undefined;
 
   constructor(
     private readonly site: ConvertSite,
@@ -66,17 +71,17 @@ export class ConversionRun {
   }
 
   /**
-   * Gives up, rejecting with `error`: drops the mark (new readers are admitted again at once), and
-   * resolves what that leaves the handle (see {@link ConversionAftermath}). An attempt still on its
-   * way is not waited for: `later` settles it (and drops a mark it may have renewed).
+   * Gives up, rejecting with `error`: what that leaves the handle (see {@link ConversionAftermath}),
+   * at once. Neither the mark's removal nor an attempt still on its way is waited for: `later`
+   * settles them (new readers are admitted again once the mark's removal lands; if it fails, the
+   * mark lapses {@link MARK_LEASE} after it was written).
    */
-  async giveUp(error: unknown): Promise<ConversionAftermath> {
+  giveUp(error: unknown): ConversionAftermath {
     const found = conversionLanded(error);
     if (found) this.#moved(found);
-    const now: ConversionChange | undefined = found ? { lock: found.lock, appliedAt: found.appliedAt } : this.#maybeTag !== undefined ? { maybeTag: this.#maybeTag } : undefined;
-    const onItsWay = this.#onItsWay;
-    if (this.#markSent) await this.#dropMark();
-    return { now, later: onItsWay ? this.#settle() : Promise.resolve(undefined) };
+    const now: ConversionChange | undefined = found ? { lock: found.lock, appliedAt: found.appliedAt } : this.#maybe && { maybe: this.#maybe };
+    const later = this.#onItsWay ? this.#settle() : this.#markSent ? this.#dropMark().then(() => undefined) : Promise.resolve(undefined);
+    return { now, later };
   }
 
   async #attempt(): Promise<Acquired> {
@@ -85,7 +90,7 @@ export class ConversionRun {
     try {
       return await convertLock(engine, this.target, this.lock, this.to, this.lease, this.call);
     } catch (error) {
-      this.#maybeTag = conversionMayHaveLanded(error) ?? this.#maybeTag;
+      this.#maybe = conversionMayHaveLanded(error) ?? this.#maybe;
       const now = this.site.clock.local();
       const markDue = this.#markedAt === undefined || now - this.#markedAt >= MARK_RENEWAL;
       if (this.waiting.wait > 0 && !this.#abandoned && isLockError(error, engine.conflict) && markDue) await this.#mark(now);
@@ -135,7 +140,7 @@ export class ConversionRun {
   async #settle(): Promise<ConversionChange | undefined> {
     await this.#inFlight;
     const late = this.#landedLate;
-    const change = late ? await this.#undo(late) : this.#maybeTag !== undefined ? { maybeTag: this.#maybeTag } : undefined;
+    const change = late ? await this.#undo(late) : this.#maybe && { maybe: this.#maybe };
     if (this.#markSent) await this.#dropMark();
     return change;
   }
@@ -156,7 +161,7 @@ export class ConversionRun {
       if (found) return { lock: found.lock, appliedAt: found.appliedAt };
       this.#moved(late);
       const maybeBack = conversionMayHaveLanded(error);
-      return { lock: maybeBack === undefined ? late.lock : { ...late.lock, maybeTag: maybeBack }, appliedAt: late.appliedAt };
+      return { lock: late.lock, appliedAt: late.appliedAt, ...(maybeBack && { maybe: maybeBack }) };
     }
   }
 

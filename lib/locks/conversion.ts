@@ -77,7 +77,7 @@ export async function convertHeld(
     site.waiters.acquired(target._id, lock.id, to, converted.lock.expiresAt);
     return converted;
   } catch (error) {
-    aftermath(await run.giveUp(error));
+    aftermath(run.giveUp(error));
     throw error;
   }
 }

@@ -184,7 +184,8 @@ export function keptLease(handle: Handle, leaseMs: number, boom: BoomLike | unde
   };
   return {
     remaining: () => handle.remaining(),
-    extend: () => handle.extend(current(), params),
+    // The lease is asked for when the extension is sent: one that follows a conversion is sent with the new tag's.
+    extend: () => Handle.keep(handle, current, params),
     leaseMs: current,
     release: () => handle.release(params),
     ended: (cause, error) => leaseEnded(cause, error, boom),

@@ -3,7 +3,8 @@ import type { Document, WithId } from 'mongodb';
 import { isLockError } from '../common/errors';
 import type { Unclaimed } from '../common/promise-library';
 import type { PromiseOf } from '../common/promise-types';
-import type { ConversionAftermath, ConversionChange, ConvertParams } from './conversion';
+import type { ConversionAftermath, ConvertParams } from './conversion';
+import { FollowedLock } from './followed-lock';
 
 export type { LockData } from '../protocol/lock-data';
 export { extensionOf, HANDLE_PARAMS, type Extension, type HandleOwner, type HandleParams } from './handle-owner';
@@ -80,11 +81,8 @@ export type DocumentField<TDocument> = [TDocument] extends [never] ? undefined :
 
 /** The class behind every {@link LockHandle}: made by the locks of this package, never by callers. */
 export class Handle implements LockHandle<Document, unknown, Document | undefined> {
-  /** The lock but its expiry; a conversion changes its tag, timestamp, fence and permits (and `maybeTag`: see {@link LockData}). */
-  #lock: Omit<LockData, 'expiresAt'>;
-  /** A conversion in flight: a release or extension refused meanwhile waits for it, and retries under the new tag. */
-  #converting: Promise<unknown> | undefined;
-  #expiresAt: number;
+  /** The lock as its conversions and extensions change it. */
+  readonly #lock: FollowedLock;
   readonly #owner: HandleOwner;
   readonly #target: Document;
   readonly #watchers = new Set<() => void>();
@@ -96,8 +94,6 @@ export class Handle implements LockHandle<Document, unknown, Document | undefine
    * asked for; undefined otherwise.
    */
   readonly document: Document | undefined;
-  /** The server's clock when the write that set `#expiresAt` was applied (0: the acquisition). */
-  #appliedAt = 0;
 
   /**
    * @param target the locked document's address (for a lock whose reply was lost, what the filter says of its shard key: its id finds it)
@@ -105,8 +101,7 @@ export class Handle implements LockHandle<Document, unknown, Document | undefine
    *   succeeds when it is not held; `landsBy`: for such a lock, when its write can no longer land; `document`: the locked document
    */
   constructor(data: LockData, owner: HandleOwner, target: Document, more: { unconfirmed?: boolean; landsBy?: number; document?: Document } = {}) {
-    this.#lock = lockOnly(data);
-    this.#expiresAt = data.expiresAt;
+    this.#lock = new FollowedLock(data, () => this.#watchers.forEach((watcher) => watcher()));
     this.#owner = owner;
     this.#target = target;
     this.#unconfirmed = more.unconfirmed ?? false;
@@ -121,37 +116,37 @@ export class Handle implements LockHandle<Document, unknown, Document | undefine
 
   /** 128 random bits, hex: the proof of ownership. */
   get id(): string {
-    return this.#lock.id;
+    return this.#lock.lock.id;
   }
 
   /** The lock's tag (`write` for a writeLock); a conversion changes it. */
   get tag(): string {
-    return this.#lock.tag;
+    return this.#lock.lock.tag;
   }
 
   /** Acquisition (or conversion) time, ms since the epoch by the server's clock. */
   get timestamp(): number {
-    return this.#lock.timestamp;
+    return this.#lock.lock.timestamp;
   }
 
   /** Fencing token: strictly increases per document over all acquisitions (and conversions). */
   get fence(): number {
-    return this.#lock.fence;
+    return this.#lock.lock.fence;
   }
 
   /** The permits it holds, for a tag with a limit (a semaphore); absent otherwise. */
   get permits(): number | undefined {
-    return this.#lock.permits;
+    return this.#lock.lock.permits;
   }
 
   /** The owner whose hold it is (reentrant acquisitions); absent otherwise. */
   get owner(): string | undefined {
-    return this.#lock.owner;
+    return this.#lock.lock.owner;
   }
 
   /** When the lease ends, ms since the epoch by the server's clock. */
   get expiresAt(): number {
-    return this.#expiresAt;
+    return this.#lock.expiresAt;
   }
 
   /**
@@ -162,11 +157,7 @@ export class Handle implements LockHandle<Document, unknown, Document | undefine
    * @internal
    */
   static updateExpiry(handle: Handle, extension: Extension): void {
-    if (extension.appliedAt < handle.#appliedAt) return;
-    const expiresAt = extension.appliedAt === handle.#appliedAt ? Math.min(extension.expiresAt, handle.#expiresAt) : extension.expiresAt;
-    handle.#appliedAt = extension.appliedAt;
-    handle.#expiresAt = expiresAt;
-    for (const watcher of handle.#watchers) watcher();
+    handle.#lock.extended(extension);
   }
 
   /**
@@ -200,7 +191,7 @@ export class Handle implements LockHandle<Document, unknown, Document | undefine
 
   /** Releases this lock (see {@link LockHandle.release}); `group` (internal): the `commitAll` it is part of. */
   release(params?: HandleParams, group?: string): Promise<void> {
-    const released = this.#followingConversions(() => this.#owner.release(this.#target, Handle.claim(this), params, group));
+    const released = this.#lock.following(() => this.#owner.release(this.#target, Handle.claim(this), params, group));
     // A lock whose reply was lost may never have been written: not finding it is no failure,
     // unless the release carries an update, which must never be reported applied when it was not.
     if (!this.#unconfirmed || (params as { update?: unknown } | undefined)?.update !== undefined) return released;
@@ -212,52 +203,29 @@ export class Handle implements LockHandle<Document, unknown, Document | undefine
 
   /** Pushes the lease forward (see {@link LockHandle.extend}). */
   extend(locktimeout?: number, params?: HandleParams): Promise<this> {
-    const extended = this.#followingConversions(() => this.#owner.extend(this.#target, this.toJSON(), params, locktimeout));
-    return extended.then((extension) => {
-      Handle.updateExpiry(this, extension);
-      return this;
-    });
+    return Handle.keep(this, () => locktimeout, params);
+  }
+
+  /** Extends `handle` to `lease()` ms, asked when it is sent: again after it follows a conversion (a lease keeper's: the lease under its new tag). @internal */
+  static async keep<H extends Handle>(handle: H, lease: () => number | undefined, params?: HandleParams): Promise<H> {
+    Handle.updateExpiry(handle, await handle.#lock.following(() => handle.#owner.extend(handle.#target, handle.toJSON(), params, lease())));
+    return handle;
   }
 
   /** Converts this lock to another tag (see {@link LockHandle.convert}); resolves this handle, changed. Until what its attempts left is known, a refused release or extension waits. */
   convert(tag: string, params?: ConvertParams): Promise<this> {
     if (!this.#owner.convert) return Promise.reject(new TypeError('Only a multiLock lock converts to another tag'));
+    const lock = this.#lock;
     let later: Promise<unknown> = Promise.resolve();
     const aftermath = ({ now, later: settling }: ConversionAftermath): void => {
-      if (now) this.#follow(now);
-      later = settling.then((change) => change && this.#follow(change), () => undefined);
+      if (now) lock.follow(now);
+      later = settling.then((change) => change && lock.follow(change), () => undefined);
     };
-    const converting = this.#owner.convert(this.#target, Handle.claim(this), tag, params, aftermath).then((converted) => (this.#follow(converted), this));
+    const converting = this.#owner.convert(this.#target, Handle.claim(this), tag, params, aftermath).then((converted) => (lock.follow(converted), this));
     const settled = converting.then(undefined, () => later);
-    this.#converting = settled;
-    void settled.then(() => this.#converting === settled && (this.#converting = undefined));
+    lock.converting = settled;
+    void settled.then(() => lock.converting === settled && (lock.converting = undefined));
     return converting;
-  }
-
-  /** Takes what a conversion made of the lock: its new tag, token and lease (applied after any extension of the old tag, which can no longer land), or a tag it may be under. */
-  #follow(change: ConversionChange): void {
-    if ('maybeTag' in change) return void (this.#lock = { ...this.#lock, maybeTag: change.maybeTag });
-    this.#lock = lockOnly(change.lock);
-    Handle.updateExpiry(this, { expiresAt: change.lock.expiresAt, appliedAt: change.appliedAt ?? 0 });
-  }
-
-  /**
-   * Runs `call` (a release, commit or extension); refused as not held after a conversion changed the
-   * tag meanwhile (waited for if in flight), runs it again; refused while a conversion whose reply
-   * was lost may have moved the lock (`maybeTag`), runs it under that tag (where it is if it lands).
-   */
-  #followingConversions<T>(call: () => Promise<T>): Promise<T> {
-    const sentTag = this.tag;
-    return call().then(undefined, async (error: unknown) => {
-      if (!(isLockError(error, 'LockNotFound') || isLockError(error, 'LockWasReacquired'))) throw error;
-      await this.#converting?.catch(() => undefined);
-      if (this.tag !== sentTag) return call();
-      const { maybeTag } = this.#lock;
-      if (maybeTag === undefined) throw error;
-      const before = this.#lock;
-      this.#lock = lockOnly({ ...this.toJSON(), tag: maybeTag, maybeTag: undefined });
-      return call().catch((again: unknown) => Promise.reject(this.#lock.tag === maybeTag ? ((this.#lock = before), error) : again));
-    });
   }
 
   /**
@@ -271,7 +239,7 @@ export class Handle implements LockHandle<Document, unknown, Document | undefine
 
   /** The plain data, for JSON. */
   toJSON(): LockData {
-    return { ...this.#lock, expiresAt: this.#expiresAt };
+    return { ...this.#lock.lock, expiresAt: this.#lock.expiresAt };
   }
 
   /** The timestamp, so that v2 code treating the token as a number keeps working. */
@@ -291,8 +259,3 @@ export const LockHandle: {
   readonly prototype: LockHandle<Document, unknown, unknown>;
   [Symbol.hasInstance](value: unknown): value is LockHandle<Document, unknown, unknown>;
 } = Handle as never; // a class answers instanceof (Function.prototype[Symbol.hasInstance])
-
-/** The fields of `data` a handle keeps (its expiry aside), and only those: its JSON has no others. */
-function lockOnly({ id, tag, timestamp, fence, permits, owner, maybeTag }: LockData): Omit<LockData, 'expiresAt'> {
-  return { id, tag, timestamp, fence, ...(permits !== undefined && { permits }), ...(owner !== undefined && { owner }), ...(maybeTag !== undefined && { maybeTag }) };
-}

@@ -6,7 +6,7 @@ import { MongoNetworkError, type Collection, type Document } from 'mongodb';
 import { commit, multiLock, type LockHandle } from '../../lib';
 import { delayedCollection } from '../../stress/delayed-collection';
 import { landingLate, wrapWrites, type LateLanding } from '../../stress/server-faults';
-import { gate } from '../support/lock-commands';
+import { gate, isExtension, isPlainRelease } from '../support/lock-commands';
 import { freshCollection, newClient, rejectionOf, sleep } from '../support/fixture';
 
 const relationships = { read: { cooperative: ['write'] }, write: { cooperative: ['write'], assertive: ['read'] } };
@@ -14,6 +14,8 @@ const relationships = { read: { cooperative: ['write'] }, write: { cooperative: 
 /** A conversion's write: it moves the entry (+1 on the fence) and takes its own upgrade mark out. */
 const isConversion = (method: string, args: readonly unknown[]): boolean =>
   method === 'findOneAndUpdate' && (args[1] as Document).$inc?.['lock.fence'] === 1 && (args[1] as Document).$pull?.['lock.upgrade'] !== undefined;
+/** The write that takes a mark out: it only pulls `lock.upgrade`. */
+const isMarkDrop = (_method: string, args: readonly unknown[]): boolean => (args[1] as Document | undefined)?.$pull?.['lock.upgrade'] !== undefined && (args[1] as Document).$inc === undefined;
 /** A waiting conversion's mark (`lock.upgrade`), set or renewed. */
 const isMark = (method: string, args: readonly unknown[]): boolean => method === 'findOneAndUpdate' && (args[1] as Document).$set?.['lock.upgrade'] !== undefined;
 
@@ -30,6 +32,11 @@ function losingReplies(collection: Collection<Document>, lose: (method: string, 
 async function liveMarks(collection: Collection<Document>, _id: unknown): Promise<unknown[]> {
   const doc = await collection.findOne({ _id: _id as never });
   return ((doc?.lock?.upgrade ?? []) as Array<{ exp: Date }>).filter((mark) => mark.exp.getTime() > Date.now());
+}
+
+/** Waits (up to 5 s) until document `_id` stores no upgrade mark: it was taken out (a lapsed mark stays stored). */
+async function untilNoMarkStored(collection: Collection<Document>, _id: unknown): Promise<void> {
+  for (let i = 0; i < 250 && ((await collection.findOne({ _id: _id as never }))?.lock?.upgrade ?? []).length > 0; i++) await sleep(20);
 }
 
 /** Every stored entry (any tag) of document `_id`, with its tag. */
@@ -174,7 +181,7 @@ describe('convert under races: lost replies, extensions in flight, pending upgra
     expect(facts, 'the wait went on after the lost reply, and the conversion took its mark out').to.deep.equal({ outcome: 'converted', tag: 'write', maybeTag: undefined, marks: 0 });
   });
 
-  it('an upgrade that gives up after its mark\'s reply was lost takes the mark out and keeps its old tag (no maybeTag): readers are admitted at once', async function () {
+  it('an upgrade that gives up after its mark\'s reply was lost takes the mark out and keeps its old tag (no maybeTag): readers are admitted once the mark\'s removal lands', async function () {
     this.timeout(20_000);
     const collection = await freshCollection([{ _id: 'doc' }]);
     const lossy = losingReplies(collection, isMark);
@@ -183,6 +190,7 @@ describe('convert under races: lost replies, extensions in flight, pending upgra
     const upgrader = await rw.acquire({ _id: 'doc' }, { tag: 'read' });
     const reader = await rw.acquire({ _id: 'doc' }, { tag: 'read' });
     const refused = await rejectionOf(upgrader.convert('write', { wait: 800 }));
+    await untilNoMarkStored(collection, 'doc');
     const newcomer = await other.acquire({ _id: 'doc' }, { tag: 'read' }).then(
       (handle) => handle.release().then(() => 'admitted'),
       (error: Error) => error.message,
@@ -295,5 +303,147 @@ describe('convert under races: lost replies, extensions in flight, pending upgra
     await handle.release();
     expect(facts, 'rejected before the write landed; once it landed, undone').to.deep.equal({ rejected: 'the reason', whileOnItsWay: 'read', stored: ['read'], tag: 'read', maybeTag: undefined, marks: 0 });
     expect(await storedEntries(collection, 'doc'), 'its release removed it').to.deep.equal([]);
+  });
+
+  it('an abort of a waiting upgrade whose mark is set rejects with the reason at once, without waiting for the write that takes the mark out', async function () {
+    this.timeout(20_000);
+    const collection = await freshCollection([{ _id: 'doc' }]);
+    const dropWay = gate();
+    let dropHeld = false;
+    const slow = delayedCollection(collection, {
+      request: (method, _n, args) => {
+        if (!isMarkDrop(method, args)) return undefined;
+        dropHeld = true;
+        return dropWay.promise; // a slow way to the server (a stalled connection, a failover)
+      },
+    });
+    const rw = multiLock({ collection: slow, timeout: 10_000, locktimeouts: { read: 60_000, write: 60_000 }, lockRelationships: relationships });
+    const upgrader = await rw.acquire({ _id: 'doc' }, { tag: 'read' });
+    const reader = await rw.acquire({ _id: 'doc' }, { tag: 'read' });
+    const controller = new AbortController();
+    const events: string[] = [];
+    const converting = upgrader.convert('write', { wait: 10_000, signal: controller.signal }).then(
+      () => events.push('converted'),
+      (error: Error) => events.push(error.message === 'the caller gave up' ? 'rejected with the reason' : `rejected: ${error.message}`),
+    );
+    for (let i = 0; i < 250 && (await liveMarks(collection, 'doc')).length === 0; i++) await sleep(20);
+    controller.abort(new Error('the caller gave up'));
+    for (let i = 0; i < 150 && events.length === 0; i++) await sleep(20); // up to 3 s
+    events.push(`mark drop released (it was ${dropHeld ? 'held' : 'never sent'})`);
+    dropWay.open();
+    await converting;
+    await untilNoMarkStored(collection, 'doc');
+    const marks = ((await collection.findOne({ _id: 'doc' as never }))?.lock?.upgrade ?? []).length;
+    await Promise.all([upgrader.release(), reader.release()]);
+    expect(events, 'the call rejected at once with the reason, before the mark\'s removal reached the server').to.deep.equal(['rejected with the reason', 'mark drop released (it was held)']);
+    expect(marks, 'the mark was taken out (not left to lapse) once its removal reached the server').to.equal(0);
+  });
+
+  it('a release sent after an aborted conversion landed (and before it was converted back) releases the lock: it is not refused as not held, and nothing is left', async function () {
+    this.timeout(20_000);
+    const collection = await freshCollection([{ _id: 'doc' }]);
+    const conversionReply = gate();
+    const releaseWay = gate();
+    let conversions = 0;
+    let releaseHeld = false;
+    const slow = delayedCollection(collection, {
+      // The release takes a slow way there: it reaches the server after the conversion.
+      request: (method, _n, args) => {
+        if (!isPlainRelease(method, args) || releaseHeld) return undefined;
+        releaseHeld = true;
+        return releaseWay.promise;
+      },
+      // The first conversion's reply takes a slow way back (the server applied it): the caller aborts meanwhile.
+      reply: (method, _n, args) => (isConversion(method, args) && ++conversions === 1 ? conversionReply.promise : undefined),
+    });
+    const rw = multiLock({ collection: slow, locktimeouts: { read: 60_000, write: 60_000 }, lockRelationships: relationships });
+    const handle = await rw.acquire({ _id: 'doc' }, { tag: 'read' });
+    const controller = new AbortController();
+    const converting = handle.convert('write', { wait: 5_000, signal: controller.signal });
+    for (let i = 0; i < 250 && conversions === 0; i++) await sleep(20);
+    controller.abort(new Error('the caller gave up'));
+    const rejected = await converting.then(
+      () => 'resolved',
+      (error: Error) => error.message,
+    );
+    // The caller, told its conversion failed, lets its read lock go.
+    const releasing = handle.release().then(
+      () => 'released',
+      (error: Error & { subtype?: string }) => `${error.subtype}: ${error.message}`,
+    );
+    for (let i = 0; i < 250 && !releaseHeld; i++) await sleep(20);
+    const whenReleaseSent = (await storedEntries(collection, 'doc')).map((entry) => entry.tag);
+    releaseWay.open(); // the release reaches the server: the lock is a write lock there now
+    await sleep(200);
+    conversionReply.open(); // the conversion's reply arrives: the run converts it back
+    const released = await releasing;
+    await sleep(300);
+    const left = (await storedEntries(collection, 'doc')).filter((entry) => entry.id === handle.id && entry.exp.getTime() > Date.now()).map((entry) => entry.tag);
+    expect({ rejected, whenReleaseSent }, 'the conversion was aborted, and had landed when the release was sent').to.deep.equal({ rejected: 'the caller gave up', whenReleaseSent: ['write'] });
+    expect({ released, left, tag: handle.tag }, 'the release the caller asked for released the lock: nothing of it is left').to.deep.equal({ released: 'released', left: [], tag: 'read' });
+  });
+
+  it('using(): a lock whose conversion reply was lost (it landed) relies on no more than the conversion\'s lease: MongoDB unreachable, the body is told before another writer holds, and remaining() is 0', async function () {
+    this.timeout(20_000);
+    const collection = await freshCollection([{ _id: 'doc' }]);
+    let lose = false;
+    let outage = false;
+    const lossy = wrapWrites(collection, async (method, args, _n, send) => {
+      if (outage && isExtension(method, args)) throw new MongoNetworkError('MongoDB cannot be reached (simulated)');
+      const result = await send(args);
+      if (lose && isConversion(method, args)) throw new MongoNetworkError('the reply was lost (simulated)');
+      return result;
+    });
+    const locktimeouts = { read: 10_000, write: 600 };
+    const rw = multiLock({ collection: lossy, locktimeouts, lockRelationships: relationships });
+    const other = multiLock({ collection: (await newClient()).db(collection.dbName).collection(collection.collectionName), locktimeouts, lockRelationships: relationships });
+    let seen: unknown;
+    const outcome = await rw.using({ _id: 'doc' }, { tag: 'read' }, async (handle: LockHandle, signal) => {
+      outage = true; // from now on, no extension reaches MongoDB: the stored write lock lapses after 600 ms
+      lose = true;
+      const lost = await handle.convert('write').then(
+        () => 'converted',
+        (error: Error & { subtype?: string }) => error.subtype,
+      );
+      lose = false;
+      const intruder = await other.acquire({ _id: 'doc' }, { tag: 'write', wait: 5_000 });
+      seen = { lost, maybeTag: handle.toJSON().maybeTag, intruderHolds: true, bodyAborted: signal.aborted, remaining: handle.remaining() };
+      outage = false;
+      await intruder.release();
+    }).then(
+      () => 'resolved',
+      (error: Error & { subtype?: string }) => error.subtype,
+    );
+    expect(seen, 'while another writer holds, the body was told its lock is lost and the handle relies on no lease').to.deep.equal({
+      lost: 'DbError',
+      maybeTag: 'write',
+      intruderHolds: true,
+      bodyAborted: true,
+      remaining: 0,
+    });
+    expect(outcome, 'using() ends with the lock lost').to.equal('LockNotFound');
+  });
+
+  it('using(): a lock whose conversion reply was lost (it landed) is kept with the new tag\'s lease once the keeper finds it there, not the old tag\'s', async function () {
+    this.timeout(20_000);
+    const collection = await freshCollection([{ _id: 'doc' }]);
+    let lose = false;
+    const lossy = losingReplies(collection, (method, args) => lose && isConversion(method, args));
+    // The write lease is long enough that the keeper's first extension (at half the read lease) finds it live.
+    const rw = multiLock({ collection: lossy, locktimeouts: { read: 1_000, write: 2_500 }, lockRelationships: relationships });
+    const leases = await rw.using({ _id: 'doc' }, { tag: 'read' }, async (handle: LockHandle) => {
+      await sleep(3_000); // the body works under the read lock a while (kept by extensions) before it upgrades
+      lose = true;
+      await handle.convert('write').catch(() => undefined);
+      lose = false;
+      for (let i = 0; i < 150 && handle.tag !== 'write'; i++) await sleep(20); // the keeper's extension found it under write
+      const tagged = handle.expiresAt;
+      for (let i = 0; i < 250 && handle.expiresAt === tagged; i++) await sleep(20); // and extended it once more
+      const doc = await collection.findOne({ _id: 'doc' as never });
+      const entry = (doc?.lock?.tags?.write as Array<{ id: string; exp: Date }> | undefined)?.find((each) => each.id === handle.id);
+      return { tag: handle.tag, storedLease: (entry?.exp.getTime() ?? 0) - (doc?.lock?.now as Date).getTime() };
+    });
+    expect(leases.tag, 'the handle took the tag the lock is under').to.equal('write');
+    expect(leases.storedLease, 'the write lock\'s lease as stored after the keeper\'s extension (ms): the write tag\'s 2,500, not the time since the acquisition plus a read lease').to.be.within(1, 2_500);
   });
 });
