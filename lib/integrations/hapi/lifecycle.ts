@@ -5,7 +5,7 @@ import { CommitRequest } from '../../locks/commit';
 import type { BoomLike } from '../../common/errors';
 import { CommitAllRequest } from '../../groups/commit-all';
 import type { Held } from './held';
-import { releasingBody } from './streamed-body';
+import { releasingBody, type SentResponse } from './streamed-body';
 
 /** A route method as hapi calls it: a pre method, a pre's failAction (with the error as third argument) or the handler. */
 type RouteMethod = (this: unknown, request: Request, h: ResponseToolkit, ...rest: unknown[]) => unknown;
@@ -35,7 +35,7 @@ interface Tracked {
    * does, until it went out): from then on, the lock is released once no route code runs.
    */
   answered: boolean;
-  /** A stream body is read under the lock: its end (or the response event) releases it. */
+  /** A stream body is read under the lock: the last byte its client gets (or its end, or the response event) releases it. */
   streaming: boolean;
   /** Once set, no wrapped call runs its user function. */
   released: boolean;
@@ -61,8 +61,9 @@ export interface RequestTracking {
   /**
    * hapi has settled on the answer and is about to send it (onPreResponse): resolves once the
    * lock is released if no route code runs any more, so the client cannot have the answer before
-   * the lock is free. A stream body is read under the lock and releases it at its end; while
-   * route code still runs (a server timeout), it resolves at once and that code's end releases.
+   * the lock is free. A stream body is read under the lock and releases it before the last byte
+   * its client gets goes out; while route code still runs (a server timeout), it resolves at
+   * once and that code's end releases.
    */
   answering(request: Request): Promise<void>;
   /** The response has gone out, or the client is gone (the server's `response` event). */
@@ -230,12 +231,11 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
     async answering(request) {
       const state = requests.get(request);
       if (!state) return;
-      const response = request.response as { isBoom?: boolean; variety?: string; source?: unknown; headers?: Record<string, unknown> } | null;
-      const failed = response?.isBoom === true;
-      if (state.checkout && !failed) return; // its answer carries the lock: responded() decides
+      const response = request.response as (SentResponse & { isBoom?: boolean; variety?: string; source?: unknown }) | null;
+      if (state.checkout && !failedAnswer(request)) return; // its answer carries the lock: responded() decides
       state.answered = true;
       if (!state.held) return state.waiting.abort(new Error('monglock: hapi answered while the request waited for its lock'));
-      const sendsBody = !failed && request.method !== 'head';
+      const sendsBody = response?.isBoom !== true && request.method !== 'head';
       if (sendsBody && response?.variety === 'stream' && response.source instanceof Readable && !state.released) {
         state.streaming = true;
         const release = (): Promise<void> => {
@@ -243,7 +243,7 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
           return settle(state);
         };
         // Read by hapi as it sends the response: it reads the source set here.
-        response.source = releasingBody(response.source, release, response.headers?.['content-length'] !== undefined);
+        response.source = releasingBody(response.source, release, response);
         return;
       }
       await settle(state);
@@ -267,10 +267,16 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
   };
 }
 
+/** True when the answer is a failure, whatever its kind: a boom, or a response with a status of 400 or more. */
+function failedAnswer(request: Request): boolean {
+  const response = request.response as { isBoom?: boolean; statusCode?: unknown } | null;
+  return response?.isBoom === true || (typeof response?.statusCode === 'number' && response.statusCode >= 400);
+}
+
 /** True when the route answered successfully and the answer went out (a checkout's lock reached its client). */
 function delivered(request: Request): boolean {
   const statusCode = (request.response as { statusCode?: unknown } | null)?.statusCode;
-  return typeof statusCode === 'number' && statusCode < 400 && request.info.responded > 0;
+  return typeof statusCode === 'number' && !failedAnswer(request) && request.info.responded > 0;
 }
 
 /** True for an object whose own writable data property `key` is a function. */

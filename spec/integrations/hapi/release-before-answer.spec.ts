@@ -4,6 +4,7 @@
  * without `wait`, the default). The defect guarded against: the lock was released after the
  * response had gone out, so the next request could arrive first and get 409 LockAlreadyTaken.
  */
+import { request as httpRequest } from 'node:http';
 import { Readable } from 'node:stream';
 import * as Boom from '@hapi/boom';
 import Hapi from '@hapi/hapi';
@@ -11,6 +12,7 @@ import { expect } from 'chai';
 import type { Collection, Document } from 'mongodb';
 import { commit, writeLock } from '../../../lib';
 import { lockOf } from '../../../lib/hapi';
+import { delayedCollection } from '../../../stress/delayed-collection';
 import { freshCollection } from '../../support/fixture';
 import { heldIds, makeServer, released, stopServers } from '../../support/hapi-server';
 
@@ -40,6 +42,53 @@ function recordingStream(collection: Collection<Document>, id: string, lockedWhi
     })(),
     { objectMode: false },
   );
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** The status of a GET on its own connection (the client's first one still waits for the server to end its answer). */
+function onNewConnection(port: number, path: string, headers: Record<string, string>): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest({ host: '127.0.0.1', port, path, agent: false, headers: { connection: 'close', ...headers } }, (res) => {
+      res.destroy(); // the status is all it needs
+      resolve(res.statusCode ?? 0);
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+/**
+ * A checkout route (on a fresh document whose state is `archived`) answered by `handler`, whose
+ * lock's writes after the acquisition are held back until the client has the answer (or 1 s
+ * passed): resolves the order of the two, the status and the entries left.
+ */
+async function checkoutAnswerAndRelease(handler: Hapi.Lifecycle.Method): Promise<{ order: string[]; status: number; held: number }> {
+  const collection = await freshCollection([{ _id: 'd', state: 'archived' }]);
+  const order: string[] = [];
+  let answered!: () => void;
+  const gate = Promise.race([new Promise<void>((resolve) => (answered = resolve)), sleep(1_000)]);
+  const acquisition = (method: string, n: number): boolean => method === 'findOneAndUpdate' && n === 1;
+  const slow = delayedCollection(collection, {
+    request: (method, n) => (acquisition(method, n) ? undefined : gate),
+    reply: (method, n) => {
+      if (!acquisition(method, n)) order.push('the release landed');
+      return undefined;
+    },
+  });
+  const lock = writeLock({ collection: slow, locktimeout: 10_000 });
+  const server = await makeServer((s) =>
+    s.route({
+      method: 'POST',
+      path: '/drafts/{id}/checkout',
+      options: { plugins: { monglock: { lock, filter: byId, mode: 'checkout', document: true } }, handler },
+    }),
+  );
+  const response = await server.inject({ method: 'POST', url: '/drafts/d/checkout' });
+  order.push('the client had the answer');
+  answered();
+  await sleep(300);
+  return { order, status: response.statusCode, held: (await heldIds(collection, 'd')).length };
 }
 
 /** Routes on the counter document: each kind of answer a locked route gives. */
@@ -201,5 +250,76 @@ describe('hapi: the lock is free before the answer reaches the client', () => {
     await released(collection, 'e');
     expect(endless.destroyed, 'the stream was stopped with the response').to.equal(true);
     for (let i = 0; i < 100; i++) expect((await fetch(url, { method: 'HEAD' })).status, `HEAD #${i}`).to.equal(200);
+  });
+  it('a range request (206) on a stream body with a content-length: the range is read under the lock, which is free once the client has the whole range, while the rest of the body is still to come', async function () {
+    this.timeout(20_000);
+    const collection = await freshCollection([{ _id: 'f' }]);
+    const lock = writeLock({ collection, locktimeout: 10_000 });
+    const lockedWhileRead: boolean[] = [];
+    let openGate = (): void => undefined;
+    let gate = Promise.resolve();
+    /** `first`, then (once the gate of its case opens: a slow disk, GridFS) `rest`. */
+    const slowFile = (first: string, rest: string): Readable => {
+      const opened = gate;
+      return Readable.from(
+        (async function* () {
+          lockedWhileRead.push((await heldIds(collection, 'f')).length === 1);
+          yield Buffer.from(first);
+          await opened;
+          if (rest) yield Buffer.from(rest);
+        })(),
+        { objectMode: false },
+      );
+    };
+    const route = (path: string, handler: Hapi.Lifecycle.Method): Hapi.ServerRoute => ({ method: 'GET', path: `/files/{id}/${path}`, options: { plugins: { monglock: { lock, filter: byId } }, handler } });
+    const server = await makeServer((s) =>
+      s.route([
+        // hapi cuts the asked range from the route's 200 answer
+        route('whole', (_request, h) => h.response(slowFile('abc', 'def')).type('application/octet-stream').header('content-length', '6')),
+        // the route answers a part itself: its body is what the client gets
+        route('part', (_request, h) => h.response(slowFile('cde', '')).type('application/octet-stream').code(206).header('content-range', 'bytes 2-4/10').header('content-length', '3')),
+      ]),
+    );
+    await server.start();
+    try {
+      for (const [path, range, expected] of [
+        ['whole', 'bytes=0-1', 'ab'],
+        ['whole', 'bytes=1-2', 'bc'],
+        ['part', undefined, 'cde'],
+      ] as const) {
+        gate = new Promise<void>((resolve) => (openGate = resolve));
+        const headers: Record<string, string> = { 'accept-encoding': 'identity', ...(range && { range }) };
+        const first = await fetch(`http://127.0.0.1:${server.info.port}/files/f/${path}`, { headers });
+        const body = await first.text();
+        const heldOnceAnswered = (await heldIds(collection, 'f')).length;
+        const next = await onNewConnection(server.info.port as number, `/files/f/${path}`, headers);
+        openGate(); // hapi ends the first answer only once its stream ends: its connection is free again
+        await released(collection, 'f', 5_000);
+        expect({ status: first.status, body, heldOnceAnswered, next }, `${path} ${range ?? ''}: the answer, the lock entries once its client had it whole, and the status of the next request`).to.deep.equal({
+          status: 206,
+          body: expected,
+          heldOnceAnswered: 0,
+          next: 206,
+        });
+      }
+      // the client of a next request may leave before its body is read
+      expect(lockedWhileRead.length, 'bodies read (one per case at least)').to.be.at.least(3);
+      expect(lockedWhileRead.filter((locked) => !locked), 'bodies read up to the last byte their client got while the lock was free').to.deep.equal([]);
+    } finally {
+      openGate();
+      await released(collection, 'f', 5_000).catch(() => undefined);
+    }
+  });
+
+  it('a checkout route that refuses with a plain 4xx response (not a boom) releases its lock before the refusal is sent, as a thrown boom does', async function () {
+    this.timeout(20_000);
+    const archived = (request: Hapi.Request): boolean => lockOf(request).document?.state === 'archived';
+    const plain = await checkoutAnswerAndRelease((request, h) => (archived(request) ? h.response({ reason: 'archived' }).code(422) : lockOf(request).lock));
+    const thrown = await checkoutAnswerAndRelease((request) => {
+      if (archived(request)) throw Boom.badData('archived');
+      return lockOf(request).lock;
+    });
+    const expected = { order: ['the release landed', 'the client had the answer'], status: 422, held: 0 };
+    expect({ plain, thrown }, 'the release landed before the client had the 422 answer').to.deep.equal({ plain: expected, thrown: expected });
   });
 });
