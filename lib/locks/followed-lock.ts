@@ -74,11 +74,10 @@ export class FollowedLock {
    * refused while a conversion whose reply was lost may have moved the lock, runs it as that
    * conversion left it (tag, stamp and lease), and keeps that if it lands there.
    */
-  async following<T>(call: () => Promise<T>): Promise<T> {
+  following<T>(call: () => Promise<T>): Promise<T> {
     const sent = this.#generation;
-    try {
-      return await call();
-    } catch (error) {
+    // `then` on the call's own promise, not an async function: the caller's promise library (`Promise` option) is kept.
+    return call().then(undefined, async (error: unknown) => {
       if (!(isLockError(error, 'LockNotFound') || isLockError(error, 'LockWasReacquired'))) throw error;
       await this.converting?.catch(() => undefined);
       if (this.#generation !== sent) return call();
@@ -95,7 +94,7 @@ export class FollowedLock {
         ({ lock: this.#lock, expiresAt: this.#expiresAt, maybe: this.#maybe } = before);
         throw error;
       });
-    }
+    });
   }
 
   /** Records (or, with undefined, forgets) what a lost conversion may have made of the lock. */

@@ -207,9 +207,11 @@ export class Handle implements LockHandle<Document, unknown, Document | undefine
   }
 
   /** Extends `handle` to `lease()` ms, asked when it is sent: again after it follows a conversion (a lease keeper's: the lease under its new tag). @internal */
-  static async keep<H extends Handle>(handle: H, lease: () => number | undefined, params?: HandleParams): Promise<H> {
-    Handle.updateExpiry(handle, await handle.#lock.following(() => handle.#owner.extend(handle.#target, handle.toJSON(), params, lease())));
-    return handle;
+  static keep<H extends Handle>(handle: H, lease: () => number | undefined, params?: HandleParams): Promise<H> {
+    return handle.#lock.following(() => handle.#owner.extend(handle.#target, handle.toJSON(), params, lease())).then((extension) => {
+      Handle.updateExpiry(handle, extension);
+      return handle;
+    });
   }
 
   /** Converts this lock to another tag (see {@link LockHandle.convert}); resolves this handle, changed. Until what its attempts left is known, a refused release or extension waits. */

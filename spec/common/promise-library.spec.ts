@@ -50,7 +50,8 @@ describe('promise libraries', () => {
     const refused = await lock.acquire({ _id: 1 }).catch(LockError, (error) => error.subtype);
     expect(refused).to.equal('LockAlreadyTaken');
     expect(lock.extend({ _id: 1 }, { lock: handle })).to.be.instanceOf(Bluebird);
-    expect(handle.release()).to.be.instanceOf(Bluebird);
+    expect(handle.extend(), 'handle.extend()').to.be.instanceOf(Bluebird);
+    expect(handle.release(), 'handle.release()').to.be.instanceOf(Bluebird);
     expect(lock.using({ _id: 1 }, { wait: 1_000 }, async () => 1)).to.be.instanceOf(Bluebird);
   });
 });
