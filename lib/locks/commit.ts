@@ -66,10 +66,14 @@ export function commit<T = undefined, TSchema extends Document = Document>(updat
   return new CommitRequest(update, value as T, options === undefined ? {} : commitOptionsOf(options));
 }
 
+/** MongoDB's update operators: a plain object whose keys are all among them is an update document. */
+const UPDATE_OPERATORS: ReadonlySet<string> = new Set(['$set', '$unset', '$inc', '$mul', '$min', '$max', '$rename', '$currentDate', '$setOnInsert', '$push', '$pull', '$pullAll', '$addToSet', '$pop', '$bit']);
+
 /**
  * A body's result that is an update document (a plain object whose keys are all update operators,
  * `{ $set: … }`), or an array of them: `commit()` or `commitAll()` forgotten around it. Returned
- * as is, it would be the call's value and nothing would be written; it is refused instead.
+ * as is, it would be the call's value and nothing would be written; it is refused instead. (A
+ * filter such as `{ $or: … }` or a pipeline `[{ $match: … }]` is a value like any other.)
  */
 export function isBareUpdate(result: unknown): boolean {
   if (Array.isArray(result)) return result.length > 0 && result.every((each) => isBareUpdate(each));
@@ -77,7 +81,7 @@ export function isBareUpdate(result: unknown): boolean {
   const prototype = Object.getPrototypeOf(result) as unknown;
   if (prototype !== Object.prototype && prototype !== null) return false;
   const keys = Object.keys(result);
-  return keys.length > 0 && keys.every((key) => key.startsWith('$'));
+  return keys.length > 0 && keys.every((key) => UPDATE_OPERATORS.has(key));
 }
 
 /** `options` of {@link commit}, validated. */

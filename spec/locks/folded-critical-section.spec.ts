@@ -159,6 +159,8 @@ describe('the critical section folded into the lock\'s own writes', () => {
     expect({ balance: doc?.balance, held: doc?.lock?.tags?.write?.length }, 'nothing written, the lock released').to.deep.equal({ balance: 100, held: 0 });
     const plain = await accounts.using({ _id: 1 }, {}, () => ({ status: 'ok', $note: 'a value with a plain key is a value' }));
     expect(plain, 'a returned object with a plain key is the value').to.deep.equal({ status: 'ok', $note: 'a value with a plain key is a value' });
+    const filter = await accounts.using({ _id: 1 }, {}, () => ({ $or: [{ status: 'open' }, { status: 'held' }] }));
+    expect(filter, 'a returned filter (operators that are not update operators) is the value').to.deep.equal({ $or: [{ status: 'open' }, { status: 'held' }] });
   });
 
   it('hapi: the handler gets the document and returns commit(update, value): applied before the answer, in two commands', async () => {
