@@ -18,9 +18,9 @@ export const isAcquisition = (method: string, args: readonly unknown[]): boolean
 /** A hand-over: an acquisition that requires the holder's entry (`{ id }`) to be there. */
 export const isHandOver = isHandOverCall;
 
-/** An extension: it sets its own entry's expiry. */
+/** An extension: it sets its own entry's expiry (not a fair ticket's: {@link isTicketRenewal}). */
 export const isExtension = (method: string, args: readonly unknown[]): boolean =>
-  method === 'findOneAndUpdate' && Object.keys(updateOf(args).$set ?? {}).some((path) => path.endsWith('.$[mine].exp'));
+  method === 'findOneAndUpdate' && !isTicketRenewal(method, args) && Object.keys(updateOf(args).$set ?? {}).some((path) => path.endsWith('.$[mine].exp'));
 
 /** A commit: a release that leaves its record. */
 export const isCommit = (method: string, args: readonly unknown[]): boolean => method === 'updateOne' && updateOf(args).$push?.['lock.committed'] !== undefined;
