@@ -3,4 +3,6 @@
  * @module monglock/hapi
  */
 export { monglockPlugin, lockOf } from './integrations/hapi/plugin';
+export { lockPayload } from './integrations/hapi/lock-payload';
+export type { LockPayload } from './integrations/hapi/lock-payload';
 export type { MonglockPluginOptions, RequestLock, RouteLock, RouteLockOptions, RouteLockSettings } from './integrations/hapi/plugin';

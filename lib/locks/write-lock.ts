@@ -125,15 +125,21 @@ export function writeLock<TSchema extends Document = Document, P extends Promise
     reportsReacquired: true,
   });
 
-  /** The proof in `params`, and the caller's filter (validated). */
+  /**
+   * The proof in `params`, and the caller's filter (validated). A proof key that is given must be
+   * a proof: only leaving both out asks for v2's forced release (a `{ lock: undefined }` from a
+   * payload without the lock, or a guessable number as `lock`, is refused).
+   */
   const proofOf = (filter: unknown, params: unknown, known: typeof RELEASE): { lock?: LockData; timestamp?: number; target: Document } => {
     const target = expectFilter('filter', filter);
     const p = readParams('params', params, known);
-    const given = p.lock ?? p.timestamp;
-    if (given === undefined) return { target };
-    if (typeof given === 'object') {
-      return { lock: core.lockData(p.lock === undefined ? 'params.timestamp' : 'params.lock', given), target };
-    }
+    const byLock = Object.hasOwn(p, 'lock');
+    const byTimestamp = Object.hasOwn(p, 'timestamp');
+    if (byLock && byTimestamp) throw new TypeError('Expected one proof, `params.lock` or `params.timestamp`, not both');
+    if (byLock) return { lock: core.lockData('params.lock', p.lock), target };
+    if (!byTimestamp) return { target };
+    const given = p.timestamp;
+    if (typeof given === 'object' && given !== null) return { lock: core.lockData('params.timestamp', given), target };
     return { timestamp: expectTimestamp('params.timestamp', given), target };
   };
 

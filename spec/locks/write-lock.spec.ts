@@ -137,6 +137,31 @@ describe('writeLock', () => {
       expect((await rejectionOf(lock.release({ _id: 1 }, { lock: holder }))).subtype).to.equal('LockWasReacquired');
     });
 
+    it('a proof key that is given must be a proof: null, undefined, a number as `lock` or two proofs are refused before anything is written', async () => {
+      const collection = await freshCollection([{ _id: 1 }]);
+      const lock = writeLock({ collection });
+      const holder = await lock.acquire({ _id: 1 });
+      const bad: Array<Record<string, unknown>> = [
+        { lock: undefined },
+        { lock: null },
+        { lock: holder.timestamp }, // a guessable ms where a 128-bit bearer token belongs
+        { timestamp: undefined },
+        { timestamp: null },
+        { lock: holder, timestamp: holder.timestamp },
+      ];
+      for (const params of bad) {
+        for (const call of [() => lock.release({ _id: 1 }, params as never), () => lock.extend({ _id: 1 }, params as never)]) {
+          const error = await rejectionOf(call());
+          expect(error, `${JSON.stringify(params)} is refused`).to.be.instanceOf(TypeError);
+          expect(error.message, 'the message names the proof').to.match(/params\.(lock|timestamp)/);
+        }
+      }
+      const stored = (await collection.findOne({ _id: 1 as never }))?.lock.tags.write as Array<{ id: string; exp: Date }>;
+      expect(stored.map((entry) => entry.id), 'the holder still holds its lock').to.deep.equal([holder.id]);
+      expect(stored[0]?.exp.getTime(), 'and its lease was not extended').to.equal(holder.expiresAt);
+      await lock.release({ _id: 1 }, { lock: holder });
+    });
+
     it('releases an expired lock that nobody took over, as monglock v2 did', async () => {
       const collection = await freshCollection([{ _id: 1 }]);
       const lock = writeLock({ collection, locktimeout: 50 });

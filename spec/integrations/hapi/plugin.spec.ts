@@ -3,7 +3,7 @@ import * as Boom from '@hapi/boom';
 import Hapi from '@hapi/hapi';
 import { expect } from 'chai';
 import { multiLock, semaphore, writeLock, type LockData } from '../../../lib';
-import { lockOf } from '../../../lib/hapi';
+import { lockOf, lockPayload } from '../../../lib/hapi';
 import { freshCollection, sleep } from '../../support/fixture';
 import { heldIds, makeServer, released, send, stopServers } from '../../support/hapi-server';
 import { gate } from '../../support/lock-commands';
@@ -279,6 +279,48 @@ describe('hapi plugin', () => {
     expect(JSON.parse(extended.payload).expiresAt).to.be.greaterThan(handle.expiresAt);
     expect((await server.inject({ method: 'POST', url: '/docs/doc/checkin', payload: { lock: handle } })).result).to.equal('released');
     expect((await server.inject({ method: 'POST', url: '/docs/doc/checkin', payload: { lock: handle } })).statusCode).to.equal(409);
+  });
+
+  it('checkin and extend routes validated by lockPayload answer 400 to a payload without the checkout\'s JSON, and the checkout stays held', async () => {
+    const collection = await freshCollection([{ _id: 'doc' }]);
+    const lock = writeLock({ collection, locktimeout: 5_000, boom: Boom });
+    const other = multiLock({ collection, locktimeouts: { read: 5_000 } });
+    const server = await makeServer((s) => {
+      s.route({
+        method: 'POST',
+        path: '/docs/{id}/checkout',
+        options: { plugins: { monglock: { lock, mode: 'checkout', filter: (r: Hapi.Request) => ({ _id: r.params.id }) } }, handler: (r) => lockOf(r).lock },
+      });
+      for (const action of ['extend', 'checkin'] as const) {
+        s.route({
+          method: 'POST',
+          path: `/docs/{id}/${action}`,
+          options: {
+            validate: { payload: lockPayload(lock) },
+            handler: async (r) => {
+              const params = { lock: (r.payload as { lock: LockData }).lock };
+              return action === 'extend' ? lock.extend({ _id: r.params.id }, params) : (await lock.release({ _id: r.params.id }, params), 'released');
+            },
+          },
+        });
+      }
+    });
+    const handle = JSON.parse((await server.inject({ method: 'POST', url: '/docs/doc/checkout' })).payload) as LockData;
+    const forged: Array<string | object | undefined> = [undefined, {}, { lock: null }, { lock: handle.timestamp }, { lock: { ...handle, id: 7 } }, { lock: { ...handle, tag: 'read' } }, 'lock'];
+    for (const action of ['extend', 'checkin']) {
+      for (const payload of forged) {
+        const response = await server.inject({ method: 'POST', url: `/docs/doc/${action}`, ...(payload !== undefined && { payload }) });
+        expect(response.statusCode, `${action} with ${JSON.stringify(payload)}`).to.equal(400);
+      }
+      const guessed = await server.inject({ method: 'POST', url: `/docs/doc/${action}`, payload: { lock: { ...handle, id: 'f'.repeat(32) } } });
+      expect(guessed.statusCode, `${action} with a well-formed id of no lock`).to.equal(409);
+    }
+    const stored = (await collection.findOne({ _id: 'doc' as never }))?.lock.tags.write as Array<{ id: string; exp: Date }>;
+    expect(stored.map((entry) => entry.id), 'the checkout is still held').to.deep.equal([handle.id]);
+    expect(stored[0]?.exp.getTime(), 'and was not extended').to.equal(handle.expiresAt);
+    expect((await server.inject({ method: 'POST', url: '/docs/doc/checkin', payload: { lock: handle, note: 'kept' } })).result).to.equal('released');
+    expect(() => lockPayload({ acquire: () => undefined }), 'a lock this package did not make').to.throw(TypeError, /lockPayload/);
+    expect(lockPayload(other)({ lock: { ...handle, tag: 'read' } }).lock.tag, 'a multiLock checks its own tags').to.equal('read');
   });
 
   it('a misconfigured route fails server.initialize(), not its first request', async () => {
