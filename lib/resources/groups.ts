@@ -113,7 +113,7 @@ export async function purge(site: ResourceSite): Promise<PurgeOutcome> {
   return withDbErrors(call.boom, () => purgeExpired(site.store, site.paths, new Date(Math.min(site.clock.stamp(), reply.value.getTime())), call));
 }
 
-/** Runs {@link purge} every `intervalMs`. */
+/** Runs {@link purge} every `intervalMs`, one run at a time ({@link repeatPurge}). */
 export function purgeEvery(site: ResourceSite, intervalMs: unknown, onError: unknown): { stop(): Promise<void> } {
   const every = expectMs('intervalMs', intervalMs);
   const report = onError === undefined ? () => undefined : expectFunction<(error: unknown) => void>('onError', onError);

@@ -21,17 +21,41 @@ export async function purgeExpired(store: ResourceStore, paths: LockPaths, serve
   return { documentsPruned, documentsDeleted };
 }
 
-/** Runs `purge` every `intervalMs` (one at a time); `stop()` ends it and waits for a run in flight. */
+/**
+ * Runs `purge` every `intervalMs`, one run at a time: a tick that finds a run in flight is skipped
+ * (a purge slower than the interval never builds a backlog). `stop()` starts no further run and
+ * resolves once the run in flight, if any, has ended.
+ */
 export function repeatPurge(purge: () => Promise<unknown>, intervalMs: number, report: (error: unknown) => void): { stop(): Promise<void> } {
-  let running: Promise<unknown> = Promise.resolve();
+  let inFlight: Promise<void> | undefined;
+  let stopped = false;
+  const run = async (): Promise<void> => {
+    try {
+      await purge();
+    } catch (error) {
+      reportSafely(report, error);
+    } finally {
+      inFlight = undefined;
+    }
+  };
   const timer = setInterval(() => {
-    running = running.then(purge).catch(report);
+    if (!stopped && inFlight === undefined) inFlight = run();
   }, intervalMs);
   timer.unref();
   return {
     stop: async () => {
+      stopped = true;
       clearInterval(timer);
-      await running;
+      await inFlight;
     },
   };
+}
+
+/** Tells `report` of a failed run; an error `report` itself throws is dropped, never left to crash the process as an unhandled rejection. */
+function reportSafely(report: (error: unknown) => void, error: unknown): void {
+  try {
+    report(error);
+  } catch {
+    // the caller's handler failed: nobody is left to tell
+  }
 }

@@ -49,7 +49,10 @@ export interface ResourceLocks<P = undefined> {
   status(filter?: StatusFilter): PromiseOf<P, LockStatus[]>;
   /** Removes expired locks and deletes resource documents that hold none. */
   purge(): PromiseOf<P, { documentsPruned: number; documentsDeleted: number }>;
-  /** Runs `purge` every `intervalMs`; `stop()` ends it and waits for a run in flight. */
+  /**
+   * Runs `purge` every `intervalMs`, one run at a time (a tick while one runs is skipped); `stop()`
+   * starts no further run and waits for the run in flight. An error thrown by `onError` is dropped.
+   */
   purgeEvery(intervalMs: number, onError?: (error: unknown) => void): { stop(): Promise<void> };
   /** Scoped lock: acquires (exclusive, or shared with `shared: true`), renews while `body` runs, aborts its signal if lost, releases. */
   using<T>(resource: string, lockId: string, params: ResourceUsingParams, body: UsingBody<T, ResourceLockHandle<P>>): PromiseOf<P, T>;
