@@ -1,5 +1,6 @@
 import type { Document } from 'mongodb';
-import { lockError, withDbErrors } from '../common/errors';
+import { isLockError, lockError, withDbErrors, type BoomLike } from '../common/errors';
+import { classifyWriteFailure, describeWriteFailure } from '../engine/write-failures';
 import { type ResolvedCallOptions } from '../common/options';
 import { expectFunction, expectMs } from '../common/validation';
 import type { LockEngine } from '../engine/lock-engine';
@@ -62,7 +63,10 @@ export async function unlock(site: ResourceSite, lockId: unknown): Promise<LockS
   return released.flat().sort((a, b) => b.createdAt.getTime() - a.createdAt.getTime());
 }
 
-/** Renews every lock of `lockId` to `ttl` ms; all or `LockNotFound` naming the lost ones. */
+/**
+ * Renews every lock of `lockId` to `ttl` ms; all, or a rejection naming what failed
+ * ({@link renewalFailure}: `LockNotFound` for a lost lock, `DbError` for an unknown outcome).
+ */
 export async function renew(site: ResourceSite, lockId: unknown, ttl: unknown): Promise<LockStatus[]> {
   const group = expectLockId('lockId', lockId);
   const lease = expectMs('ttl', ttl);
@@ -86,10 +90,8 @@ export async function renew(site: ResourceSite, lockId: unknown, ttl: unknown): 
       if (handle) Handle.updateExpiry(handle, extensionOf(renewed));
     }),
   );
-  const lost = outcomes.flatMap((outcome, i) => (outcome.status === 'rejected' ? [`${String(held[i]!.doc._id)} (${held[i]!.tag})`] : []));
-  if (lost.length > 0) {
-    throw lockError('LockNotFound', call.boom, { detail: `lockId ${group} lost locks while renewing: ${lost.join(', ')}`, data: { lockId: group, lost } });
-  }
+  const failures = outcomes.flatMap((outcome, i) => (outcome.status === 'rejected' ? [{ what: `${String(held[i]!.doc._id)} (${held[i]!.tag})`, error: outcome.reason as unknown }] : []));
+  if (failures.length > 0) throw renewalFailure(group, failures, call.boom);
   return status(site, { lockId: group });
 }
 
@@ -118,6 +120,30 @@ export function purgeEvery(site: ResourceSite, intervalMs: unknown, onError: unk
   const every = expectMs('intervalMs', intervalMs);
   const report = onError === undefined ? () => undefined : expectFunction<(error: unknown) => void>('onError', onError);
   return repeatPurge(() => purge(site), every, report);
+}
+
+/**
+ * The rejection of a renewal of which some locks failed. A lock refused as gone (`LockNotFound`,
+ * `RessourceNotFound`) makes it `LockNotFound`, naming them in `data.lost`. Otherwise it is
+ * `DbError`, never a lost lock: `data.unknown` names the renewals that may have landed (a lost
+ * reply, as a handle's `extend()` reports it), `data.failed` those that surely wrote nothing.
+ */
+function renewalFailure(group: string, failures: Array<{ what: string; error: unknown }>, boom: BoomLike | undefined): Error {
+  const outcomes = failures.map(({ what, error }) => {
+    if (isLockError(error) && error.subtype !== 'DbError') return { what, error, outcome: 'lost' as const };
+    const failure = classifyWriteFailure(isLockError(error) ? (error as Error).cause : error);
+    return { what, error, outcome: failure === 'unknown' ? ('unknown' as const) : ('failed' as const), why: describeWriteFailure(failure, 'renewal') };
+  });
+  const named = (outcome: string): string[] => outcomes.filter((o) => o.outcome === outcome).map((o) => o.what);
+  const data = { lockId: group, lost: named('lost'), unknown: named('unknown'), failed: named('failed') };
+  const dbFailures = outcomes.filter((o) => o.outcome !== 'lost');
+  const cause = dbFailures[0]?.error;
+  const explained = dbFailures.map((o) => `${o.what}: ${o.error instanceof Error ? o.error.message : String(o.error)} (${o.why})`).join('; ');
+  if (data.lost.length > 0) {
+    const also = explained ? `; and failed: ${explained}` : '';
+    return lockError('LockNotFound', boom, { detail: `lockId ${group} lost locks while renewing: ${data.lost.join(', ')}${also}`, data, cause });
+  }
+  return lockError('DbError', boom, { detail: `lockId ${group}: renewing failed for ${explained}`, data, cause });
 }
 
 function groupFilter(site: ResourceSite, group: string): Document {

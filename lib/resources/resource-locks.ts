@@ -43,7 +43,11 @@ export interface ResourceLocks<P = undefined> {
   slock(resource: string, lockId: string, params?: ResourceLockParams, maxConcurrent?: number): PromiseOf<P, ResourceLockHandle<P>>;
   /** Releases every lock of the group `lockId`, on every resource; resolves what it released, newest first. */
   unlock(lockId: string): PromiseOf<P, LockStatus[]>;
-  /** Renews every lock of the group to `ttl` ms from the server's now; rejects `LockNotFound` naming any missing or expired one. */
+  /**
+   * Renews every lock of the group to `ttl` ms from the server's now; rejects `LockNotFound` naming
+   * any missing or expired one, and `DbError` when a renewal failed without the lock being gone
+   * (`err.data.unknown`: a lost reply, the renewal may have landed, as with a handle's `extend()`).
+   */
   renew(lockId: string, ttl: number): PromiseOf<P, LockStatus[]>;
   /** The locks held (unexpired by the server's clock), filtered. */
   status(filter?: StatusFilter): PromiseOf<P, LockStatus[]>;
