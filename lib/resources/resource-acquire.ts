@@ -12,7 +12,7 @@ import { linkSignals, readWaitParams, retryWithin } from '../waiting/wait-option
 import { ResourceHandle, type ResourceLockType } from './handle';
 import type { ResourceSite } from './groups';
 
-/** How many times one attempt re-creates a resource document that was purged under it. */
+/** How many times one attempt re-creates a resource document that was purged under it (with `wait`, further attempts create it again). */
 const CREATE_ROUNDS = 3;
 
 /** What an xlock/slock call needs from the resource-lock client. */
@@ -64,7 +64,8 @@ export async function lockResource(
       (error) => {
         const held = isLockError(error, 'LockAlreadyTaken');
         if (held && waiting.wait > 0 && cancellation?.unsupported) site.warnUncancellable(waiting.wait);
-        return held;
+        // Purged under each of the attempt's creations (purges of other processes): created again while the wait lasts.
+        return held || isLockError(error, 'RessourceNotFound');
       },
       () => site.clock.local(),
     );

@@ -37,7 +37,7 @@ export interface ResourceUsingParams extends ResourceLockParams, HoldParams {
 export interface ResourceLocks<P = undefined> {
   /** Creates lookup indexes by lock id, owner and expiry, and the TTL index on `gcAt` (resources are keyed by `_id`, unique without it). */
   createIndexes(): PromiseOf<P, string[]>;
-  /** Exclusive lock on `resource` for the group `lockId`; creates the resource document on first use. */
+  /** Exclusive lock on `resource` for the group `lockId`; creates the resource document on first use (again, within `wait`, if purged meanwhile). */
   xlock(resource: string, lockId: string, params?: ResourceLockParams): PromiseOf<P, ResourceLockHandle<P>>;
   /** Shared lock: at most `maxConcurrent` shared holders (negative: unlimited), one per lock id. */
   slock(resource: string, lockId: string, params?: ResourceLockParams, maxConcurrent?: number): PromiseOf<P, ResourceLockHandle<P>>;
