@@ -16,6 +16,7 @@ import { createIndexes, purge, purgeEvery, renew, status, unlock } from './group
 import { lockResource, type ResourceAcquireSite } from './resource-acquire';
 import { gcDateOf, renewalExtra } from '../protocol/resource-document';
 import { ResourceStore } from './resource-store';
+import { KnownResources } from './known-resources';
 import { holdWhile, type UsingBody } from '../locks/scoped-hold';
 import { DEFAULT_MAX_HOLD } from '../locks/lease-keeper';
 import { ServerClock } from '../protocol/server-clock';
@@ -38,8 +39,8 @@ export class ResourceLockClient implements HandleOwner, ResourceAcquireSite {
   private readonly PromiseLib: PromiseLibrary | undefined;
   readonly warnUncancellable = uncancellableWaitWarning();
   readonly gcAfter: number;
-  /** Resources this client has seen exist: locked directly, without the creating upsert. */
-  readonly known = new Set<string>();
+  /** Resources this client has seen exist (the last it used): locked directly, without the creating upsert. */
+  readonly known = new KnownResources();
   /** Handles kept alive by `using()`, by lock id: `renew` tells them their new expiry. */
   readonly kept = new Map<string, ResourceHandle>();
 

@@ -11,6 +11,7 @@ import { acquisitionExtra, createResourceOperation, gcDateOf, sharedConditions, 
 import { linkSignals, readWaitParams, retryWithin } from '../waiting/wait-options';
 import { ResourceHandle, type ResourceLockType } from './handle';
 import type { ResourceSite } from './groups';
+import type { KnownResources } from './known-resources';
 
 /** How many times one attempt re-creates a resource document that was purged under it (with `wait`, further attempts create it again). */
 const CREATE_ROUNDS = 3;
@@ -19,8 +20,8 @@ const CREATE_ROUNDS = 3;
 export interface ResourceAcquireSite extends ResourceSite, HandleOwner {
   /** ms after its last lease ends that an abandoned resource document may be deleted. */
   readonly gcAfter: number;
-  /** Resources this client has seen exist: locked directly, without the creating upsert. */
-  readonly known: Set<string>;
+  /** Resources this client has seen exist (the last it used): locked directly, without the creating upsert. */
+  readonly known: KnownResources;
   readParams(params: unknown): { p: Record<string, unknown>; call: ResolvedCallOptions; details: LockDetails };
   warnUncancellable(wait: number): void;
   releaseWritten(written: Acquired, call: ResolvedCallOptions): Promise<void>;
