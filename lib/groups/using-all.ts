@@ -2,7 +2,7 @@ import { isLockError } from '../common/errors';
 import { knownKeys } from '../common/known-keys';
 import { readParams, type HoldParams } from '../common/options';
 import { expectFunction, expectMaxHold } from '../common/validation';
-import { CommitRequest, isBareUpdate } from '../locks/commit';
+import { CommitRequest, FOREIGN_COMMIT, isBareUpdate, isForeignCommit } from '../locks/commit';
 import { DEFAULT_MAX_HOLD } from '../locks/lease-keeper';
 import type { LockHandle } from '../locks/lock-handle';
 import { ACQUIRE_ALL_KEYS, acquireGroup, GROUP_MISPLACED, type AcquireAllParams } from './acquire-all';
@@ -84,6 +84,10 @@ async function holdGroup<T>(group: HandleGroup, outer: AbortSignal | undefined, 
   if (isBareUpdate(result)) {
     await end();
     throw new TypeError('Expected a `usingAll()` body to return `commitAll([update, …], value)` to write its updates, got update documents (`{ $set: … }`) alone: nothing was written, and every lock was released');
+  }
+  if (isForeignCommit(result)) {
+    await end();
+    throw new TypeError(`Expected a \`usingAll()\` body to return this copy's \`commitAll([update, …], value)\`, got ${FOREIGN_COMMIT}: nothing was written, and every lock was released`);
   }
   // A document the body deleted is no failure (as with `using()`); any other member's is.
   await endMembers(members, ending, (error) => isLockError(error, 'RessourceNotFound'));

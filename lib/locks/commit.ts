@@ -21,6 +21,9 @@ export interface Commit<T = undefined, TSchema extends Document = Document> {
 /** How a commit's update applies, and the transaction it joins: see {@link WriteOptions}. */
 export type CommitOptions<TSchema extends Document = Document> = WriteOptions<TSchema>;
 
+/** Marks what `commit()` and `commitAll()` return in every copy of this package (`instanceof` tells only this copy's). */
+const COMMIT_BRAND = Symbol.for('monglock.commit');
+
 /** The class behind {@link Commit}. */
 export class CommitRequest<T, TSchema extends Document> implements Commit<T, TSchema> {
   constructor(
@@ -28,6 +31,10 @@ export class CommitRequest<T, TSchema extends Document> implements Commit<T, TSc
     readonly value: T,
     readonly options: CommitOptions<TSchema> = {},
   ) {}
+
+  get [COMMIT_BRAND](): true {
+    return true;
+  }
 }
 
 /** `value instanceof Commit` is true for what {@link commit} returns. */
@@ -45,7 +52,23 @@ export class CommitAllRequest<T> {
     readonly updates: ReadonlyArray<Document | null | undefined>,
     readonly value: T,
   ) {}
+
+  get [COMMIT_BRAND](): true {
+    return true;
+  }
 }
+
+/**
+ * True for a `commit()` or `commitAll()` of another copy of this package (two versions in
+ * node_modules): this copy cannot apply it, and returned as a value it would write nothing.
+ */
+export function isForeignCommit(result: unknown): boolean {
+  if (typeof result !== 'object' || result === null || result instanceof CommitRequest || result instanceof CommitAllRequest) return false;
+  return (result as { [COMMIT_BRAND]?: unknown })[COMMIT_BRAND] === true;
+}
+
+/** Why a commit of another copy of this package is refused. */
+export const FOREIGN_COMMIT = 'a commit() or commitAll() made by another copy of monglock (two copies are installed: `npm ls monglock`, then deduplicate them) cannot be applied by this one';
 
 /**
  * Ends a critical section with `update` (update operators on the locked document, never its lock

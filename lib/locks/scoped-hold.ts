@@ -1,5 +1,5 @@
 import type { Document } from 'mongodb';
-import { CommitAllRequest, CommitRequest, isBareUpdate, type Commit } from './commit';
+import { CommitAllRequest, CommitRequest, FOREIGN_COMMIT, isBareUpdate, isForeignCommit, type Commit } from './commit';
 import type { BoomLike } from '../common/errors';
 import { isLockError } from '../common/errors';
 import { keptLease, LeaseKeeper } from './lease-keeper';
@@ -104,6 +104,10 @@ export async function holdWhile<T, H extends Handle>(handle: H, settings: HoldSe
   if (isBareUpdate(result)) {
     await finish().catch(() => undefined);
     throw new TypeError('Expected a `using()` body to return `commit(update, value)` to write `update`, got an update document (`{ $set: … }`) alone: nothing was written, and the lock was released');
+  }
+  if (isForeignCommit(result)) {
+    await finish().catch(() => undefined);
+    throw new TypeError(`Expected a \`using()\` body to return this copy's \`commit(update, value)\`, got ${FOREIGN_COMMIT}: nothing was written, and the lock was released`);
   }
   await finish().catch((error: unknown) => {
     if (!isLockError(error, 'RessourceNotFound')) throw error;

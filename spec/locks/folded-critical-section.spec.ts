@@ -6,6 +6,7 @@ import { lockOf } from '../../lib/hapi';
 import { delayedCollection } from '../../stress/delayed-collection';
 import { commandsSentBy, freshCollection, newClient, rejectionOf, sleep } from '../support/fixture';
 import { makeServer, stopServers } from '../support/hapi-server';
+import { secondCopyOfCommit } from '../support/second-copy';
 
 describe('the critical section folded into the lock\'s own writes', () => {
   afterEach(stopServers);
@@ -161,6 +162,19 @@ describe('the critical section folded into the lock\'s own writes', () => {
     expect(plain, 'a returned object with a plain key is the value').to.deep.equal({ status: 'ok', $note: 'a value with a plain key is a value' });
     const filter = await accounts.using({ _id: 1 }, {}, () => ({ $or: [{ status: 'open' }, { status: 'held' }] }));
     expect(filter, 'a returned filter (operators that are not update operators) is the value').to.deep.equal({ $or: [{ status: 'open' }, { status: 'held' }] });
+  });
+
+  it('using() whose body returns a commit() of another copy of monglock is refused: TypeError, nothing written, the lock released', async () => {
+    const collection = await freshCollection([{ _id: 1, balance: 100 }]);
+    const accounts = writeLock({ collection, locktimeout: 60_000 });
+    const OtherCopy = secondCopyOfCommit();
+    const outcome = await accounts.using({ _id: 1 }, {}, () => new OtherCopy<string, Document>({ $set: { balance: 50 } }, 'paid')).then(
+      (value) => `resolved ${JSON.stringify(value)}`,
+      (error: Error) => `${error.name}: ${error.message}`,
+    );
+    const doc = await collection.findOne({ _id: 1 as never });
+    expect(outcome, 'the call names the second copy').to.match(/^TypeError: .*another copy of monglock.*nothing was written, and the lock was released/);
+    expect({ balance: doc?.balance, held: doc?.lock?.tags?.write?.length }, 'nothing written, the lock released').to.deep.equal({ balance: 100, held: 0 });
   });
 
   it('hapi: the handler gets the document and returns commit(update, value): applied before the answer, in two commands', async () => {

@@ -1,10 +1,9 @@
 import { Readable } from 'node:stream';
-import type { Document } from 'mongodb';
 import type { Request, RequestRoute, ResponseToolkit } from '@hapi/hapi';
-import { CommitRequest } from '../../locks/commit';
 import type { BoomLike } from '../../common/errors';
-import { CommitAllRequest } from '../../groups/commit-all';
 import type { Held } from './held';
+import { routeCommitOf, type RouteCommit } from './route-commit';
+import { carriesLock, delivered } from './answer-kind';
 import { releasingBody, type SentResponse } from './streamed-body';
 
 /** A route method as hapi calls it: a pre method, a pre's failAction (with the error as third argument) or the handler. */
@@ -41,7 +40,12 @@ interface Tracked {
   released: boolean;
   /** The release under way, for an answer that must not go out before it is done. */
   releasing?: Promise<void>;
+  /** The handler's commit and the answer it makes once applied; `sent` once its first write went out. */
+  commit?: { readonly answer: Promise<unknown>; sent: boolean };
 }
+
+/** What the answer must become: the outcome of a commit that was on its way when hapi answered. */
+export type Answer = { readonly value: unknown } | { readonly error: unknown };
 
 /** How the hapi plugin follows a request from its onPreHandler to the end of its handler. */
 export interface RequestTracking {
@@ -63,9 +67,10 @@ export interface RequestTracking {
    * lock is released if no route code runs any more, so the client cannot have the answer before
    * the lock is free. A stream body is read under the lock and releases it before the last byte
    * its client gets goes out; while route code still runs (a server timeout), it resolves at
-   * once and that code's end releases.
+   * once and that code's end releases, except for a handler's commit whose write went out: the
+   * answer then follows its outcome (resolved here).
    */
-  answering(request: Request): Promise<void>;
+  answering(request: Request): Promise<Answer | undefined>;
   /** The response has gone out, or the client is gone (the server's `response` event). */
   responded(request: Request): void;
   /** Wraps a locked route's handler (once per route: hapi reads `route.settings.handler` on each request). */
@@ -116,22 +121,28 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
    * A handler that returned `commit(update, value)`: its update is applied by the release, before
    * hapi answers `value`; if it cannot be (the lock was lost), the request answers that error.
    */
-  const commitFor = async (state: Tracked, result: CommitRequest<unknown, Document> | CommitAllRequest<unknown>): Promise<unknown> => {
-    // Checked again after every await, right before the write: the answer may go out (a server
+  const commitFor = async (state: Tracked, asked: RouteCommit): Promise<unknown> => {
+    // Checked again after every await, right before each write: the answer may go out (a server
     // timeout, a client gone) or the lease end while the keeper stops.
     const refuseIfLate = (): void => {
-      // hapi already answered (a server timeout, a client gone): the client may retry, so the update
-      // must not be applied behind its back. The lock is released once nothing runs.
-      if (state.answered) throw boom.badImplementation('monglock: not committing: hapi already answered the request');
+      // hapi answered before the first write went out: the client may retry, so the update must
+      // not be applied behind its back (the lock is released once nothing runs). Once a write went
+      // out, answering() makes the answer follow the commit's outcome instead.
+      if (state.answered && !state.commit?.sent) throw boom.badImplementation('monglock: not committing: hapi already answered the request');
       // The lease was lost or maxHold released the lock: the update must not be applied.
       if (state.controller.signal.aborted) throw state.controller.signal.reason;
+      if (state.commit) state.commit.sent = true;
     };
-    refuseIfLate();
-    const held = state.held!;
-    await state.keeping?.stop();
-    await held.commit(result, refuseIfLate); // checked right before each write; on failure, settle() releases without the update
-    state.released = true;
-    return result.value;
+    const run = async (): Promise<unknown> => {
+      refuseIfLate();
+      await state.keeping?.stop();
+      await state.held!.commit(asked.request, refuseIfLate); // on failure, settle() releases without the update
+      state.released = true;
+      return asked.answer(asked.request.value);
+    };
+    const answer = run();
+    state.commit = { answer, sent: false };
+    return answer;
   };
 
   const wrap = (original: RouteMethod, what: string, where: string): RouteMethod => {
@@ -146,8 +157,8 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       state.started++;
       try {
         const result: unknown = await original.call(this, request, h, ...rest);
-        const commits = result instanceof CommitRequest || result instanceof CommitAllRequest;
-        return what === 'handler' && commits ? await commitFor(state, result) : result;
+        const asked = what === 'handler' ? routeCommitOf(result, boom) : undefined;
+        return asked ? await commitFor(state, asked) : result;
       } finally {
         state.running--;
         if (what === 'handler') state.handlerFinished = true;
@@ -230,11 +241,21 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
     },
     async answering(request) {
       const state = requests.get(request);
-      if (!state) return;
+      if (!state) return undefined;
       const response = request.response as (SentResponse & { isBoom?: boolean; variety?: string; source?: unknown }) | null;
-      if (state.checkout && !failedAnswer(request)) return; // its answer carries the lock: responded() decides
+      if (state.checkout && carriesLock(request)) return undefined; // its answer carries the lock: responded() decides
       state.answered = true;
-      if (!state.held) return state.waiting.abort(new Error('monglock: hapi answered while the request waited for its lock'));
+      const commit = state.commit;
+      if (commit?.sent && !state.handlerFinished) {
+        // hapi answered (a server timeout) while the handler's commit was on its way: the answer follows it.
+        const answer = await commit.answer.then((value) => ({ value }), (error: unknown) => ({ error }));
+        await settle(state); // not applied: released without it before the answer
+        return answer;
+      }
+      if (!state.held) {
+        state.waiting.abort(new Error('monglock: hapi answered while the request waited for its lock'));
+        return undefined;
+      }
       const sendsBody = response?.isBoom !== true && request.method !== 'head';
       if (sendsBody && response?.variety === 'stream' && response.source instanceof Readable && !state.released) {
         state.streaming = true;
@@ -244,9 +265,10 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
         };
         // Read by hapi as it sends the response: it reads the source set here.
         response.source = releasingBody(response.source, release, response);
-        return;
+        return undefined;
       }
       await settle(state);
+      return undefined;
     },
     responded(request) {
       const state = requests.get(request);
@@ -265,18 +287,6 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       if (typeof settings.handler === 'function') settings.handler = wrap(settings.handler as RouteMethod, 'handler', routeName(route));
     },
   };
-}
-
-/** True when the answer is a failure, whatever its kind: a boom, or a response with a status of 400 or more. */
-function failedAnswer(request: Request): boolean {
-  const response = request.response as { isBoom?: boolean; statusCode?: unknown } | null;
-  return response?.isBoom === true || (typeof response?.statusCode === 'number' && response.statusCode >= 400);
-}
-
-/** True when the route answered successfully and the answer went out (a checkout's lock reached its client). */
-function delivered(request: Request): boolean {
-  const statusCode = (request.response as { statusCode?: unknown } | null)?.statusCode;
-  return typeof statusCode === 'number' && !failedAnswer(request) && request.info.responded > 0;
 }
 
 /** True for an object whose own writable data property `key` is a function. */

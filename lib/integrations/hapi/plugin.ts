@@ -6,6 +6,7 @@ import type { LockGroup } from '../../groups/lock-group';
 import { heldGroup, heldLock, type Held } from './held';
 import { routeName, trackRequests } from './lifecycle';
 import { resolveRoute, type Resolved } from './route-config';
+import { isResponseObject } from './route-commit';
 import type { LockData, LockHandle } from '../../locks/lock-handle';
 import { DEFAULT_MAX_HOLD } from '../../locks/lease-keeper';
 import { describe, expectBoom, isPlainObject } from '../../common/validation';
@@ -193,8 +194,11 @@ export const monglockPlugin: NamedPlugin<MonglockPluginOptions> = {
 
     // The last step before hapi sends the answer: the client must not have it before the lock is free.
     server.ext('onPreResponse', async (request: Request, h: ResponseToolkit) => {
-      await tracking.answering(request);
-      return h.continue;
+      const answer = await tracking.answering(request);
+      if (!answer) return h.continue;
+      // A commit was on its way when hapi answered (a server timeout): the client hears its outcome.
+      if ('error' in answer) return answer.error;
+      return isResponseObject(answer.value) ? answer.value : h.response(answer.value as never);
     });
     server.events.on('response', (request: Request) => tracking.responded(request));
   },

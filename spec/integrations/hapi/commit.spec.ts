@@ -7,8 +7,10 @@ import Hapi from '@hapi/hapi';
 import { expect } from 'chai';
 import type { Collection, Document } from 'mongodb';
 import { commit, writeLock } from '../../../lib';
+import { CommitRequest } from '../../../lib/locks/commit';
 import { delayedCollection } from '../../../stress/delayed-collection';
 import { freshCollection, sleep } from '../../support/fixture';
+import { secondCopyOfCommit } from '../../support/second-copy';
 import { heldIds, makeServer, released, stopServers } from '../../support/hapi-server';
 
 const ITEMS = [
@@ -64,6 +66,71 @@ describe('hapi: a handler that returns commit()', () => {
     const balance = (await collection.findOne({ _id: 'a' as never }))?.balance;
     console.log(`      the client got ${response.statusCode}; balance ${balance}`);
     expect({ status: response.statusCode, balance }).to.deep.equal({ status: 503, balance: 100 });
+  });
+
+  it('a commit whose write is on its way when the server timeout fires: the answer follows the commit (its value, not 503)', async function () {
+    this.timeout(20_000);
+    const collection = await freshCollection([{ _id: 'a', balance: 100 }]);
+    let timedOut!: () => void;
+    const timeout = new Promise<void>((resolve) => (timedOut = resolve));
+    // The commit (the write after the acquisition) reaches the server only after hapi's timer fired (a slow network).
+    const slow = delayedCollection(collection, { request: (method, n) => (method === 'findOneAndUpdate' && n === 1 ? undefined : timeout) });
+    const server = await makeServer((s) =>
+      s.route({
+        method: 'POST',
+        path: '/accounts/{id}/debit',
+        options: {
+          timeout: { server: 2_000 },
+          plugins: { monglock: { lock: writeLock({ collection: slow, locktimeout: 10_000 }), filter: (request: Hapi.Request) => ({ _id: request.params.id }), document: true } },
+          handler: (request) => {
+            const { document } = request.plugins.monglock as unknown as { document: { balance: number } };
+            return commit({ $set: { balance: document.balance - 30 } }, { balance: document.balance - 30 });
+          },
+        },
+      }),
+    );
+    server.events.on({ name: 'request', channels: 'internal' }, (_request, event) => {
+      if (event.tags.includes('timeout')) timedOut();
+    });
+    await server.initialize();
+    const response = await server.inject({ method: 'POST', url: '/accounts/a/debit' });
+    const balance = (await collection.findOne({ _id: 'a' as never }))?.balance;
+    expect({ status: response.statusCode, result: response.result, balance }, 'the answer says what was applied').to.deep.equal({ status: 200, result: { balance: 70 }, balance: 70 });
+    expect(await heldIds(collection, 'a'), 'released with the commit').to.deep.equal([]);
+  });
+
+  it('h.response(commit(update, value)).code(201) applies the update and answers the value with its status; a commit of another copy of monglock is a 500 and writes nothing', async () => {
+    const collection = await freshCollection([{ _id: 'a', balance: 100 }]);
+    const lock = writeLock({ collection, locktimeout: 5_000 });
+    // What commit() of a second copy of monglock in node_modules returns: the same class, loaded twice.
+    const OtherCopy = secondCopyOfCommit();
+    expect(OtherCopy, 'a second copy of the class').not.to.equal(CommitRequest);
+    const server = await makeServer((s) => {
+      s.route({
+        method: 'POST',
+        path: '/accounts/{id}/created',
+        options: {
+          plugins: { monglock: { lock, filter: (request: Hapi.Request) => ({ _id: request.params.id }) } },
+          handler: (_request, h) => h.response(commit({ $inc: { balance: -30 } }, { debited: 30 })).code(201).header('x-debit', '30'),
+        },
+      });
+      s.route({
+        method: 'POST',
+        path: '/accounts/{id}/other-copy',
+        options: {
+          plugins: { monglock: { lock, filter: (request: Hapi.Request) => ({ _id: request.params.id }) } },
+          handler: () => new OtherCopy({ $inc: { balance: -1 } }, { debited: 1 }),
+        },
+      });
+    });
+    await server.initialize();
+    const created = await server.inject({ method: 'POST', url: '/accounts/a/created' });
+    expect({ status: created.statusCode, payload: JSON.parse(created.payload), header: created.headers['x-debit'] }).to.deep.equal({ status: 201, payload: { debited: 30 }, header: '30' });
+    expect((await collection.findOne({ _id: 'a' as never }))?.balance, 'the wrapped commit was applied').to.equal(70);
+    const foreign = await server.inject({ method: 'POST', url: '/accounts/a/other-copy' });
+    expect(foreign.statusCode, 'a commit this copy cannot apply').to.equal(500);
+    expect((await collection.findOne({ _id: 'a' as never }))?.balance, 'nothing written').to.equal(70);
+    await released(collection, 'a');
   });
 
   it('commit(update, value, { match }) with a positional $ update: the element match selects is updated, the value answered, the lock released', async () => {

@@ -428,4 +428,27 @@ describe('hapi checkout routes whose lock never reaches the client', () => {
     await sleep(200);
     expect(await heldIds(collection, 'e'), 'a failed checkout holds nothing').to.deep.equal([]);
   });
+
+  it('an answer without the lock JSON (HEAD on a GET checkout route, a range request, a 204) releases the lock before it goes out: the next checkout gets it', async function () {
+    this.timeout(20_000);
+    const collection = await freshCollection([{ _id: 'h' }]);
+    const lock = writeLock({ collection, locktimeout: 60_000 });
+    const server = await makeServer((s) => {
+      s.route({ method: 'GET', path: '/drafts/{id}/checkout', options: { plugins: { monglock: { lock, filter: byId, mode: 'checkout' } }, handler: (request) => lockOf(request).lock } });
+      s.route({ method: 'POST', path: '/drafts/{id}/touch', options: { plugins: { monglock: { lock, filter: byId, mode: 'checkout' } }, handler: (_request, h) => h.response().code(204) } });
+    });
+    await server.start();
+    const url = `http://127.0.0.1:${server.info.port}/drafts/h`;
+    const head = await fetch(`${url}/checkout`, { method: 'HEAD' });
+    expect({ status: head.status, body: await head.text() }, 'HEAD answered without the lock JSON').to.deep.equal({ status: 200, body: '' });
+    const ranged = await fetch(`${url}/checkout`, { headers: { range: 'bytes=0-9' } });
+    expect(ranged.status, 'a range request of the JSON').to.be.oneOf([200, 206]);
+    if (ranged.status === 206) expect((await ranged.text()).length, 'the client got part of the JSON').to.equal(10);
+    else await ranged.text();
+    const touched = await fetch(`${url}/touch`, { method: 'POST' });
+    expect(touched.status, 'a 204 checkout').to.equal(204);
+    const next = await fetch(`${url}/checkout`);
+    expect(next.status, 'a checkout right after each of them (its lock was released before the answer)').to.equal(200);
+    expect(await heldIds(collection, 'h'), 'held by the last checkout only').to.deep.equal([((await next.json()) as { id: string }).id]);
+  });
 });
