@@ -10,10 +10,12 @@ import { RESOURCE_DOCUMENTS, RESOURCE_TAGS, unlockOperation } from '../protocol/
 import type { ServerClock } from '../protocol/server-clock';
 import type { LockPaths, StoredEntry } from '../protocol/stored-format';
 import type { ResourceHandle } from './handle';
-import { expectLockId, readStatusFilter } from './params';
+import { expectLockId } from './params';
 import { purgeExpired, repeatPurge, type PurgeOutcome } from './purge';
 import type { ResourceStore } from './resource-store';
-import { statusesOf, statusMatches, statusQuery, type LockStatus } from './status';
+import { liveStatusesOf, status, type LockStatus } from './status';
+
+export { status };
 
 /** The `_id` of the document the clock is read from: an object, so never a resource's name. */
 const CLOCK_DOCUMENT = { monglock: 'clock' };
@@ -36,19 +38,21 @@ export interface ResourceSite {
  * on the whole collection: unlock, renew, status, purge, createIndexes.
  */
 
-/** The indexes resource locks use: lookups by lock id, owner and expiry, and a TTL index on `gcAt`. */
+/** The indexes resource locks use: lookups by lock id, owner and expiry, `lock.until` for status, and a TTL index on `gcAt`. */
 export async function createIndexes(site: ResourceSite): Promise<string[]> {
-  const indexes: Array<{ key: Document; name: string; expireAfterSeconds?: number }> = [];
+  const indexes: Array<{ key: Document; name: string; expireAfterSeconds?: number; partialFilterExpression?: Document }> = [];
   for (const tag of RESOURCE_TAGS) {
     for (const field of ['group', 'owner', 'exp']) {
       indexes.push({ key: { [`${site.paths.tag(tag)}.${field}`]: 1 }, name: `${tag}_${field}` });
     }
   }
+  // status reads by it; partial: only documents that ever held a lock (it implies their `$gt` on a date).
+  indexes.push({ key: { [site.paths.until]: 1 }, name: 'lock_until', partialFilterExpression: { [site.paths.until]: { $exists: true } } });
   indexes.push({ key: { gcAt: 1 }, name: 'gc_ttl', expireAfterSeconds: 0 });
   return withDbErrors(site.defaults.boom, () => site.store.createIndexes(indexes, site.defaults));
 }
 
-/** Unlocks every lock of `lockId` (a lock group); resolves them, newest first. */
+/** Unlocks every lock of `lockId` (a lock group); resolves those that were live (an expired one had ended already), newest first. */
 export async function unlock(site: ResourceSite, lockId: unknown): Promise<LockStatus[]> {
   const group = expectLockId('lockId', lockId);
   const call = site.defaults;
@@ -57,7 +61,7 @@ export async function unlock(site: ResourceSite, lockId: unknown): Promise<LockS
   const released = await Promise.all(
     docs.map(async (doc) => {
       const before = await withDbErrors(call.boom, () => site.store.updateReturningBefore(unlockOperation(site.paths, { _id: doc._id }, group), call));
-      return statusesOf(site.paths, before, now).filter((status) => status.lockId === group);
+      return liveStatusesOf(site.paths, before, now).filter((released) => released.lockId === group);
     }),
   );
   return released.flat().sort((a, b) => b.createdAt.getTime() - a.createdAt.getTime());
@@ -93,17 +97,6 @@ export async function renew(site: ResourceSite, lockId: unknown, ttl: unknown): 
   const failures = outcomes.flatMap((outcome, i) => (outcome.status === 'rejected' ? [{ what: `${String(held[i]!.doc._id)} (${held[i]!.tag})`, error: outcome.reason as unknown }] : []));
   if (failures.length > 0) throw renewalFailure(group, failures, call.boom);
   return status(site, { lockId: group });
-}
-
-/** The live locks matching `filter`, oldest first. */
-export async function status(site: ResourceSite, filter: unknown = {}): Promise<LockStatus[]> {
-  const f = readStatusFilter(filter);
-  const { docs, serverNow } = await withDbErrors(site.defaults.boom, () => site.store.readAll(statusQuery(site.paths, f), site.defaults));
-  const now = serverNow?.getTime() ?? site.clock.lower();
-  return docs
-    .flatMap((doc) => statusesOf(site.paths, doc, now, true))
-    .filter((status) => statusMatches(status, f))
-    .sort((a, b) => a.createdAt.getTime() - b.createdAt.getTime());
 }
 
 /** Removes expired locks, then deletes resource documents that hold none (see {@link purgeExpired}). */

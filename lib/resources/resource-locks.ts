@@ -35,13 +35,13 @@ export interface ResourceUsingParams extends ResourceLockParams, HoldParams {
 
 /** A client over a lock collection: named resources, exclusive and shared locks, lock groups; `P` is the `Promise` option. */
 export interface ResourceLocks<P = undefined> {
-  /** Creates lookup indexes by lock id, owner and expiry, and the TTL index on `gcAt` (resources are keyed by `_id`, unique without it). */
+  /** Creates lookup indexes by lock id, owner and expiry, the index on `lock.until` that `status` reads by, and the TTL index on `gcAt` (resources are keyed by `_id`, unique without it). */
   createIndexes(): PromiseOf<P, string[]>;
   /** Exclusive lock on `resource` for the group `lockId`; creates the resource document on first use (again, within `wait`, if purged meanwhile). */
   xlock(resource: string, lockId: string, params?: ResourceLockParams): PromiseOf<P, ResourceLockHandle<P>>;
   /** Shared lock: at most `maxConcurrent` shared holders (negative: unlimited), one per lock id. */
   slock(resource: string, lockId: string, params?: ResourceLockParams, maxConcurrent?: number): PromiseOf<P, ResourceLockHandle<P>>;
-  /** Releases every lock of the group `lockId`, on every resource; resolves what it released, newest first. */
+  /** Releases every lock of the group `lockId`, on every resource; resolves the live locks it released, newest first (an expired one it removes had ended already: not reported). */
   unlock(lockId: string): PromiseOf<P, LockStatus[]>;
   /**
    * Renews every lock of the group to `ttl` ms from the server's now; rejects `LockNotFound` naming
@@ -49,7 +49,7 @@ export interface ResourceLocks<P = undefined> {
    * (`err.data.unknown`: a lost reply, the renewal may have landed, as with a handle's `extend()`).
    */
   renew(lockId: string, ttl: number): PromiseOf<P, LockStatus[]>;
-  /** The locks held (unexpired by the server's clock), filtered. */
+  /** The locks held (unexpired by the server's clock), filtered; reads only the resource documents whose `lock.until` has not passed. */
   status(filter?: StatusFilter): PromiseOf<P, LockStatus[]>;
   /** Removes expired locks and deletes resource documents that hold none. */
   purge(): PromiseOf<P, { documentsPruned: number; documentsDeleted: number }>;

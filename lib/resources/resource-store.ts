@@ -81,7 +81,7 @@ export class ResourceStore extends Store {
   }
 
   /** Creates indexes; resolves their names. */
-  createIndexes(indexes: Array<{ key: Document; name: string; unique?: boolean; expireAfterSeconds?: number }>, call: ResolvedCallOptions): Promise<string[]> {
+  createIndexes(indexes: Array<{ key: Document; name: string; unique?: boolean; expireAfterSeconds?: number; partialFilterExpression?: Document }>, call: ResolvedCallOptions): Promise<string[]> {
     return withDeadline('createIndexes', call.timeout, () => this.collection.createIndexes(indexes, { maxTimeMS: call.timeout }));
   }
 }
