@@ -6,10 +6,10 @@ import { spawn } from 'node:child_process';
 import { resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { expect } from 'chai';
-import type { Document } from 'mongodb';
+import type { CommandSucceededEvent, Document } from 'mongodb';
 import { isLockError, multiLock, resourceLocks, semaphore, writeLock } from '../../lib';
-import { listingMatch, suggestedIndex, type ListedLock } from '../../lib/integrations/cli/lock-listing';
-import { freshCollection, mongoBackend, rejectionOf, sleep } from '../support/fixture';
+import { listingMatch, listResourceLocks, suggestedIndex, type ListedLock } from '../../lib/integrations/cli/lock-listing';
+import { DB_NAME, freshCollection, mongoBackend, newClient, rejectionOf, sleep } from '../support/fixture';
 
 const ROOT = resolve(__dirname, '..', '..');
 const CLI = ['--import', 'tsx', 'lib/cli.ts'];
@@ -176,6 +176,55 @@ describe('monglock CLI', function () {
     const released = await run(['release', ...where, '--id', 'job-42', '--yes']);
     expect(released.out).to.match(/released 1 resource lock/);
     expect(await locks.status()).to.deep.equal([]);
+  });
+
+  it('status --resources reads the resource documents whose lock.until has not passed, not every one that ever held a lock', async () => {
+    const { collectionName } = await freshCollection();
+    const client = await newClient({ monitorCommands: true });
+    const collection = client.db(DB_NAME).collection(collectionName);
+    const locks = resourceLocks({ collection });
+    for (let i = 0; i < 200; i++) await (await locks.xlock(`old-${i}`, `job-${i}`, { ttl: 1_000 })).release();
+    // Their leases ended two hours ago (the listing looks a minute back, for a cluster's other clocks).
+    await collection.updateMany({ _id: { $type: 'string' } }, { $set: { 'lock.until': new Date(Date.now() - 7_200_000) } });
+    const held = await locks.xlock('current', 'job-now', { ttl: 60_000 });
+    let documents = 0;
+    const count = (event: CommandSucceededEvent): void => {
+      const cursor = (event.reply as Document).cursor as { firstBatch?: unknown[]; nextBatch?: unknown[] } | undefined;
+      documents += (cursor?.firstBatch ?? cursor?.nextBatch ?? []).length;
+    };
+    client.on('commandSucceeded', count);
+    try {
+      const rows = await listResourceLocks(collection);
+      expect(rows.map((row) => [row.target, row.lockId]), 'the held lock is listed').to.deep.equal([['current', held.lockId]]);
+      expect(documents, 'documents shipped to list 1 held lock among 201 resources').to.be.at.most(1);
+    } finally {
+      client.off('commandSucceeded', count);
+    }
+  });
+
+  it('watch --resources shows a lock released and taken again by its lock id between two polls as released and acquired, not extended', async () => {
+    const collection = await freshCollection();
+    const locks = resourceLocks({ collection });
+    const first = await locks.xlock('nightly', 'job-3', { ttl: 60_000 });
+    const child = spawn(process.execPath, [...CLI, 'watch', '--resources', '--uri', mongoBackend().uri, '--db', collection.dbName, '--collection', collection.collectionName, '--interval', '3000'], { cwd: ROOT });
+    const lines: string[] = [];
+    createInterface({ input: child.stdout }).on('line', (line) => lines.push(line));
+    const exited = new Promise<number | null>((done) => child.once('exit', done));
+    const until = async (pattern: RegExp): Promise<void> => {
+      for (let i = 0; i < 200 && !lines.some((line) => pattern.test(line)); i++) await sleep(50);
+      expect(lines.some((line) => pattern.test(line)), `a line matching ${pattern} in:\n${lines.join('\n')}`).to.equal(true);
+    };
+    try {
+      await until(/^nightly\s+exclusive\s+held\s+job-3\s/);
+      await first.release();
+      await locks.xlock('nightly', 'job-3', { ttl: 60_000 }); // a new lock of the same id, within one polling interval
+      await until(/ [+~] nightly exclusive held job-3\b/);
+      const changes = lines.filter((line) => / [-+~] nightly /.test(line)).map((line) => line.replace(/^\S+ /, ''));
+      expect(changes, 'the first lock released, the second acquired').to.deep.equal(['- nightly exclusive held job-3', '+ nightly exclusive held job-3']);
+    } finally {
+      child.kill('SIGINT'); // also when an expectation failed: the watcher never outlives the test
+    }
+    expect(await exited).to.equal(0);
   });
 
   it('watch shows acquisitions and releases live, and stops on SIGINT', async () => {

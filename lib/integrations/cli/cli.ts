@@ -4,15 +4,14 @@
  *   monglock watch   (same options) [--interval 1000]
  *   monglock release (same options) (--id <lockId> | --doc <_id> --tag <tag>) [--yes]
  *   monglock doctor  --uri <uri> --db <db> --collection <name> [--field lock] [--filter <ejson>] [--max-clock-skew <ms>] [--json]
- * Exit codes: 0 done, 1 failed (MongoDB, nothing to release, not confirmed, a failing doctor finding), 2 usage.
+ * Exit codes: 0 done, 1 failed (MongoDB, nothing to release, not confirmed, nothing released, a failing doctor finding), 2 usage.
  */
 import { createInterface } from 'node:readline/promises';
 import { Command, CommanderError, InvalidArgumentError } from 'commander';
 import { BSON, MongoClient, type Collection, type Document } from 'mongodb';
-import { documentLocks, listDocumentLocks, listResourceLocks, suggestedIndexCommand, untilIndexOf, type ListedLock } from './lock-listing';
+import { documentLocks, listDocumentLocks, listResourceLocks, RESOURCE_FIELD, suggestedIndexCommand, untilIndexOf, type ListedLock } from './lock-listing';
 import { doctorCommand } from './doctor-command';
 import { collectionOptions } from './cli-options';
-import { resourceLocks } from '../../resources/resource-locks';
 import { LockPaths } from '../../protocol/stored-format';
 import { withdrawOperation } from '../../protocol/release';
 import { dropTicketOperation } from '../../protocol/tickets';
@@ -63,8 +62,14 @@ async function withCollection<T>(target: Target, body: (collection: Collection<D
 }
 
 function list(collection: Collection<Document>, target: Target): Promise<ListedLock[]> {
-  return target.resources ? listResourceLocks(collection) : listDocumentLocks(collection, target.field, { all: target.all });
+  return target.resources ? listResourceLocks(collection, { all: target.all }) : listDocumentLocks(collection, target.field, { all: target.all });
 }
+
+/** The field the locks are stored under: `--field`, or the one resource locks use. */
+const lockField = (target: Target): string => (target.resources ? RESOURCE_FIELD : target.field);
+
+/** Which entry a row is: one acquisition (a lock id that lets go and locks again is another entry), in one state. */
+const identity = (row: ListedLock): string => `${show(row.target)}|${row.tag}|${row.lockId}|${row.entryId ?? ''}|${row.state}`;
 
 /** `_id` as typed: JSON/EJSON (`42`, `{"$oid":"…"}`) when it parses, else the string. */
 function parseId(text: string): unknown {
@@ -104,7 +109,7 @@ function render(rows: ListedLock[], json: boolean | undefined): string {
 
 async function status(target: Target): Promise<void> {
   const rows = await withCollection(target, async (collection) => {
-    if (!target.resources && !target.all) await hintIndex(collection, target.field);
+    if (!target.all) await hintIndex(collection, lockField(target));
     return list(collection, target);
   });
   console.log(render(rows, target.json));
@@ -126,24 +131,24 @@ async function hintIndex(collection: Collection<Document>, field: string): Promi
   else if (found.kind === 'full') console.error(`hint: the index ${found.name} on ${field}.until indexes every document; a partial one (${partial}) indexes only those that ever held a lock`);
 }
 
-/** Prints what changed between two listings: `+` acquired or queued, `-` released or expired, `~` extended. */
+/** Prints what changed between two listings: `-` released or expired, `+` acquired or queued, `~` extended. */
 function changes(before: Map<string, ListedLock>, after: Map<string, ListedLock>): string[] {
   const lines: string[] = [];
   const at = new Date().toISOString();
   const describe = (row: ListedLock): string => `${show(row.target)} ${row.tag} ${row.state} ${row.lockId}${row.documentFence === null ? '' : ` doc fence ${row.documentFence}`}`;
+  for (const [key, row] of before) if (!after.has(key)) lines.push(`${at} - ${describe(row)}`);
   for (const [key, row] of after) {
     const old = before.get(key);
     if (!old) lines.push(`${at} + ${describe(row)}`);
     else if (old.expiresAt?.getTime() !== row.expiresAt?.getTime()) lines.push(`${at} ~ ${describe(row)} until ${row.expiresAt?.toISOString() ?? 'never'}`);
   }
-  for (const [key, row] of before) if (!after.has(key)) lines.push(`${at} - ${describe(row)}`);
   return lines;
 }
 
 async function watch(target: Target & { interval: number }): Promise<void> {
   await withCollection(target, async (collection) => {
-    const keyed = (rows: ListedLock[]): Map<string, ListedLock> => new Map(rows.map((row) => [`${show(row.target)}|${row.tag}|${row.lockId}|${row.state}`, row]));
-    if (!target.resources && !target.all) await hintIndex(collection, target.field);
+    const keyed = (rows: ListedLock[]): Map<string, ListedLock> => new Map(rows.map((row) => [identity(row), row]));
+    if (!target.all) await hintIndex(collection, lockField(target));
     let seen = keyed(await list(collection, target));
     console.log(render([...seen.values()], target.json));
     let stopped = false;
@@ -200,22 +205,30 @@ async function release(target: Target & { id?: string; doc?: string; tag?: strin
     if (rows.length === 0) throw new CliError(target.id !== undefined ? `no lock with id ${target.id}` : `no ${target.tag} lock on document ${target.doc}`);
     console.log(render(rows, target.json));
     if (!target.yes && !(await confirm(`Release ${rows.length === 1 ? 'this lock' : `these ${rows.length} locks`}? Their holders lose them.`))) throw new CliError('not released');
-    if (target.resources) {
-      const removed = await resourceLocks({ collection }).unlock(target.id!);
-      console.log(`released ${removed.length} resource lock(s) of id ${target.id}`);
-      return;
-    }
+    // Exactly the entries shown, each by its own id: never what their lock id holds by the time of the answer.
+    const paths = new LockPaths(lockField(target));
     let released = 0;
     for (const row of rows) {
       // A lock entry is withdrawn from its tag; a fair-mode ticket from the queue.
-      const paths = new LockPaths(target.field);
-      const { filter, update } = row.state === 'waiting' ? dropTicketOperation(paths, { _id: row.target }, row.lockId) : withdrawOperation(paths, { _id: row.target }, row.tag, row.lockId);
+      const { filter, update } = row.state === 'waiting' ? dropTicketOperation(paths, { _id: row.target }, row.lockId) : withdrawOperation(paths, { _id: row.target }, row.tag, row.entryId ?? row.lockId);
       const result = await collection.updateOne(filter, update, { writeConcern: { w: 'majority' } });
       released += result.modifiedCount;
     }
-    if (released === 0) throw new CliError('nothing released: the lock was let go meanwhile');
-    console.log(`released ${released} lock(s)`);
+    const gone = rows.length - released;
+    if (gone > 0) {
+      const since = target.id === undefined ? '' : await takenSince(collection, target, rows);
+      if (released === 0) throw new CliError(`nothing released: ${rows.length === 1 ? 'the lock shown was' : `the ${rows.length} locks shown were`} let go before the confirmation${since}`);
+      console.error(`${gone} of the ${rows.length} locks shown had been let go before the confirmation${since}`);
+    }
+    console.log(`released ${released} ${target.resources ? 'resource ' : ''}lock(s)`);
   });
+}
+
+/** What lock id `--id` holds now that was not among the `shown` rows (it took them since), as a clause of a message. */
+async function takenSince(collection: Collection<Document>, target: Target & { id?: string }, shown: ListedLock[]): Promise<string> {
+  const seen = new Set(shown.map((row) => identity(row)));
+  const since = (await list(collection, target)).filter((row) => row.lockId === target.id && !seen.has(identity(row)));
+  return since.length === 0 ? '' : `; lock id ${target.id} now holds ${since.length} lock(s) taken after the listing, left held: ${since.map((row) => `${show(row.target)} ${row.tag}`).sort().join(', ')}`;
 }
 
 /** `--interval`: a whole number of ms, at least 1 (0 would poll without pause). */

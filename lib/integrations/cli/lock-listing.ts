@@ -1,5 +1,5 @@
 import type { Collection, Document } from 'mongodb';
-import { resourceLocks } from '../../resources/resource-locks';
+import { entriesOf, RESOURCE_DOCUMENTS } from '../../resources/status';
 import { readHolds, type ReadHold } from '../../protocol/lock-reading';
 import { LockPaths, type StoredLock } from '../../protocol/stored-format';
 import { usedPermits } from '../../protocol/permits';
@@ -16,6 +16,11 @@ export interface ListedLock {
    */
   readonly state: 'held' | 'waiting' | 'upgrading' | 'expired';
   readonly lockId: string;
+  /**
+   * Resource locks: the entry's own id, one acquisition (the lock id is its group: a later lock of
+   * the group on the same resource is another entry). Document locks have none: their lock id is it.
+   */
+  readonly entryId?: string;
   readonly since: Date;
   /** null: no expiry (a resource lock without ttl). */
   readonly expiresAt: Date | null;
@@ -45,11 +50,44 @@ const CUTOFF_MARGIN_MS = 60_000;
  * `all`, every document that ever held a lock or a ticket is read (the whole index, or a
  * collection scan without it), and expired entries nobody released are listed too.
  */
-export async function listDocumentLocks(collection: Collection<Document>, field: string, options: { all?: boolean } = {}): Promise<ListedLock[]> {
-  const match = options.all ? listingMatch(field) : listingMatch(field, new Date((await serverTime(collection)).getTime() - CUTOFF_MARGIN_MS));
+export function listDocumentLocks(collection: Collection<Document>, field: string, options: { all?: boolean } = {}): Promise<ListedLock[]> {
+  const all = options.all === true;
+  return readListing(collection, field, {}, all, (doc) => locksOf(doc, field, all));
+}
+
+/** The field under which `resourceLocks()` keep a resource's locks (fixed). */
+export const RESOURCE_FIELD = 'lock';
+
+/**
+ * The locks of a resource-lock collection (`resourceLocks`), one row per entry, read as
+ * {@link listDocumentLocks} reads (by `lock.until`, judged by `$$NOW`; expired entries too with `all`).
+ */
+export function listResourceLocks(collection: Collection<Document>, options: { all?: boolean } = {}): Promise<ListedLock[]> {
+  const all = options.all === true;
+  return readListing(collection, RESOURCE_FIELD, RESOURCE_DOCUMENTS, all, (doc) =>
+    entriesOf(new LockPaths(RESOURCE_FIELD), doc, (doc.now as Date).getTime())
+      .filter((entry) => all || entry.live)
+      .map(({ status, entryId, live }) => ({
+        target: status.resource,
+        tag: status.type,
+        state: live ? 'held' : 'expired',
+        lockId: status.lockId,
+        entryId,
+        since: status.createdAt,
+        expiresAt: status.expiresAt,
+        remainingMs: status.ttl,
+        documentFence: null,
+        owner: status.owner,
+      })),
+  );
+}
+
+/** The rows `rowsOf` makes of each document of `only` that {@link listingMatch} selects, read on the primary with `now` (`$$NOW`). */
+async function readListing(collection: Collection<Document>, field: string, only: Document, all: boolean, rowsOf: (doc: Document) => ListedLock[]): Promise<ListedLock[]> {
+  const match = all ? listingMatch(field) : listingMatch(field, new Date((await serverTime(collection)).getTime() - CUTOFF_MARGIN_MS));
   const rows: ListedLock[] = [];
-  const cursor = collection.aggregate([{ $match: match }, { $project: { [field]: 1, now: '$$NOW' } }], { readPreference: 'primary' });
-  for await (const doc of cursor) rows.push(...locksOf(doc, field, options.all === true));
+  const cursor = collection.aggregate([{ $match: { ...only, ...match } }, { $project: { [field]: 1, now: '$$NOW' } }], { readPreference: 'primary' });
+  for await (const doc of cursor) rows.push(...rowsOf(doc));
   return rows;
 }
 
@@ -143,20 +181,4 @@ function holdDetails(lock: StoredLock, entry: ReadHold, now: number): Pick<Liste
 
 function listed(target: unknown, hold: ReadHold, now: number, documentFence: number | null, state: ListedLock['state']): ListedLock {
   return { target, tag: hold.tag, state, lockId: hold.id, since: hold.at, expiresAt: hold.exp, remainingMs: Math.max(0, hold.exp.getTime() - now), documentFence };
-}
-
-/** The locks of a resource-lock collection (`resourceLocks`), by resource and lock id. */
-export async function listResourceLocks(collection: Collection<Document>): Promise<ListedLock[]> {
-  const statuses = await resourceLocks({ collection }).status();
-  return statuses.map((status) => ({
-    target: status.resource,
-    tag: status.type,
-    state: 'held',
-    lockId: status.lockId,
-    since: status.createdAt,
-    expiresAt: status.expiresAt,
-    remainingMs: status.ttl,
-    documentFence: null,
-    owner: status.owner,
-  }));
 }
