@@ -7,8 +7,8 @@ import { HandleGroup, type HeldMember } from './lock-group';
 
 /** What a {@link GroupKeeper} does besides keeping the leases. */
 export interface GroupKeeping {
-  /** Runs when `maxHold` passes, before the members are released. */
-  readonly onGiveUp?: () => void;
+  /** Runs when `maxHold` passes, with the members' release (which never rejects). */
+  readonly onGiveUp?: (releasing: Promise<unknown>) => void;
   /** Builds the abort reasons (default: each lock's own `boom` option). */
   readonly boom?: BoomLike;
   /** How each member ends, by what the caller's transaction wrote of it (`usingAll()`); default: released now. */
@@ -19,7 +19,7 @@ export interface GroupKeeping {
  * Keeps every member of a group alive while a `usingAll()` body or a hapi route runs: each lease
  * is extended as `using()` extends one (each time half of it is left), and `controller` aborts as
  * soon as any member is lost, with that member's reason. After `maxHoldMs` renewal stops,
- * `controller` aborts with `MaxHoldExceeded` and every member is ended (`onGiveUp` first). A member
+ * `controller` aborts with `MaxHoldExceeded` and every member is ended (`onGiveUp` is given that release). A member
  * released in the caller's transaction is no longer kept, as `using()` does.
  */
 export class GroupKeeper {
@@ -45,9 +45,9 @@ export class GroupKeeper {
     this.#maxHoldTimer = setTimeout(() => {
       if (controller.signal.aborted) return;
       void this.stop();
-      onGiveUp();
+      const releasing = endMembers(HandleGroup.members(group), ending).catch(() => undefined);
+      onGiveUp(releasing);
       controller.abort(leaseEnded('max-hold', maxHoldMs, reasons));
-      void endMembers(HandleGroup.members(group), ending).catch(() => undefined);
     }, maxHoldMs);
   }
 

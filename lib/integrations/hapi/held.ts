@@ -23,9 +23,9 @@ export interface Held {
   commit(result: CommitRequest<unknown, Document> | CommitAllRequest<unknown>, beforeWrite: () => void): Promise<void>;
   /**
    * Keeps every lease alive while the route runs; aborts `controller` once one is lost. After
-   * `maxHoldMs` it calls `onGiveUp`, aborts with `MaxHoldExceeded` and releases everything.
+   * `maxHoldMs` it releases everything, calls `onGiveUp` with that release and aborts with `MaxHoldExceeded`.
    */
-  keep(controller: AbortController, maxHoldMs: number, onGiveUp: () => void): { stop(): Promise<void> };
+  keep(controller: AbortController, maxHoldMs: number, onGiveUp: (releasing: Promise<unknown>) => void): { stop(): Promise<void> };
 }
 
 /** A route's one lock. */
@@ -42,8 +42,9 @@ export function heldLock(lock: Handle, boom: BoomLike): Held {
     keep(controller, maxHoldMs, onGiveUp) {
       const leaseMs = Handle.lease(lock);
       const giveUp = (): Promise<void> => {
-        onGiveUp();
-        return lock.release();
+        const releasing = lock.release();
+        onGiveUp(releasing.catch(() => undefined));
+        return releasing;
       };
       const keeper = new LeaseKeeper({ ...keptLease(lock, leaseMs, boom), release: giveUp }, leaseMs, controller, maxHoldMs);
       const unwatch = Handle.watchExpiry(lock, () => keeper.replan()); // the route extends the lock itself

@@ -1,13 +1,11 @@
 import { Readable } from 'node:stream';
-import type { Request, RequestRoute, ResponseToolkit } from '@hapi/hapi';
+import type { Request, RequestRoute } from '@hapi/hapi';
 import type { BoomLike } from '../../common/errors';
 import type { Held } from './held';
 import { routeCommitOf, type RouteCommit } from './route-commit';
 import { carriesLock, delivered } from './answer-kind';
+import { prerequisiteCoverage, type RouteMethod } from './route-methods';
 import { releasingBody, type SentResponse } from './streamed-body';
-
-/** A route method as hapi calls it: a pre method, a pre's failAction (with the error as third argument) or the handler. */
-type RouteMethod = (this: unknown, request: Request, h: ResponseToolkit, ...rest: unknown[]) => unknown;
 
 /** One request of a locked route. */
 interface Tracked {
@@ -42,6 +40,9 @@ interface Tracked {
   releasing?: Promise<void>;
   /** The handler's commit and the answer it makes once applied; `sent` once its first write went out. */
   commit?: { readonly answer: Promise<unknown>; sent: boolean };
+  /** Resolves once the request is done with its lock: released, committed or handed over (`finish`). */
+  readonly ended: Promise<void>;
+  readonly finish: () => void;
 }
 
 /** What the answer must become: the outcome of a commit that was on its way when hapi answered. */
@@ -75,6 +76,12 @@ export interface RequestTracking {
   responded(request: Request): void;
   /** Wraps a locked route's handler (once per route: hapi reads `route.settings.handler` on each request). */
   coverHandler(route: RequestRoute): void;
+  /**
+   * The server stopped (onPostStop): aborts the signal of route code still running under a lock
+   * and resolves once every request is done with its lock (released, committed, handed over), or
+   * its lease has ended.
+   */
+  drain(): Promise<void>;
 }
 
 /** `POST /orders/{id}`. */
@@ -93,7 +100,13 @@ export function routeName(route: { method: string; path: string }): string {
  */
 export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknown) => void): RequestTracking {
   const requests = new WeakMap<Request, Tracked>();
-  const coverage = new WeakMap<object, boolean>();
+  /** Requests that hold a lock they are not done with. */
+  const live = new Set<Tracked>();
+  const finish = (state: Tracked): void => {
+    live.delete(state);
+    state.finish();
+  };
+  const coverPrerequisites = prerequisiteCoverage((original, what, where) => wrap(original, what, where), log);
 
   const releasable = (state: Tracked): boolean =>
     state.held !== undefined && !state.handedOver && !state.released && state.answered && !state.streaming && state.running === 0 && (!state.conservative || state.handlerFinished);
@@ -113,7 +126,9 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
     state.releasing = (async () => {
       await state.keeping?.stop();
       await held?.release();
-    })().catch((error: unknown) => log(['monglock', 'error'], error));
+    })()
+      .catch((error: unknown) => log(['monglock', 'error'], error))
+      .finally(() => finish(state));
     return state.releasing;
   };
 
@@ -138,6 +153,7 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       await state.keeping?.stop();
       await state.held!.commit(asked.request, refuseIfLate); // on failure, settle() releases without the update
       state.released = true;
+      finish(state);
       return asked.answer(asked.request.value);
     };
     const answer = run();
@@ -169,45 +185,6 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
     return Object.defineProperty(guarded, 'name', { value: original.name });
   };
 
-  /** Wraps the items hapi built from the route's `pre` (request._route._prerequisites), all or none. */
-  const wrapPrerequisites = (request: Request, declared: unknown[], where: string): boolean => {
-    const sets = (request as unknown as { _route?: { _prerequisites?: unknown } })._route?._prerequisites;
-    if (!Array.isArray(sets) || sets.length !== declared.length) return false;
-    const items: Array<{ method: RouteMethod; failAction: unknown }> = [];
-    for (const [index, set] of sets.entries()) {
-      const size = Array.isArray(declared[index]) ? (declared[index] as unknown[]).length : 1;
-      if (!Array.isArray(set) || set.length !== size) return false;
-      for (const item of set as unknown[]) {
-        const failAction = (item as { failAction?: unknown } | null)?.failAction;
-        if (!holdsFunction(item, 'method') || (typeof failAction === 'function' && !holdsFunction(item, 'failAction'))) return false;
-        items.push(item as { method: RouteMethod; failAction: unknown });
-      }
-    }
-    for (const item of items) {
-      item.method = wrap(item.method, 'pre method', where);
-      if (typeof item.failAction === 'function') item.failAction = wrap(item.failAction as RouteMethod, 'pre failAction', where);
-    }
-    return true;
-  };
-
-  /** True when the route's pre methods are covered (or it has none). */
-  const coverPrerequisites = (request: Request): boolean => {
-    const declared = request.route.settings.pre as unknown;
-    if (!Array.isArray(declared) || declared.length === 0) return true;
-    const internal = (request as unknown as { _route?: unknown })._route;
-    const key = typeof internal === 'object' && internal !== null ? internal : request.route.settings;
-    let covered = coverage.get(key);
-    if (covered === undefined) {
-      const where = routeName(request.route);
-      covered = wrapPrerequisites(request, declared, where);
-      coverage.set(key, covered);
-      if (!covered) {
-        log(['monglock', 'warning'], `monglock: cannot follow the pre methods of ${where} in this hapi version; its lock is released only after the handler has finished (or by its lease)`);
-      }
-    }
-    return covered;
-  };
-
   return {
     begin(request, checkout) {
       if (request.info.completed) return undefined;
@@ -223,6 +200,7 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
         answered: false,
         streaming: false,
         released: false,
+        ...ending(),
       };
       requests.set(request, state);
       return state.waiting.signal;
@@ -233,8 +211,10 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       if (!state) return controller.signal;
       state.held = held;
       // maxHold: the keeper releases the lock(s); from then on the route is done with them (the gate refuses to start its code).
-      state.keeping = held.keep(controller, maxHoldMs, () => {
+      live.add(state);
+      state.keeping = held.keep(controller, maxHoldMs, (releasing) => {
         state.released = true;
+        void releasing.finally(() => finish(state));
       });
       void settle(state); // hapi may have answered while we waited for the lock
       return controller.signal;
@@ -276,7 +256,7 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       if (!state.held) state.waiting.abort(new Error('monglock: the response went out while the request waited for its lock'));
       if (state.checkout && state.held && state.handlerFinished && delivered(request)) {
         state.handedOver = true; // the client has the lock's JSON: it releases or extends it
-        void state.keeping?.stop();
+        void Promise.resolve(state.keeping?.stop()).finally(() => finish(state));
       }
       state.answered = true;
       state.streaming = false; // a stream body hapi did not read to its end: nothing reads it any more
@@ -286,12 +266,25 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       const settings = route.settings as { handler?: unknown };
       if (typeof settings.handler === 'function') settings.handler = wrap(settings.handler as RouteMethod, 'handler', routeName(route));
     },
+    async drain() {
+      const waits = [...live].map((state) => {
+        if (!state.controller.signal.aborted) state.controller.abort(new DOMException('monglock: the server stopped; the lock is no longer extended', 'AbortError'));
+        // Route code that ignores its signal: its lock is no longer extended, and ends with its lease.
+        return Promise.race([state.ended, leaseEnd(state.held!.lock.remaining())]);
+      });
+      await Promise.all(waits);
+    },
   };
 }
 
-/** True for an object whose own writable data property `key` is a function. */
-function holdsFunction(value: unknown, key: string): boolean {
-  if (typeof value !== 'object' || value === null) return false;
-  const descriptor = Object.getOwnPropertyDescriptor(value, key);
-  return descriptor?.writable === true && typeof descriptor.value === 'function';
+/** How a request ends with its lock: `ended` resolves once `finish` is called. */
+function ending(): Pick<Tracked, 'ended' | 'finish'> {
+  let finish!: () => void;
+  const ended = new Promise<void>((resolve) => (finish = resolve));
+  return { ended, finish };
+}
+
+/** Resolves after `ms` without keeping the process alive. */
+function leaseEnd(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)).unref());
 }

@@ -201,6 +201,8 @@ export const monglockPlugin: NamedPlugin<MonglockPluginOptions> = {
       return isResponseObject(answer.value) ? answer.value : h.response(answer.value as never);
     });
     server.events.on('response', (request: Request) => tracking.responded(request));
+    // Before the application's own onPostStop (its client.close()) when registered first, or when it runs `after: 'monglock'`.
+    server.ext('onPostStop', () => tracking.drain());
   },
 };
 
