@@ -2,7 +2,7 @@ import { Readable } from 'node:stream';
 import type { Request, RequestRoute } from '@hapi/hapi';
 import type { BoomLike } from '../../common/errors';
 import type { Held } from './held';
-import { routeCommitOf, type RouteCommit } from './route-commit';
+import { routeCommitOf, type JsonReplacer, type RouteCommit } from './route-commit';
 import { carriesLock, delivered } from './answer-kind';
 import { prerequisiteCoverage, type RouteMethod } from './route-methods';
 import { releasingBody, type SentResponse } from './streamed-body';
@@ -173,7 +173,7 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       state.started++;
       try {
         const result: unknown = await original.call(this, request, h, ...rest);
-        const asked = what === 'handler' ? routeCommitOf(result, boom) : undefined;
+        const asked = what === 'handler' ? routeCommitOf(result, boom, (request.route.settings.json as { replacer?: JsonReplacer } | undefined)?.replacer) : undefined;
         return asked ? await commitFor(state, asked) : result;
       } finally {
         state.running--;

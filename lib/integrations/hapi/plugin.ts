@@ -167,16 +167,19 @@ export const monglockPlugin: NamedPlugin<MonglockPluginOptions> = {
       return resolved;
     };
 
+    let initialized = false;
     server.events.on('route', (route) => {
       try {
         resolve(route);
-      } catch {
-        // Reported by onPreStart (server.initialize/start) and by the route's first request.
+      } catch (error) {
+        // Before initialize, onPreStart reports it; after, server.route() throws it.
+        if (initialized) throw error;
       }
     });
     // A misconfigured route fails server.initialize()/start(), not its first request.
     server.ext('onPreStart', () => {
       for (const route of server.table()) resolve(route);
+      initialized = true;
     });
 
     server.ext('onPreHandler', async (request: Request, h: ResponseToolkit) => {

@@ -9,6 +9,9 @@ export interface RouteCommit {
   answer(value: unknown): unknown;
 }
 
+/** The route's `json.replacer` (hapi's response serialization). */
+export type JsonReplacer = ((key: string, value: unknown) => unknown) | Array<string | number>;
+
 /** A hapi response object, as `h.response(source)` makes it (`_setSource`: how hapi itself replaces a source). */
 interface ResponseObject {
   readonly source: unknown;
@@ -22,11 +25,12 @@ interface ResponseObject {
  * headers). Undefined for any other result. Throws (a boom 500, nothing written) for a commit this
  * copy cannot apply or answer, which would otherwise be answered as JSON with nothing written.
  */
-export function routeCommitOf(result: unknown, boom: BoomLike): RouteCommit | undefined {
+export function routeCommitOf(result: unknown, boom: BoomLike, replacer?: JsonReplacer): RouteCommit | undefined {
   const response = isResponseObject(result) ? result : undefined;
   const carried = response ? response.source : result;
   if (isForeignCommit(carried)) throw boom.badImplementation(`monglock: the handler returned ${FOREIGN_COMMIT}; nothing was written`);
   if (!(carried instanceof CommitRequest || carried instanceof CommitAllRequest)) return undefined;
+  expectSendable(carried.value, boom, replacer);
   if (!response) return { request: carried, answer: (value) => value };
   const setSource = response._setSource;
   if (typeof setSource !== 'function') throw boom.badImplementation('monglock: this hapi version cannot answer a commit inside h.response(): return commit(update, value) itself; nothing was written');
@@ -42,4 +46,19 @@ export function routeCommitOf(result: unknown, boom: BoomLike): RouteCommit | un
 /** True for a hapi response object (`h.response()`), which a handler may return instead of a value. */
 export function isResponseObject(value: unknown): value is ResponseObject {
   return typeof value === 'object' && value !== null && 'source' in value && typeof (value as { code?: unknown }).code === 'function' && typeof (value as { takeover?: unknown }).takeover === 'function';
+}
+
+/**
+ * Throws (a boom 500, before anything is written) unless `value` can be sent as hapi sends it:
+ * as JSON, unless it is a string, a buffer, a stream or nothing. Applied first and failing to
+ * serialize, it would be answered 500 for an update that was applied.
+ */
+function expectSendable(value: unknown, boom: BoomLike, replacer?: JsonReplacer): void {
+  const json = typeof value === 'bigint' || (typeof value === 'object' && value !== null && !Buffer.isBuffer(value) && typeof (value as { pipe?: unknown }).pipe !== 'function');
+  if (!json) return;
+  try {
+    JSON.stringify(value, replacer as never);
+  } catch (error) {
+    throw boom.badImplementation(`monglock: the commit's value cannot be sent as JSON (${String(error)}); nothing was written`);
+  }
 }

@@ -133,6 +133,30 @@ describe('hapi: a handler that returns commit()', () => {
     await released(collection, 'a');
   });
 
+  it('a commit whose value cannot be sent as JSON is a 500 that writes nothing (not a 500 for an update that was applied)', async () => {
+    const collection = await freshCollection([{ _id: 'a', balance: 100 }]);
+    const circular: Record<string, unknown> = { note: 'refers to itself' };
+    circular.self = circular;
+    const server = await makeServer((s) =>
+      s.route({
+        method: 'POST',
+        path: '/accounts/{id}/{value}',
+        options: {
+          plugins: { monglock: { lock: writeLock({ collection, locktimeout: 5_000 }), filter: (request: Hapi.Request) => ({ _id: request.params.id }) } },
+          handler: (request) => commit({ $inc: { balance: -1 } }, request.params.value === 'bigint' ? { balance: 99n } : request.params.value === 'circular' ? circular : { balance: 99 }),
+        },
+      }),
+    );
+    await server.initialize();
+    for (const value of ['bigint', 'circular']) {
+      expect((await server.inject({ method: 'POST', url: `/accounts/a/${value}` })).statusCode, value).to.equal(500);
+      expect((await collection.findOne({ _id: 'a' as never }))?.balance, `${value}: nothing written`).to.equal(100);
+      await released(collection, 'a');
+    }
+    expect((await server.inject({ method: 'POST', url: '/accounts/a/plain' })).result, 'a value that serializes').to.deep.equal({ balance: 99 });
+    expect((await collection.findOne({ _id: 'a' as never }))?.balance).to.equal(99);
+  });
+
   it('commit(update, value, { match }) with a positional $ update: the element match selects is updated, the value answered, the lock released', async () => {
     const collection = await freshCollection([{ _id: 'cart', items: ITEMS }]);
     const server = await cartServer(collection);

@@ -130,6 +130,18 @@ describe('hapi plugin: route configuration is checked at server.initialize()', (
     expect((await server.inject({ method: 'POST', url: '/orders/b' })).statusCode).to.equal(200);
     expect((await server.inject({ method: 'POST', url: '/tag/b' })).result).to.equal('read');
   });
+
+  it('a route added after server.initialize() is checked when added: a misconfigured one makes server.route() throw, naming it', async () => {
+    const collection = await freshCollection([{ _id: 'c' }]);
+    const { server } = await serverWith({ lock: writeLock({ collection }) });
+    await server.initialize();
+    const late = (monglock: Record<string, unknown>, path: string) => () =>
+      server.route({ method: 'POST', path, options: { plugins: { monglock: { filter: (request: Hapi.Request) => ({ _id: request.params.id }), ...monglock } as never }, handler: () => 'late' } });
+    expect(late({ lock: writeLock({ collection }), locktimeout: -1 }, '/late/{id}'), 'a bad locktimeout').to.throw(RangeError, /plugins\.monglock\.locktimeout of POST \/late\/\{id\}/);
+    expect(late({ lock: writeLock({ collection }), wiat: 10 }, '/typo/{id}'), 'an unknown key').to.throw(TypeError, /Unknown option `plugins\.monglock\.wiat` of POST \/typo\/\{id\}/);
+    late({ lock: writeLock({ collection }) }, '/good/{id}')();
+    expect((await server.inject({ method: 'POST', url: '/good/c' })).result, 'a good route added late serves requests').to.equal('late');
+  });
 });
 
 describe('hapi plugin registration', () => {
