@@ -133,8 +133,9 @@ export function writeLock<TSchema extends Document = Document, P extends Promise
   const proofOf = (filter: unknown, params: unknown, known: typeof RELEASE): { lock?: LockData; timestamp?: number; target: Document } => {
     const target = expectFilter('filter', filter);
     const p = readParams('params', params, known);
-    const byLock = Object.hasOwn(p, 'lock');
-    const byTimestamp = Object.hasOwn(p, 'timestamp');
+    // `in`, not own keys: a proof the params object inherits (a class's getter) is a proof too.
+    const byLock = 'lock' in p;
+    const byTimestamp = 'timestamp' in p;
     if (byLock && byTimestamp) throw new TypeError('Expected one proof, `params.lock` or `params.timestamp`, not both');
     if (byLock) return { lock: core.lockData('params.lock', p.lock), target };
     if (!byTimestamp) return { target };
