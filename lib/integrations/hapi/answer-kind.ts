@@ -7,16 +7,24 @@ export function failedAnswer(request: Request): boolean {
 }
 
 /**
- * True when the answer, as settled, sends the route's whole body: a success other than 204, 205
- * or 206, to a request that is neither HEAD nor a range request (hapi would cut a range from it).
+ * True when the answer, as settled, sends the route's body: a success other than 204 or 205, to
+ * a request other than HEAD. (Whether hapi then cuts a range from it is known once it is sent:
+ * {@link delivered}.)
  */
 export function carriesLock(request: Request): boolean {
   const statusCode = (request.response as { statusCode?: unknown } | null)?.statusCode;
-  const whole = typeof statusCode === 'number' && statusCode >= 200 && statusCode < 300 && ![204, 205, 206].includes(statusCode);
-  return whole && !failedAnswer(request) && request.method !== 'head' && request.headers.range === undefined;
+  const withBody = typeof statusCode === 'number' && statusCode >= 200 && statusCode < 300 && statusCode !== 204 && statusCode !== 205;
+  return withBody && !failedAnswer(request) && request.method !== 'head';
 }
 
-/** True when the route's answer carried the lock and went out (a checkout's lock reached its client; not a 304 hapi made of it). */
+/**
+ * True when the route's answer carried the lock's whole JSON and went out: not a 304 hapi made
+ * of it, nor a 206 of part of it (a 206 whose range is the whole body counts).
+ */
 export function delivered(request: Request): boolean {
-  return carriesLock(request) && request.info.responded > 0;
+  if (!carriesLock(request) || request.info.responded === 0) return false;
+  const response = request.response as { statusCode?: unknown; headers?: Record<string, unknown> } | null;
+  if (response?.statusCode !== 206) return true;
+  const range = /^bytes 0-(\d+)\/(\d+)$/.exec(String(response.headers?.['content-range'] ?? ''));
+  return range !== null && Number(range[1]) + 1 === Number(range[2]);
 }

@@ -429,7 +429,7 @@ describe('hapi checkout routes whose lock never reaches the client', () => {
     expect(await heldIds(collection, 'e'), 'a failed checkout holds nothing').to.deep.equal([]);
   });
 
-  it('an answer without the lock JSON (HEAD on a GET checkout route, a range request, a 204) releases the lock before it goes out: the next checkout gets it', async function () {
+  it('an answer without the lock JSON (HEAD on a GET checkout route, a 204) releases the lock before it goes out, one with part of it (a 206 of a range) once it went out: the next checkout gets it', async function () {
     this.timeout(20_000);
     const collection = await freshCollection([{ _id: 'h' }]);
     const lock = writeLock({ collection, locktimeout: 60_000 });
@@ -442,9 +442,8 @@ describe('hapi checkout routes whose lock never reaches the client', () => {
     const head = await fetch(`${url}/checkout`, { method: 'HEAD' });
     expect({ status: head.status, body: await head.text() }, 'HEAD answered without the lock JSON').to.deep.equal({ status: 200, body: '' });
     const ranged = await fetch(`${url}/checkout`, { headers: { range: 'bytes=0-9' } });
-    expect(ranged.status, 'a range request of the JSON').to.be.oneOf([200, 206]);
-    if (ranged.status === 206) expect((await ranged.text()).length, 'the client got part of the JSON').to.equal(10);
-    else await ranged.text();
+    expect({ status: ranged.status, length: (await ranged.text()).length }, 'a range request gets part of the JSON').to.deep.equal({ status: 206, length: 10 });
+    await released(collection, 'h'); // released once the 206 went out (hapi cuts the range as it sends)
     const touched = await fetch(`${url}/touch`, { method: 'POST' });
     expect(touched.status, 'a 204 checkout').to.equal(204);
     const next = await fetch(`${url}/checkout`);
