@@ -1,3 +1,4 @@
+import { inBackground } from '../common/background';
 import { untilServerPassed } from '../engine/commit-outcome';
 import { isLockError } from '../common/errors';
 import { lockWrittenBy, type Acquired } from '../engine/acquired';
@@ -47,7 +48,7 @@ export class Acquisition {
       outcome = await run();
     } catch (error) {
       const maybe = lockWrittenBy(error);
-      if (maybe !== undefined) void this.releaseOnceLanded(maybe);
+      if (maybe !== undefined) void inBackground(this.releaseOnceLanded(maybe));
       throw error;
     }
     if (this.#abandoned) {
@@ -76,22 +77,23 @@ export class Acquisition {
       const onAbort = (): void => {
         lost = true;
         this.#abandoned ??= { reason: signal.reason };
+        void inBackground(tail); // the attempt goes on: its lock is released when it comes back
         reject(signal.reason);
       };
-      if (signal.aborted) onAbort();
-      else signal.addEventListener('abort', onAbort, { once: true });
-      pending.then(
-        (outcome) => {
+      const tail = pending.then(
+        async (outcome) => {
           signal.removeEventListener('abort', onAbort);
           if (!lost) return resolve(outcome);
           const lock = wrote(outcome);
-          if (lock !== undefined) void this.releaseQuietly(lock);
+          if (lock !== undefined) await this.releaseQuietly(lock);
         },
         (error: unknown) => {
           signal.removeEventListener('abort', onAbort);
           if (!lost) reject(error);
         },
       );
+      if (signal.aborted) onAbort();
+      else signal.addEventListener('abort', onAbort, { once: true });
     });
   }
 

@@ -47,7 +47,8 @@ export async function createIndexes(site: ResourceSite): Promise<string[]> {
     }
   }
   // status reads by it; partial: only documents that ever held a lock (it implies their `$gt` on a date).
-  indexes.push({ key: { [site.paths.until]: 1 }, name: 'lock_until', partialFilterExpression: { [site.paths.until]: { $exists: true } } });
+  // Named as mongod names the index `monglock status` suggests, so that either may come first (mongod refuses one index under two names).
+  indexes.push({ key: { [site.paths.until]: 1 }, name: `${site.paths.until}_1`, partialFilterExpression: { [site.paths.until]: { $exists: true } } });
   indexes.push({ key: { gcAt: 1 }, name: 'gc_ttl', expireAfterSeconds: 0 });
   return withDbErrors(site.defaults.boom, () => site.store.createIndexes(indexes, site.defaults));
 }

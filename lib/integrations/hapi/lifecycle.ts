@@ -1,9 +1,10 @@
 import { Readable } from 'node:stream';
 import type { Request, RequestRoute } from '@hapi/hapi';
+import { backgroundSettled } from '../../common/background';
 import type { BoomLike } from '../../common/errors';
 import type { Held } from './held';
 import { routeCommitOf, type JsonReplacer, type RouteCommit } from './route-commit';
-import { carriesLock, delivered } from './answer-kind';
+import { carriesLock, delivered, failedAnswer } from './answer-kind';
 import { prerequisiteCoverage, type RouteMethod } from './route-methods';
 import { releasingBody, type SentResponse } from './streamed-body';
 
@@ -38,15 +39,17 @@ interface Tracked {
   released: boolean;
   /** The release under way, for an answer that must not go out before it is done. */
   releasing?: Promise<void>;
-  /** The handler's commit and the answer it makes once applied; `sent` once its first write went out. */
-  commit?: { readonly answer: Promise<unknown>; sent: boolean };
+  /** The handler's commit, applied with the release once hapi settled on the answer (onPreResponse). */
+  commit?: RouteCommit;
+  /** The commit's writes are on their way: nothing else releases, and a stop does not interrupt them. */
+  committing: boolean;
   /** Resolves once the request is done with its lock: released, committed or handed over (`finish`). */
   readonly ended: Promise<void>;
   readonly finish: () => void;
 }
 
-/** What the answer must become: the outcome of a commit that was on its way when hapi answered. */
-export type Answer = { readonly value: unknown } | { readonly error: unknown };
+/** What the answer must become: the error of a handler's commit that could not be applied. */
+export type Answer = { readonly error: unknown };
 
 /** How the hapi plugin follows a request from its onPreHandler to the end of its handler. */
 export interface RequestTracking {
@@ -68,8 +71,9 @@ export interface RequestTracking {
    * lock is released if no route code runs any more, so the client cannot have the answer before
    * the lock is free. A stream body is read under the lock and releases it before the last byte
    * its client gets goes out; while route code still runs (a server timeout), it resolves at
-   * once and that code's end releases, except for a handler's commit whose write went out: the
-   * answer then follows its outcome (resolved here).
+   * once and that code's end releases. A handler's commit is applied here, once the answer is
+   * settled and is no failure (onPostHandler extensions and response validation ran under the
+   * lock); its error, if it was not applied, is resolved to answer instead.
    */
   answering(request: Request): Promise<Answer | undefined>;
   /** The response has gone out, or the client is gone (the server's `response` event). */
@@ -109,7 +113,7 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
   const coverPrerequisites = prerequisiteCoverage((original, what, where) => wrap(original, what, where), log);
 
   const releasable = (state: Tracked): boolean =>
-    state.held !== undefined && !state.handedOver && !state.released && state.answered && !state.streaming && state.running === 0 && (!state.conservative || state.handlerFinished);
+    state.held !== undefined && !state.handedOver && !state.released && !state.committing && state.answered && !state.streaming && state.running === 0 && (!state.conservative || state.handlerFinished);
 
   /** Releases the lock if nothing needs it any more; resolves once it is released (or kept). Never rejects. */
   const settle = async (state: Tracked): Promise<void> => {
@@ -133,32 +137,26 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
   };
 
   /**
-   * A handler that returned `commit(update, value)`: its update is applied by the release, before
-   * hapi answers `value`; if it cannot be (the lock was lost), the request answers that error.
+   * Applies the handler's commit with the release (onPreResponse, the answer settled and no
+   * failure): rejects when it was not applied (the lease was lost, the document no longer matches),
+   * and settle() then releases without it. Once its first write went out, a group's is finished.
    */
-  const commitFor = async (state: Tracked, asked: RouteCommit): Promise<unknown> => {
-    // Checked again after every await, right before each write: the answer may go out (a server
-    // timeout, a client gone) or the lease end while the keeper stops.
-    const refuseIfLate = (): void => {
-      // hapi answered before the first write went out: the client may retry, so the update must
-      // not be applied behind its back (the lock is released once nothing runs). Once a write went
-      // out, answering() makes the answer follow the commit's outcome instead.
-      if (state.answered && !state.commit?.sent) throw boom.badImplementation('monglock: not committing: hapi already answered the request');
-      // The lease was lost or maxHold released the lock: the update must not be applied.
-      if (state.controller.signal.aborted) throw state.controller.signal.reason;
-      if (state.commit) state.commit.sent = true;
+  const commitNow = async (state: Tracked, asked: RouteCommit): Promise<void> => {
+    state.committing = true;
+    let sent = false;
+    // Right before each write: the lease was lost or maxHold released the lock (not checked once a group's first write went out).
+    const refuseIfLost = (): void => {
+      if (!sent && state.controller.signal.aborted) throw state.controller.signal.reason;
+      sent = true;
     };
-    const run = async (): Promise<unknown> => {
-      refuseIfLate();
+    try {
       await state.keeping?.stop();
-      await state.held!.commit(asked.request, refuseIfLate); // on failure, settle() releases without the update
+      await state.held!.commit(asked.request, refuseIfLost);
       state.released = true;
       finish(state);
-      return asked.answer(asked.request.value);
-    };
-    const answer = run();
-    state.commit = { answer, sent: false };
-    return answer;
+    } finally {
+      state.committing = false;
+    }
   };
 
   const wrap = (original: RouteMethod, what: string, where: string): RouteMethod => {
@@ -174,7 +172,11 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       try {
         const result: unknown = await original.call(this, request, h, ...rest);
         const asked = what === 'handler' ? routeCommitOf(result, boom, (request.route.settings.json as { replacer?: JsonReplacer } | undefined)?.replacer) : undefined;
-        return asked ? await commitFor(state, asked) : result;
+        if (!asked) return result;
+        // hapi answered already (a server timeout, a client gone): the client may retry, so nothing is applied.
+        if (state.answered) throw boom.badImplementation('monglock: not committing: hapi already answered the request');
+        state.commit = asked; // applied by answering(), once the answer is settled
+        return asked.answer(asked.request.value);
       } finally {
         state.running--;
         if (what === 'handler') state.handlerFinished = true;
@@ -200,6 +202,7 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
         answered: false,
         streaming: false,
         released: false,
+        committing: false,
         ...ending(),
       };
       requests.set(request, state);
@@ -223,15 +226,20 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       const state = requests.get(request);
       if (!state) return undefined;
       const response = request.response as (SentResponse & { isBoom?: boolean; variety?: string; source?: unknown }) | null;
+      const commit = state.commit;
+      state.commit = undefined;
+      if (commit && !state.released && state.handlerFinished && !failedAnswer(request)) {
+        // The handler's answer, as settled (hapi's server timer no longer runs): the commit goes with the release.
+        state.answered = true;
+        const failure = await commitNow(state, commit).then(
+          () => undefined,
+          (error: unknown) => ({ error }),
+        );
+        await settle(state); // not applied: released without it, before the answer
+        return failure;
+      }
       if (state.checkout && carriesLock(request)) return undefined; // its answer carries the lock: responded() decides
       state.answered = true;
-      const commit = state.commit;
-      if (commit?.sent && !state.handlerFinished) {
-        // hapi answered (a server timeout) while the handler's commit was on its way: the answer follows it.
-        const answer = await commit.answer.then((value) => ({ value }), (error: unknown) => ({ error }));
-        await settle(state); // not applied: released without it before the answer
-        return answer;
-      }
       if (!state.held) {
         state.waiting.abort(new Error('monglock: hapi answered while the request waited for its lock'));
         return undefined;
@@ -267,12 +275,19 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       if (typeof settings.handler === 'function') settings.handler = wrap(settings.handler as RouteMethod, 'handler', routeName(route));
     },
     async drain() {
-      const waits = [...live].map((state) => {
-        if (!state.controller.signal.aborted) state.controller.abort(new DOMException('monglock: the server stopped; the lock is no longer extended', 'AbortError'));
-        // Route code that ignores its signal: its lock is no longer extended, and ends with its lease.
-        return Promise.race([state.ended, leaseEnd(state.held!.lock.remaining())]);
+      const waits = [...live].map(async (state) => {
+        // A commit on its way is finished; other route code is told to stop, and its lock is no longer extended.
+        if (!state.committing && !state.controller.signal.aborted) {
+          state.controller.abort(new DOMException('monglock: the server stopped; the lock is no longer extended', 'AbortError'));
+          await state.keeping?.stop();
+        }
+        // Route code that ignores its signal: its locks end with their leases.
+        const leases = [...(state.held!.group ?? [state.held!.lock])].map((handle) => handle.remaining());
+        await Promise.race([state.ended, leaseEnd(Math.max(0, ...leases))]);
       });
       await Promise.all(waits);
+      // Locks that abandoned acquisitions (a request answered while it waited) took once their replies came.
+      await backgroundSettled();
     },
   };
 }

@@ -6,7 +6,6 @@ import type { LockGroup } from '../../groups/lock-group';
 import { heldGroup, heldLock, type Held } from './held';
 import { routeName, trackRequests } from './lifecycle';
 import { resolveRoute, type Resolved } from './route-config';
-import { isResponseObject } from './route-commit';
 import type { LockData, LockHandle } from '../../locks/lock-handle';
 import { DEFAULT_MAX_HOLD } from '../../locks/lease-keeper';
 import { describe, expectBoom, isPlainObject } from '../../common/validation';
@@ -198,10 +197,8 @@ export const monglockPlugin: NamedPlugin<MonglockPluginOptions> = {
     // The last step before hapi sends the answer: the client must not have it before the lock is free.
     server.ext('onPreResponse', async (request: Request, h: ResponseToolkit) => {
       const answer = await tracking.answering(request);
-      if (!answer) return h.continue;
-      // A commit was on its way when hapi answered (a server timeout): the client hears its outcome.
-      if ('error' in answer) return answer.error;
-      return isResponseObject(answer.value) ? answer.value : h.response(answer.value as never);
+      // The handler's commit could not be applied: the client hears why, not the value.
+      return answer ? answer.error : h.continue;
     });
     server.events.on('response', (request: Request) => tracking.responded(request));
     // Before the application's own onPostStop (its client.close()) when registered first, or when it runs `after: 'monglock'`.

@@ -44,7 +44,7 @@ export function routeCommitOf(result: unknown, boom: BoomLike, replacer?: JsonRe
 }
 
 /** True for a hapi response object (`h.response()`), which a handler may return instead of a value. */
-export function isResponseObject(value: unknown): value is ResponseObject {
+function isResponseObject(value: unknown): value is ResponseObject {
   return typeof value === 'object' && value !== null && 'source' in value && typeof (value as { code?: unknown }).code === 'function' && typeof (value as { takeover?: unknown }).takeover === 'function';
 }
 
