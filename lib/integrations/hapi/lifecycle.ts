@@ -6,6 +6,7 @@ import type { Held } from './held';
 import { routeCommitOf, type JsonReplacer, type RouteCommit } from './route-commit';
 import { carriesLock, delivered, failedAnswer } from './answer-kind';
 import { prerequisiteCoverage, type RouteMethod } from './route-methods';
+import { ending, leaseEnd } from './request-end';
 import { releasingBody, type SentResponse } from './streamed-body';
 
 /** One request of a locked route. */
@@ -290,16 +291,4 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       await backgroundSettled();
     },
   };
-}
-
-/** How a request ends with its lock: `ended` resolves once `finish` is called. */
-function ending(): Pick<Tracked, 'ended' | 'finish'> {
-  let finish!: () => void;
-  const ended = new Promise<void>((resolve) => (finish = resolve));
-  return { ended, finish };
-}
-
-/** Resolves after `ms` without keeping the process alive. */
-function leaseEnd(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)).unref());
 }
