@@ -2,52 +2,13 @@ import { Readable } from 'node:stream';
 import type { Request, RequestRoute } from '@hapi/hapi';
 import { backgroundSettled } from '../../common/background';
 import type { BoomLike } from '../../common/errors';
-import type { Held } from './held';
 import { routeCommitOf, type JsonReplacer, type RouteCommit } from './route-commit';
 import { carriesLock, delivered, failedAnswer } from './answer-kind';
-import { prerequisiteCoverage, type RouteMethod } from './route-methods';
-import { ending, leaseEnd } from './request-end';
+import { coverPostHandlers, prerequisiteCoverage, type RouteMethod } from './route-methods';
+import { leaseEnd } from './request-end';
+import { trackedRequest, type Tracked } from './tracked-request';
+import type { Held } from './held';
 import { releasingBody, type SentResponse } from './streamed-body';
-
-/** One request of a locked route. */
-interface Tracked {
-  /** The lock, or the group of locks, once acquired. */
-  held?: Held;
-  /** `mode: 'checkout'`: the lock outlives the request, once its handler answered successfully. */
-  readonly checkout: boolean;
-  /** A checkout whose lock reached the client: it is the client's to release. */
-  handedOver: boolean;
-  /** Keeps the leases alive while the route runs (aborts `controller` when one is lost); `stop()` ends that. */
-  keeping?: { stop(): Promise<void> };
-  readonly controller: AbortController;
-  /** Aborts a wait for the lock once nobody awaits the answer any more. */
-  readonly waiting: AbortController;
-  /** The route's pre methods could not be wrapped: release only after the handler has finished. */
-  readonly conservative: boolean;
-  /** Wrapped calls (pre methods, failActions, the handler) in progress. */
-  running: number;
-  /** Wrapped calls started so far. */
-  started: number;
-  handlerFinished: boolean;
-  /**
-   * hapi has settled on an answer that does not carry the lock (a checkout's successful answer
-   * does, until it went out): from then on, the lock is released once no route code runs.
-   */
-  answered: boolean;
-  /** A stream body is read under the lock: the last byte its client gets (or its end, or the response event) releases it. */
-  streaming: boolean;
-  /** Once set, no wrapped call runs its user function. */
-  released: boolean;
-  /** The release under way, for an answer that must not go out before it is done. */
-  releasing?: Promise<void>;
-  /** The handler's commit, applied with the release once hapi settled on the answer (onPreResponse). */
-  commit?: RouteCommit;
-  /** The commit's writes are on their way: nothing else releases, and a stop does not interrupt them. */
-  committing: boolean;
-  /** Resolves once the request is done with its lock: released, committed or handed over (`finish`). */
-  readonly ended: Promise<void>;
-  readonly finish: () => void;
-}
 
 /** What the answer must become: the error of a handler's commit that could not be applied. */
 export type Answer = { readonly error: unknown };
@@ -112,6 +73,20 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
     state.finish();
   };
   const coverPrerequisites = prerequisiteCoverage((original, what, where) => wrap(original, what, where), log);
+  let warnedPostHandlers = false;
+  /** An onPostHandler extension of a locked request counts as route code that runs (after a server timeout, its end releases). */
+  const followed = (original: RouteMethod): RouteMethod =>
+    async function (this: unknown, request, h, ...rest) {
+      const state = requests.get(request);
+      if (!state?.held || state.released) return original.call(this, request, h, ...rest);
+      state.running++;
+      try {
+        return await original.call(this, request, h, ...rest);
+      } finally {
+        state.running--;
+        void settle(state);
+      }
+    };
 
   const releasable = (state: Tracked): boolean =>
     state.held !== undefined && !state.handedOver && !state.released && !state.committing && state.answered && !state.streaming && state.running === 0 && (!state.conservative || state.handlerFinished);
@@ -176,6 +151,8 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
         if (!asked) return result;
         // hapi answered already (a server timeout, a client gone): the client may retry, so nothing is applied.
         if (state.answered) throw boom.badImplementation('monglock: not committing: hapi already answered the request');
+        // The lease was lost, or maxHold released the lock, while the handler ran: its error is the answer.
+        if (state.controller.signal.aborted) throw state.controller.signal.reason;
         state.commit = asked; // applied by answering(), once the answer is settled
         return asked.answer(asked.request.value);
       } finally {
@@ -191,21 +168,12 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
   return {
     begin(request, checkout) {
       if (request.info.completed) return undefined;
-      const state: Tracked = {
-        checkout,
-        handedOver: false,
-        controller: new AbortController(),
-        waiting: new AbortController(),
-        conservative: !coverPrerequisites(request),
-        running: 0,
-        started: 0,
-        handlerFinished: false,
-        answered: false,
-        streaming: false,
-        released: false,
-        committing: false,
-        ...ending(),
-      };
+      const postHandlersFollowed = coverPostHandlers(request, followed);
+      if (!postHandlersFollowed && !warnedPostHandlers) {
+        warnedPostHandlers = true;
+        log(['monglock', 'warning'], "monglock: cannot follow onPostHandler extensions in this hapi version; a route's lock is released only after its handler has finished (or by its lease)");
+      }
+      const state = trackedRequest(checkout, !coverPrerequisites(request) || !postHandlersFollowed);
       requests.set(request, state);
       return state.waiting.signal;
     },
@@ -229,7 +197,13 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       const response = request.response as (SentResponse & { isBoom?: boolean; variety?: string; source?: unknown }) | null;
       const commit = state.commit;
       state.commit = undefined;
-      if (commit && !state.released && state.handlerFinished && !failedAnswer(request)) {
+      if (commit && !failedAnswer(request) && (state.released || state.controller.signal.aborted)) {
+        // Lost or given up (maxHold) after the handler returned: not applied, and the client hears why.
+        state.answered = true;
+        await settle(state);
+        return { error: state.controller.signal.reason ?? boom.badImplementation('monglock: not committing: the lock was released') };
+      }
+      if (commit && state.handlerFinished && !failedAnswer(request)) {
         // The handler's answer, as settled (hapi's server timer no longer runs): the commit goes with the release.
         state.answered = true;
         const failure = await commitNow(state, commit).then(

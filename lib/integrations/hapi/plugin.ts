@@ -195,11 +195,18 @@ export const monglockPlugin: NamedPlugin<MonglockPluginOptions> = {
     });
 
     // The last step before hapi sends the answer: the client must not have it before the lock is free.
-    server.ext('onPreResponse', async (request: Request, h: ResponseToolkit) => {
-      const answer = await tracking.answering(request);
-      // The handler's commit could not be applied: the client hears why, not the value.
-      return answer ? answer.error : h.continue;
-    });
+    // Before the onPreResponse extensions of plugins registered earlier: one that takes over would
+    // make hapi skip this one, and a handler's commit would never be applied.
+    const earlier = Object.keys(server.registrations).filter((name) => name !== NAME);
+    server.ext(
+      'onPreResponse',
+      async (request: Request, h: ResponseToolkit) => {
+        const answer = await tracking.answering(request);
+        // The handler's commit could not be applied: the client hears why, not the value.
+        return answer ? answer.error : h.continue;
+      },
+      { before: earlier },
+    );
     server.events.on('response', (request: Request) => tracking.responded(request));
     // Before the application's own onPostStop (its client.close()) when registered first, or when it runs `after: 'monglock'`.
     server.ext('onPostStop', () => tracking.drain());

@@ -49,12 +49,16 @@ function isResponseObject(value: unknown): value is ResponseObject {
 }
 
 /**
- * Throws (a boom 500, before anything is written) unless `value` can be sent as hapi sends it:
- * as JSON, unless it is a string, a buffer, a stream or nothing. Applied first and failing to
- * serialize, it would be answered 500 for an update that was applied.
+ * Throws (a boom 500, before anything is written) unless `value` can be sent as hapi sends it
+ * once the commit is applied: a string, a buffer, nothing, or JSON. Applied first and failing to
+ * serialize, it would be answered 500 for an update that was applied. A stream is refused too:
+ * hapi reads it after the commit's release, so its body would be read without the lock.
  */
 function expectSendable(value: unknown, boom: BoomLike, replacer?: JsonReplacer): void {
-  const json = typeof value === 'bigint' || (typeof value === 'object' && value !== null && !Buffer.isBuffer(value) && typeof (value as { pipe?: unknown }).pipe !== 'function');
+  if (typeof value === 'object' && value !== null && typeof (value as { pipe?: unknown }).pipe === 'function') {
+    throw boom.badImplementation("monglock: a commit's value cannot be a stream (hapi would read it after the commit released the lock): read it into memory first; nothing was written");
+  }
+  const json = typeof value === 'bigint' || (typeof value === 'object' && value !== null && !Buffer.isBuffer(value));
   if (!json) return;
   try {
     JSON.stringify(value, replacer as never);

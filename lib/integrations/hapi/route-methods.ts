@@ -61,3 +61,28 @@ function holdsFunction(value: unknown, key: string): boolean {
   const descriptor = Object.getOwnPropertyDescriptor(value, key);
   return descriptor?.writable === true && typeof descriptor.value === 'function';
 }
+
+/** The extension functions {@link coverPostHandlers} wrapped (nodes are shared between routes). */
+const followedPostHandlers = new WeakSet<object>();
+
+/**
+ * Wraps the `onPostHandler` extensions of `request`'s route with `follow` (once each: hapi's
+ * internal `request._route._extensions.onPostHandler.nodes`, shared with other routes), so that one
+ * still running after hapi answered early (a server timeout) is known. False when hapi's
+ * internals are not as expected.
+ */
+export function coverPostHandlers(request: Request, follow: (original: RouteMethod) => RouteMethod): boolean {
+  const route = (request as unknown as { _route?: { _extensions?: { onPostHandler?: { nodes?: unknown } } } })._route;
+  const ext = route?._extensions?.onPostHandler;
+  if (ext === undefined) return false;
+  if (ext.nodes === null || ext.nodes === undefined) return true;
+  if (!Array.isArray(ext.nodes)) return false;
+  for (const node of ext.nodes as unknown[]) {
+    if (!holdsFunction(node, 'func')) return false;
+    const item = node as { func: RouteMethod };
+    if (followedPostHandlers.has(item.func)) continue;
+    item.func = follow(item.func);
+    followedPostHandlers.add(item.func);
+  }
+  return true;
+}
