@@ -22,6 +22,8 @@ export interface RequestTracking {
    * be acquired.
    */
   begin(request: Request, checkout: boolean): AbortSignal | undefined;
+  /** The acquisition of a request that {@link begin} started: followed until it settles (a stop waits for it); returns it. */
+  acquiring<T>(request: Request, acquisition: Promise<T>): Promise<T>;
   /**
    * The lock is held: its lease is kept alive until it is released (or handed over by a
    * checkout), for `maxHoldMs` at most; resolves the signal that aborts if the lease is lost
@@ -68,6 +70,8 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
   const requests = new WeakMap<Request, Tracked>();
   /** Requests that hold a lock they are not done with. */
   const live = new Set<Tracked>();
+  /** Requests whose acquisition is on its way (their wait is aborted by a stop), and those acquisitions. */
+  const acquisitions = new Map<Promise<unknown>, AbortController | undefined>();
   const finish = (state: Tracked): void => {
     live.delete(state);
     state.finish();
@@ -177,6 +181,12 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       requests.set(request, state);
       return state.waiting.signal;
     },
+    acquiring(request, acquisition) {
+      acquisitions.set(acquisition, requests.get(request)?.waiting);
+      const forget = (): void => void acquisitions.delete(acquisition);
+      acquisition.then(forget, forget);
+      return acquisition;
+    },
     acquired(request, held, maxHoldMs) {
       const state = requests.get(request);
       const controller = state?.controller ?? new AbortController();
@@ -250,6 +260,9 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       if (typeof settings.handler === 'function') settings.handler = wrap(settings.handler as RouteMethod, 'handler', routeName(route));
     },
     async drain() {
+      // Waits for a lock stop: each acquisition ends (abandoned, or holding its lock, which the request then releases).
+      for (const waiting of acquisitions.values()) waiting?.abort(new Error('monglock: the server stopped while the request waited for its lock'));
+      await Promise.allSettled([...acquisitions.keys()]);
       const waits = [...live].map(async (state) => {
         // A commit on its way is finished; other route code is told to stop, and its lock is no longer extended.
         if (!state.committing && !state.controller.signal.aborted) {

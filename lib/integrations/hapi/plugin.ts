@@ -187,7 +187,7 @@ export const monglockPlugin: NamedPlugin<MonglockPluginOptions> = {
       const { settings } = resolved;
       const waiting = tracking.begin(request, settings.mode === 'checkout');
       if (!waiting) return h.continue; // answered already: lock nothing
-      const held = settings.filters ? await acquireGroupFor(request, resolved, waiting, boom) : await acquireFor(request, resolved, waiting, boom);
+      const held = await tracking.acquiring(request, settings.filters ? acquireGroupFor(request, resolved, waiting, boom) : acquireFor(request, resolved, waiting, boom));
       const signal = tracking.acquired(request, held, settings.maxHold ?? DEFAULT_MAX_HOLD);
       const { lock, group } = held;
       request.plugins.monglock = { lock, guard: (extra?: Document) => lock.guard(extra), signal, document: lock.document, ...(group && { locks: group }) } satisfies RequestLock;
