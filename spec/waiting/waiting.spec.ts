@@ -4,6 +4,7 @@
  * never keeps a lock it won once it gave up.
  */
 import { expect } from 'chai';
+import { backgroundSettled } from '../../lib/common/background';
 import type { Collection, Document } from 'mongodb';
 import { LockError, multiLock, writeLock } from '../../lib';
 import { MAX_RETRY_DELAY, MIN_RETRY_DELAY, retryDelay } from '../../lib/waiting/wait-options';
@@ -178,7 +179,7 @@ describe('a signal aborted in the event-loop turn that delivers the winning repl
         (error: Error) => error.message,
       );
       outcomes.push(`${hops}:${outcome}`);
-      await sleep(50); // any release the library does has run
+      await backgroundSettled(); // any release the library does in the background has run
       if (outcome === 'gave up') {
         const doc = await collection.findOne({ _id: hops as never });
         const live = ((doc?.lock?.tags?.write ?? []) as Array<{ exp: Date }>).filter((e) => e.exp.getTime() > Date.now());
