@@ -10,6 +10,8 @@ import { noLiveEntry, pruneTags, type LockPaths, type StoredEntry, type StoredLo
  * operations that resource locks add to the protocol's acquire, extend and release.
  */
 export const RESOURCE_TAGS = ['exclusive', 'shared'] as const;
+/** The field of a resource document that holds its locks (fixed for resource locks). */
+export const RESOURCE_FIELD = 'lock';
 
 /** Resource documents (`_id` a string), never the clock's meta document. */
 export const RESOURCE_DOCUMENTS: Document = { _id: { $type: 'string' } };

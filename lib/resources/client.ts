@@ -12,9 +12,10 @@ import { inPromiseLibrary, uncancellableWaitWarning, type Cancellation } from '.
 import { ResourceHandle, type ResourceLockType } from './handle';
 import type { ResourceLocks, ResourceLocksOptions } from './resource-locks';
 import { readLockDetails, RESOURCE_LOCK_PARAMS, RESOURCE_LOCKS_OPTIONS, RESOURCE_USING_PARAMS, type LockDetails } from './params';
-import { createIndexes, purge, purgeEvery, renew, status, unlock } from './groups';
+import { createIndexes, purge, purgeEvery, renew, unlock } from './groups';
+import { status } from './status';
 import { lockResource, type ResourceAcquireSite } from './resource-acquire';
-import { gcDateOf, renewalExtra } from '../protocol/resource-document';
+import { gcDateOf, renewalExtra, RESOURCE_FIELD } from '../protocol/resource-document';
 import { ResourceStore } from './resource-store';
 import { KnownResources } from './known-resources';
 import { holdWhile, type UsingBody } from '../locks/scoped-hold';
@@ -24,7 +25,6 @@ import { DeploymentProbe } from '../engine/deployment';
 import { LockPaths } from '../protocol/stored-format';
 import { readWaitParams } from '../waiting/wait-options';
 
-const FIELD = 'lock';
 /**
  * The resource-lock client: each resource is a document `{ _id: name, lock, gcAt }` in the lock
  * collection, locked through the same {@link LockEngine} as document locks, with the tags
@@ -34,7 +34,7 @@ export class ResourceLockClient implements HandleOwner, ResourceAcquireSite {
   readonly store: ResourceStore;
   readonly engine: LockEngine;
   readonly clock: ServerClock;
-  readonly paths = new LockPaths(FIELD);
+  readonly paths = new LockPaths(RESOURCE_FIELD);
   readonly defaults: ResolvedCallOptions;
   private readonly PromiseLib: PromiseLibrary | undefined;
   readonly warnUncancellable = uncancellableWaitWarning();
@@ -51,7 +51,7 @@ export class ResourceLockClient implements HandleOwner, ResourceAcquireSite {
     this.defaults = resolved.call;
     this.PromiseLib = resolved.Promise;
     this.clock = new ServerClock(resolved.clock);
-    this.store = new ResourceStore(resolved.collection, FIELD, resolved.clock);
+    this.store = new ResourceStore(resolved.collection, RESOURCE_FIELD, resolved.clock);
     this.engine = new LockEngine({
       store: this.store,
       paths: this.paths,

@@ -15,8 +15,6 @@ import { purgeExpired, repeatPurge, type PurgeOutcome } from './purge';
 import type { ResourceStore } from './resource-store';
 import { liveStatusesOf, status, type LockStatus } from './status';
 
-export { status };
-
 /** The `_id` of the document the clock is read from: an object, so never a resource's name. */
 const CLOCK_DOCUMENT = { monglock: 'clock' };
 

@@ -9,7 +9,8 @@
 import { createInterface } from 'node:readline/promises';
 import { Command, CommanderError, InvalidArgumentError } from 'commander';
 import { BSON, MongoClient, type Collection, type Document } from 'mongodb';
-import { documentLocks, listDocumentLocks, listResourceLocks, RESOURCE_FIELD, suggestedIndexCommand, untilIndexOf, type ListedLock } from './lock-listing';
+import { documentLocks, listDocumentLocks, listResourceLocks, suggestedIndexCommand, untilIndexOf, type ListedLock } from './lock-listing';
+import { RESOURCE_FIELD } from '../../protocol/resource-document';
 import { doctorCommand } from './doctor-command';
 import { collectionOptions } from './cli-options';
 import { LockPaths } from '../../protocol/stored-format';

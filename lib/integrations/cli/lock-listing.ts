@@ -1,5 +1,6 @@
 import type { Collection, Document } from 'mongodb';
 import { entriesOf, RESOURCE_DOCUMENTS } from '../../resources/status';
+import { RESOURCE_FIELD } from '../../protocol/resource-document';
 import { readHolds, type ReadHold } from '../../protocol/lock-reading';
 import { LockPaths, type StoredLock } from '../../protocol/stored-format';
 import { usedPermits } from '../../protocol/permits';
@@ -54,9 +55,6 @@ export function listDocumentLocks(collection: Collection<Document>, field: strin
   const all = options.all === true;
   return readListing(collection, field, {}, all, (doc) => locksOf(doc, field, all));
 }
-
-/** The field under which `resourceLocks()` keep a resource's locks (fixed). */
-export const RESOURCE_FIELD = 'lock';
 
 /**
  * The locks of a resource-lock collection (`resourceLocks`), one row per entry, read as
