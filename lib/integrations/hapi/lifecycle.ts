@@ -4,9 +4,9 @@ import { backgroundSettled } from '../../common/background';
 import type { BoomLike } from '../../common/errors';
 import { routeCommitOf, type JsonReplacer, type RouteCommit } from './route-commit';
 import { carriesLock, delivered, failedAnswer } from './answer-kind';
-import { coverPostHandlers, prerequisiteCoverage, type RouteMethod } from './route-methods';
-import { leaseEnd } from './request-end';
-import { trackedRequest, type Tracked } from './tracked-request';
+import { coverPostHandlers, prerequisiteCoverage, routeName, type RouteMethod } from './route-methods';
+import { lapsed, trackedRequest, untilAborted, untilLapse, untilLeasesEnd, type Tracked } from './tracked-request';
+import { leaseEnded } from '../../locks/lease-keeper';
 import type { Held } from './held';
 import { releasingBody, type SentResponse } from './streamed-body';
 
@@ -45,16 +45,12 @@ export interface RequestTracking {
   /** Wraps a locked route's handler (once per route: hapi reads `route.settings.handler` on each request). */
   coverHandler(route: RequestRoute): void;
   /**
-   * The server stopped (onPostStop): aborts the signal of route code still running under a lock
-   * and resolves once every request is done with its lock (released, committed, handed over), or
-   * its lease has ended.
+   * The server stopped (onPostStop): ends the waits of requests still acquiring, aborts the signal
+   * of route code still running under a lock (no longer extended; a commit on its way is
+   * finished), and resolves once every request is done with its lock (released, committed, handed
+   * over) or its leases have ended, and once the locks abandoned acquisitions took are released.
    */
   drain(): Promise<void>;
-}
-
-/** `POST /orders/{id}`. */
-export function routeName(route: { method: string; path: string }): string {
-  return `${route.method.toUpperCase()} ${route.path}`;
 }
 
 /**
@@ -63,8 +59,8 @@ export function routeName(route: { method: string; path: string }): string {
  * done first), and so that none of it starts once released.
  *
  * hapi runs the pre methods and the handler as one lifecycle step; a server timeout or a client
- * disconnect answers while that step goes on. So every pre method, function failAction and the
- * handler is wrapped and counted.
+ * disconnect answers while that step (or an onPostHandler extension) goes on. So every pre method,
+ * function failAction, the handler and the onPostHandler extensions are wrapped and counted.
  */
 export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknown) => void): RequestTracking {
   const requests = new WeakMap<Request, Tracked>();
@@ -92,6 +88,13 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       }
     };
 
+  /**
+   * Stops keeping the leases: an extension on its way is waited for, but not once a lease is lost
+   * or lapses (within the keeper's safety margin of its end, which a stopped keeper no longer
+   * reports: {@link lapsed} tells it then).
+   */
+  const stopKeeping = (state: Tracked): Promise<void> => Promise.race([Promise.resolve(state.keeping?.stop()), untilAborted(state.controller.signal), untilLapse(state)]);
+
   const releasable = (state: Tracked): boolean =>
     state.held !== undefined && !state.handedOver && !state.released && !state.committing && state.answered && !state.streaming && state.running === 0 && (!state.conservative || state.handlerFinished);
 
@@ -108,7 +111,7 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
     state.released = true;
     const held = state.held;
     state.releasing = (async () => {
-      await state.keeping?.stop();
+      await stopKeeping(state);
       await held?.release();
     })()
       .catch((error: unknown) => log(['monglock', 'error'], error))
@@ -130,7 +133,9 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       sent = true;
     };
     try {
-      await state.keeping?.stop();
+      await stopKeeping(state);
+      // As the keeper would have: a lease that may end within its safety margin takes no commit.
+      if (lapsed(state)) throw leaseEnded('expired', undefined, boom);
       await state.held!.commit(asked.request, refuseIfLost);
       state.released = true;
       finish(state);
@@ -207,19 +212,17 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       const response = request.response as (SentResponse & { isBoom?: boolean; variety?: string; source?: unknown }) | null;
       const commit = state.commit;
       state.commit = undefined;
-      if (commit && !failedAnswer(request) && (state.released || state.controller.signal.aborted)) {
-        // Lost or given up (maxHold) after the handler returned: not applied, and the client hears why.
+      // The handler's answer, as settled (hapi's server timer no longer runs): the commit goes with
+      // the release, unless the lock was lost or given up (maxHold) after the handler returned.
+      if (commit && !failedAnswer(request)) {
         state.answered = true;
-        await settle(state);
-        return { error: state.controller.signal.reason ?? boom.badImplementation('monglock: not committing: the lock was released') };
-      }
-      if (commit && state.handlerFinished && !failedAnswer(request)) {
-        // The handler's answer, as settled (hapi's server timer no longer runs): the commit goes with the release.
-        state.answered = true;
-        const failure = await commitNow(state, commit).then(
-          () => undefined,
-          (error: unknown) => ({ error }),
-        );
+        const failure =
+          state.released || state.controller.signal.aborted
+            ? { error: state.controller.signal.reason ?? boom.badImplementation('monglock: not committing: the lock was released') }
+            : await commitNow(state, commit).then(
+                () => undefined,
+                (error: unknown) => ({ error }),
+              );
         await settle(state); // not applied: released without it, before the answer
         return failure;
       }
@@ -260,7 +263,7 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       if (typeof settings.handler === 'function') settings.handler = wrap(settings.handler as RouteMethod, 'handler', routeName(route));
     },
     async drain() {
-      // Waits for a lock stop: each acquisition ends (abandoned, or holding its lock, which the request then releases).
+      // Requests still waiting for their lock stop waiting: each acquisition ends, abandoned or holding its lock (then followed below).
       for (const waiting of acquisitions.values()) waiting?.abort(new Error('monglock: the server stopped while the request waited for its lock'));
       await Promise.allSettled([...acquisitions.keys()]);
       const waits = [...live].map(async (state) => {
@@ -270,8 +273,7 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
           await state.keeping?.stop();
         }
         // Route code that ignores its signal: its locks end with their leases.
-        const leases = [...(state.held!.group ?? [state.held!.lock])].map((handle) => handle.remaining());
-        await Promise.race([state.ended, leaseEnd(Math.max(0, ...leases))]);
+        await Promise.race([state.ended, untilLeasesEnd(state)]);
       });
       await Promise.all(waits);
       // Locks that abandoned acquisitions (a request answered while it waited) took once their replies came.

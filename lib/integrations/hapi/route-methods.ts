@@ -1,6 +1,11 @@
 import type { Request, ResponseToolkit } from '@hapi/hapi';
 
-/** A route method as hapi calls it: a pre method, a pre's failAction (with the error as third argument) or the handler. */
+/** `POST /orders/{id}`. */
+export function routeName(route: { method: string; path: string }): string {
+  return `${route.method.toUpperCase()} ${route.path}`;
+}
+
+/** A route method as hapi calls it: a pre method, a pre's failAction (with the error as third argument), the handler or an onPostHandler extension. */
 export type RouteMethod = (this: unknown, request: Request, h: ResponseToolkit, ...rest: unknown[]) => unknown;
 
 /** Wraps one route method (`what`: 'pre method', 'pre failAction', 'handler'; `where`: the route). */
@@ -44,7 +49,7 @@ export function prerequisiteCoverage(wrap: Wrap, log: (tags: string[], data: unk
     const key = typeof internal === 'object' && internal !== null ? internal : request.route.settings;
     let covered = coverage.get(key);
     if (covered === undefined) {
-      const where = `${request.route.method.toUpperCase()} ${request.route.path}`;
+      const where = routeName(request.route);
       covered = wrapPrerequisites(request, declared, where);
       coverage.set(key, covered);
       if (!covered) {

@@ -1,6 +1,7 @@
 import type { Held } from './held';
+import { Handle } from '../../locks/lock-handle';
+import { safetyMargin } from '../../locks/lease-keeper';
 import type { RouteCommit } from './route-commit';
-import { ending } from './request-end';
 
 /** One request of a locked route. */
 export interface Tracked {
@@ -59,4 +60,46 @@ export function trackedRequest(checkout: boolean, conservative: boolean): Tracke
     committing: false,
     ...ending(),
   };
+}
+
+/** How a request ends with its lock: `ended` resolves once `finish` is called. */
+function ending(): Pick<Tracked, 'ended' | 'finish'> {
+  let finish!: () => void;
+  const ended = new Promise<void>((resolve) => (finish = resolve));
+  return { ended, finish };
+}
+
+/** The handles `state` holds: its lock, or its group's. */
+function handlesOf(state: Tracked): Handle[] {
+  return state.held ? [...(state.held.group ?? [state.held.lock])] : [];
+}
+
+/** ms until the lease of `handle` lapses: the keeper's safety margin before its end, by the upper bound of the server's clock. */
+function untilLapseOf(handle: Handle): number {
+  return handle.remaining() - safetyMargin(Handle.lease(handle));
+}
+
+/** True once a lease `state` holds has lapsed (see {@link untilLapseOf}). */
+export function lapsed(state: Tracked): boolean {
+  return handlesOf(state).some((handle) => untilLapseOf(handle) <= 0);
+}
+
+/** Resolves once a lease `state` holds lapses, without keeping the process alive. */
+export function untilLapse(state: Tracked): Promise<void> {
+  return afterUnref(Math.min(...handlesOf(state).map(untilLapseOf)));
+}
+
+/** Resolves once every lease `state` holds has ended (by the upper bound of the server's clock), without keeping the process alive. */
+export function untilLeasesEnd(state: Tracked): Promise<void> {
+  return afterUnref(Math.max(0, ...handlesOf(state).map((handle) => handle.remaining())));
+}
+
+/** Resolves after `ms` (at once for a negative count; at most a timer's longest delay), without keeping the process alive. */
+function afterUnref(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, Math.min(Math.max(0, ms || 0), 2 ** 31 - 1)).unref());
+}
+
+/** Resolves once `signal` aborts (at once if it has). */
+export function untilAborted(signal: AbortSignal): Promise<void> {
+  return signal.aborted ? Promise.resolve() : new Promise((resolve) => signal.addEventListener('abort', () => resolve(), { once: true }));
 }
