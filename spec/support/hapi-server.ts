@@ -5,7 +5,8 @@
 import { request as httpRequest } from 'node:http';
 import Hapi from '@hapi/hapi';
 import type { Collection, Document } from 'mongodb';
-import { monglockPlugin } from '../../lib/hapi';
+import { commit } from '../../lib';
+import { monglockPlugin, type RouteLock, type RouteLockSettings } from '../../lib/hapi';
 
 const servers: Hapi.Server[] = [];
 
@@ -70,4 +71,22 @@ export function responseOf(server: Hapi.Server, path: string): Promise<number> {
     };
     server.events.on('response', listener);
   });
+}
+
+/** The route options of {@link debitRoute} besides its lock: `handler`, the lock settings `monglock`, and any other hapi route option. */
+export type DebitRouteOptions = Omit<Hapi.RouteOptions, 'plugins' | 'handler'> & {
+  readonly handler?: Hapi.Lifecycle.Method;
+  readonly monglock?: Omit<RouteLockSettings, 'lock'>;
+};
+
+/** What a debit route answers by default: 30 off the balance, with the release, answered `{ debited: 30 }`. */
+export const debit30: Hapi.Lifecycle.Method = () => commit({ $inc: { balance: -30 } }, { debited: 30 });
+
+/** `POST /accounts/{id}/debit`, the document `{ _id: id }` locked by `lock`, answered by `handler` ({@link debit30} by default). */
+export function debitRoute(lock: RouteLock, { handler = debit30, monglock = {}, ...options }: DebitRouteOptions = {}): Hapi.ServerRoute {
+  return {
+    method: 'POST',
+    path: '/accounts/{id}/debit',
+    options: { ...options, plugins: { monglock: { lock, filter: (request: Hapi.Request) => ({ _id: request.params.id }), ...monglock } }, handler },
+  };
 }

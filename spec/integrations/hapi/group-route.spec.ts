@@ -7,6 +7,7 @@ import * as Boom from '@hapi/boom';
 import { expect } from 'chai';
 import { commitAll, writeLock } from '../../../lib';
 import { lockOf } from '../../../lib/hapi';
+import { delayedCollection } from '../../../stress/delayed-collection';
 import { commandsSentBy, freshCollection, sleep } from '../../support/fixture';
 import { heldIds, makeServer, responseOf, send, stopServers } from '../../support/hapi-server';
 
@@ -143,5 +144,43 @@ describe('hapi plugin: a route that locks several documents (`filters`)', functi
     expect((await both.initialize().then(() => undefined, (error: Error) => error))?.message).to.match(/either `plugins.monglock.filter`.*or `plugins.monglock.filters`/);
     const checkout = await makeServer((s) => s.route({ method: 'GET', path: '/y', options: { plugins: { monglock: { lock, filters: () => [], mode: 'checkout' } }, handler: () => 'ok' } }));
     expect((await checkout.initialize().then(() => undefined, (error: Error) => error))?.message).to.match(/checkout/);
+  });
+
+  it('a commitAll is sent once hapi settled on the answer: a commit write slower than the server timeout is finished and answered (not 503 with half of it applied); nothing is sent after the answer', async () => {
+    const accounts = await freshCollection([{ _id: 1, n: 0 }, { _id: 2, n: 0 }]);
+    /** Each updateOne sent: its number, when, and whether it carries the caller's update (a commit) or only releases. */
+    const sent: Array<[number, number, 'commit' | 'release']> = [];
+    const started = Date.now();
+    // The reply of the first commit (an updateOne) comes back slowly: the server timeout answers meanwhile.
+    const slow = delayedCollection(accounts, {
+      request: (method, n, args) => {
+        if (method === 'updateOne') sent.push([n, Date.now() - started, '$inc' in (args[1] as object) ? 'commit' : 'release']);
+        return undefined;
+      },
+      reply: (method, n) => (method === 'updateOne' && n === 1 ? 400 : undefined),
+    });
+    const lock = writeLock({ collection: slow, locktimeout: 10_000 });
+    const server = await makeServer((s) =>
+      s.route({
+        method: 'GET',
+        path: '/pair',
+        options: {
+          timeout: { server: 150 },
+          plugins: { monglock: { lock, filters: () => [{ _id: 1 }, { _id: 2 }] } },
+          handler: () => commitAll([{ $inc: { n: 1 } }, { $inc: { n: 1 } }], 'ok'),
+        },
+      }),
+    );
+    await server.start();
+    const status = await send(server.info.port as number, 'GET', '/pair');
+    const answeredAt = Date.now() - started;
+    await sleep(300);
+    const docs = await accounts.find().sort({ _id: 1 }).toArray();
+    const late = sent.filter(([, at]) => at > answeredAt);
+    const what = `answered ${status} at ${answeredAt} ms; updateOne calls sent at ${JSON.stringify(sent)}; documents hold n = ${JSON.stringify(docs.map((doc) => doc.n))}`;
+    expect(late, what).to.deep.equal([]);
+    expect(status, what).to.equal(200);
+    // Both commits applied, both locks released with them.
+    expect(docs.map((doc) => [doc.n, doc.lock.tags.write.length]), what).to.deep.equal([[1, 0], [1, 0]]);
   });
 });
