@@ -27,7 +27,8 @@ const quoted = (word: string): string => `'${word.replace(/'/g, `'\\''`)}'`;
 function answerYes(args: string[], meanwhile: () => Promise<void>): Promise<{ code: number | null; asked: boolean; output: string }> {
   const command = [process.execPath, '--import', 'tsx', 'lib/cli.ts', ...args].map(quoted).join(' ');
   return new Promise((done, fail) => {
-    const child = spawn('script', ['-q', '-e', '-c', command, '/dev/null'], { cwd: ROOT, env: { ...process.env, MONGODB_URI: undefined } });
+    // A process group of its own: a hung CLI is killed with `script` (node and tsx under it), not left behind.
+    const child = spawn('script', ['-q', '-e', '-c', command, '/dev/null'], { cwd: ROOT, env: { ...process.env, MONGODB_URI: undefined }, detached: true });
     let output = '';
     let asked = false;
     child.stdout.on('data', (chunk: Buffer) => {
@@ -36,7 +37,7 @@ function answerYes(args: string[], meanwhile: () => Promise<void>): Promise<{ co
       asked = true;
       meanwhile().then(() => child.stdin.write('y\r'), fail);
     });
-    const killer = setTimeout(() => child.kill('SIGKILL'), 30_000); // a hung CLI never outlives the test
+    const killer = setTimeout(() => process.kill(-child.pid!, 'SIGKILL'), 30_000); // a hung CLI never outlives the test
     child.once('exit', (code) => {
       clearTimeout(killer);
       child.stdin.end();
