@@ -21,7 +21,7 @@ export interface BackendCapabilities {
   readonly ttl: boolean;
   /** Sessions and multi-document transactions. */
   readonly transactions: boolean;
-  /** Change streams that see every write. */
+  /** Change streams (mongo-java-server's, with its oplog on, miss findAndModify writes and name no document in update events). */
   readonly changeStreams: boolean;
   /** A replica set, so that `w: 'majority'` waits for replication. */
   readonly replicaSet: boolean;
@@ -214,7 +214,7 @@ async function describeBackend(kind: BackendKind, uri: string, stop: () => Promi
       pipelineUpdates: !java,
       ttl: !java,
       transactions: mongodLike && (replicaSet || server === 'mongos'),
-      changeStreams: mongodLike && (replicaSet || server === 'mongos'),
+      changeStreams: java || (mongodLike && (replicaSet || server === 'mongos')),
       replicaSet,
     };
     const reasons: Record<keyof BackendCapabilities, string> = {

@@ -80,6 +80,15 @@ export interface WaitEvent {
   readonly fair: boolean;
 }
 
+/** Published on `monglock:change-feed` when a process's change stream on a collection ends (see docs/observability.md). */
+export interface ChangeFeedEvent {
+  readonly namespace: string;
+  /** Why it ended (undefined: the server closed it, as after an invalidate). */
+  readonly error: unknown;
+  /** `until reopened` (in a second, while waiters wait), or `for good`: the deployment has no change streams for this client. */
+  readonly polling: 'until reopened' | 'for good';
+}
+
 /** The channel names, for `diagnostics_channel.subscribe`/`tracingChannel`. */
 export const CHANNELS = {
   acquire: 'monglock:acquire',
@@ -88,6 +97,7 @@ export const CHANNELS = {
   leaseLost: 'monglock:lease-lost',
   extensionFailed: 'monglock:extension-failed',
   wait: 'monglock:wait',
+  changeFeed: 'monglock:change-feed',
 } as const;
 
 const calls: Record<LockCallContext['operation'], TracingChannel<object, LockCallContext>> = {
@@ -99,6 +109,7 @@ const SUCCESS: Record<LockCallContext['operation'], string> = { acquire: 'acquir
 const leaseLost: Channel = channel(CHANNELS.leaseLost);
 const extensionFailed: Channel = channel(CHANNELS.extensionFailed);
 const waits: Channel = channel(CHANNELS.wait);
+const feeds: Channel = channel(CHANNELS.changeFeed);
 
 /** True when someone listens to any part of `monglock:<operation>` (`TracingChannel.hasSubscribers` itself needs Node 20.13+). */
 export function isTraced(operation: LockCallContext['operation']): boolean {
@@ -145,5 +156,8 @@ export const publish = {
   },
   wait: (event: () => WaitEvent): void => {
     if (waits.hasSubscribers) waits.publish(event());
+  },
+  feedBroke: (event: () => ChangeFeedEvent): void => {
+    if (feeds.hasSubscribers) feeds.publish(event());
   },
 };

@@ -159,6 +159,14 @@ export interface LockOptions<TSchema extends Document = Document, P extends Prom
    */
   readonly fair?: boolean;
   /**
+   * Wakes this process's waiters when another process changes a lock they wait for, through one
+   * change stream per process and collection, open while some of them wait (replica sets and
+   * sharded clusters; elsewhere, or when the stream breaks, they poll as with `false`). See
+   * docs/guarantees.md, "Waking waiters".
+   * @default true
+   */
+  readonly changeStreams?: boolean;
+  /**
    * The local clock, in ms since the epoch. Only the elapsed time between readings matters:
    * lease times come from the server's clock (see docs/guarantees.md, "Server-side time").
    * @default a monotonic clock (`performance.timeOrigin + performance.now()`)
@@ -186,7 +194,7 @@ export interface LockOptions<TSchema extends Document = Document, P extends Prom
 /** Keys of {@link CallOptions}: every lock call takes them. */
 export const CALL_KEYS = ['timeout', 'w', 'releaseW', 'boom'] as const;
 /** Keys of {@link LockOptions}. */
-export const LOCK_OPTION_KEYS = [...CALL_KEYS, 'collection', 'field', 'Promise', 'fair', 'clock', 'maxClockSkew', 'shardKey'] as const;
+export const LOCK_OPTION_KEYS = [...CALL_KEYS, 'collection', 'field', 'Promise', 'fair', 'changeStreams', 'clock', 'maxClockSkew', 'shardKey'] as const;
 
 /** Why a call refuses keys that are fixed when the lock is made (monglock v2 took some of them per call), or that belong to a release. */
 export const FIXED_PER_LOCK: Readonly<Record<string, string>> = {
@@ -196,6 +204,7 @@ export const FIXED_PER_LOCK: Readonly<Record<string, string>> = {
   field: 'the lock\'s field is fixed when the lock is made',
   Promise: 'the promise library is fixed when the lock is made',
   clock: 'the clock is fixed when the lock is made',
+  changeStreams: 'how waiters learn of changes made elsewhere is fixed when the lock is made',
   maxClockSkew: 'the skew assumed between clocks is fixed when the lock is made',
   shardKey: 'the shard key is fixed when the lock is made',
   locktimeouts: 'leases per tag are set when the multiLock is made; a call takes `locktimeout`',
@@ -250,6 +259,7 @@ export function resolveLockOptions(options: unknown, known: KnownKeys): {
   Promise: PromiseLibrary | undefined;
   clock: () => number;
   fair: boolean;
+  changeStreams: boolean;
   deployment: { maxClockSkew?: number; shardKey?: Readonly<Record<string, unknown>> };
 } {
   const o = readParams('options', options, known, false);
@@ -267,6 +277,7 @@ export function resolveLockOptions(options: unknown, known: KnownKeys): {
     Promise: PromiseLib,
     clock: o.clock === undefined ? monotonicNow : expectFunction<() => number>('options.clock', o.clock),
     fair: o.fair === undefined ? false : expectBoolean('options.fair', o.fair),
+    changeStreams: o.changeStreams === undefined ? true : expectBoolean('options.changeStreams', o.changeStreams),
     deployment: {
       ...(o.maxClockSkew !== undefined && { maxClockSkew: expectMs('options.maxClockSkew', o.maxClockSkew, 0) }),
       ...(o.shardKey !== undefined && { shardKey: expectShardKey('options.shardKey', o.shardKey) }),

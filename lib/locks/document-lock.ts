@@ -23,6 +23,7 @@ import { ServerClock } from '../protocol/server-clock';
 import { Store } from '../engine/store';
 import { DeploymentProbe } from '../engine/deployment';
 import { LockPaths } from '../protocol/stored-format';
+import { changeFeedOf } from '../waiting/change-feed';
 import { LocalWaiters } from '../waiting/local-waiters';
 import { readWaitParams } from '../waiting/wait-options';
 
@@ -60,7 +61,7 @@ export class DocumentLock implements HandleOwner, AcquireSite {
     this.fair = resolved.fair;
     this.PromiseLib = resolved.Promise;
     this.clock = new ServerClock(resolved.clock);
-    this.waiters = new LocalWaiters(() => this.clock.lower());
+    this.waiters = new LocalWaiters(() => this.clock.lower(), resolved.changeStreams ? changeFeedOf(resolved.collection, resolved.field) : undefined);
     this.engine = new LockEngine({
       store: new Store(resolved.collection, resolved.field, resolved.clock),
       paths: new LockPaths(resolved.field),

@@ -33,6 +33,7 @@ export const RESOURCE_LOCKS_OPTIONS = knownKeys<ResourceLocksOptions>()([...CALL
   field: 'the field is fixed (`lock`) for resource locks',
   shardKey: 'a resource document is addressed by its name (`_id`): shard a lock collection on `_id`, if at all',
   fair: NO_FAIR,
+  changeStreams: 'resource locks wait with backoff; change-stream wake-ups are for document locks',
 });
 /** The keys of {@link ResourceLockParams} (`xlock`, `slock`). */
 export const RESOURCE_LOCK_PARAMS = knownKeys<ResourceLockParams>()([...CALL_KEYS, ...LOCK_DETAILS, 'wait', 'signal'], {

@@ -13,7 +13,7 @@ export type { LockDetails, StatusFilter } from './params';
 export type { LockStatus } from './status';
 
 /** Options of {@link resourceLocks}. */
-export interface ResourceLocksOptions<TSchema extends Document = Document, P extends PromiseLibrary | undefined = undefined> extends Omit<LockOptions<TSchema, P>, 'field' | 'fair' | 'shardKey'> {
+export interface ResourceLocksOptions<TSchema extends Document = Document, P extends PromiseLibrary | undefined = undefined> extends Omit<LockOptions<TSchema, P>, 'field' | 'fair' | 'changeStreams' | 'shardKey'> {
   /**
    * How long after its last lease ends an abandoned resource document may be deleted by the TTL
    * index (garbage collection only; expiry never waits for it), in ms.

@@ -1,4 +1,5 @@
 import { BSON } from 'mongodb';
+import { SOME_DOCUMENT, type ChangeFeed } from './change-feed';
 import { Waiter } from './waiter';
 
 /**
@@ -15,8 +16,18 @@ export class LocalWaiters {
   /** Locks held in this process, by document, then by lock id: their tag and lease end (server ms). */
   private readonly held = new Map<string, Map<string, { readonly tag: string; readonly expiresAt: number }>>();
 
-  /** @param serverNow a lower bound of the server's clock, to let a lease that ran out stop counting. */
-  constructor(private readonly serverNow: () => number) {}
+  /** Stops listening to the feed: set while someone waits here. */
+  private unlisten: (() => void) | undefined;
+
+  /**
+   * @param serverNow a lower bound of the server's clock, to let a lease that ran out stop counting.
+   * @param feed changes made by other processes, listened to while someone waits here: each nudges
+   *   the first waiter of the changed document (of every document, when the change does not say which).
+   */
+  constructor(
+    private readonly serverNow: () => number,
+    private readonly feed?: ChangeFeed,
+  ) {}
 
   /**
    * True while a lock on document `id` of one of `tags` is held in this process and its lease has
@@ -171,6 +182,7 @@ export class LocalWaiters {
         if (waiters.size === 0 && this.byDocument.get(key) === waiters) {
           this.byDocument.delete(key);
           this.handedInRow.delete(key); // nobody waits here: the next contention starts afresh
+          if (this.byDocument.size === 0) this.stopListening();
         }
         // A wake-up it was given but did not turn into a lock goes to the next waiter.
         if (passOn) this.wakeKey(key, undefined);
@@ -178,7 +190,19 @@ export class LocalWaiters {
       () => this.heldHere(id, blockedBy),
     );
     waiters.add(waiter);
+    this.unlisten ??= this.feed?.listen((changed) => this.changedElsewhere(changed));
     return waiter;
+  }
+
+  private stopListening(): void {
+    this.unlisten?.();
+    this.unlisten = undefined;
+  }
+
+  /** A document's lock changed (the feed): its first waiter tries again (a hint; the server decides). */
+  private changedElsewhere(id: unknown): void {
+    const keys = id === SOME_DOCUMENT ? [...this.byDocument.keys()] : [keyOf(id)];
+    for (const key of keys) ranked(this.byDocument.get(key) ?? [])[0]?.nudge();
   }
 
   /** Wakes the `count` first-ranked waiters of the document `key` that a `tag` lock blocks (any waiter without `tag`). */
@@ -187,8 +211,13 @@ export class LocalWaiters {
     const waiters = this.byDocument.get(key);
     if (!waiters || waiters.size === 0) return;
     const blocked = [...waiters].filter((waiter) => tag === undefined || waiter.blockedBy.has(tag));
-    for (const waiter of blocked.sort((a, b) => (a.before(b) ? -1 : b.before(a) ? 1 : 0)).slice(0, count)) waiter.wake();
+    for (const waiter of ranked(blocked).slice(0, count)) waiter.wake();
   }
+}
+
+/** `waiters` in the order they are woken: the first-ranked first. */
+function ranked(waiters: Iterable<Waiter>): Waiter[] {
+  return [...waiters].sort((a, b) => (a.before(b) ? -1 : b.before(a) ? 1 : 0));
 }
 
 /**

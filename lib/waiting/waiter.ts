@@ -87,6 +87,13 @@ export class Waiter {
     else this.woken = true;
   }
 
+  /** Wakes it for a change made elsewhere: like {@link wake}, but its next refusal is not explained (the change may be anyone's acquisition). */
+  nudge(): void {
+    const fresh = this.fresh;
+    this.wake();
+    this.fresh = fresh;
+  }
+
   /** The id part of its rank: its fair ticket's id (empty without one). */
   get rankId(): string {
     return this.rank()[1];

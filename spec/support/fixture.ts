@@ -110,7 +110,17 @@ export async function newClient(options: ConstructorParameters<typeof MongoClien
   return extra;
 }
 
-/** Runs `body` and returns the commands the shared client sent meanwhile (names, for example `findAndModify`). */
+/** True for a command of a change stream (a waiters' change feed): its `aggregate`, and the `getMore`/`killCursors` of cursors, which no lock call sends. */
+export function isChangeStreamCommand(event: CommandStartedEvent): boolean {
+  if (event.commandName === 'getMore' || event.commandName === 'killCursors') return true;
+  const first = (event.command.pipeline as Document[] | undefined)?.[0];
+  return event.commandName === 'aggregate' && first !== undefined && '$changeStream' in first;
+}
+
+/**
+ * Runs `body` and returns the commands the shared client sent meanwhile for lock calls (names, for
+ * example `findAndModify`): not the driver's own, nor those of change streams ({@link isChangeStreamCommand}).
+ */
 export async function commandsSentBy<T>(body: () => Promise<T>): Promise<{ result: T | undefined; error: unknown; commands: string[] }> {
   const from = commandsStarted.length;
   let result: T | undefined;
@@ -120,7 +130,11 @@ export async function commandsSentBy<T>(body: () => Promise<T>): Promise<{ resul
   } catch (caught) {
     error = caught;
   }
-  const commands = commandsStarted.slice(from).map((event) => event.commandName).filter((name) => !['isMaster', 'hello', 'ismaster', 'endSessions'].includes(name));
+  const commands = commandsStarted
+    .slice(from)
+    .filter((event) => !isChangeStreamCommand(event))
+    .map((event) => event.commandName)
+    .filter((name) => !['isMaster', 'hello', 'ismaster', 'endSessions'].includes(name));
   return { result, error, commands };
 }
 

@@ -1,3 +1,4 @@
+import de.bwaldvogel.mongo.MongoBackend;
 import de.bwaldvogel.mongo.MongoServer;
 import de.bwaldvogel.mongo.MongoVersion;
 import de.bwaldvogel.mongo.backend.memory.MemoryBackend;
@@ -5,7 +6,7 @@ import java.net.InetSocketAddress;
 import java.util.List;
 
 /**
- * Starts mongo-java-server (in-memory backend) on 127.0.0.1 and the given port (0 = any free
+ * Starts mongo-java-server (in-memory backend, its oplog on for change streams) on 127.0.0.1 and the given port (0 = any free
  * port), prints "READY <port>", and stops when its standard input closes (the parent died or
  * asked it to stop) or on SIGTERM. Test infrastructure only.
  *
@@ -29,7 +30,10 @@ public class Launcher {
 
     public static void main(String[] args) throws Exception {
         int port = args.length > 0 ? Integer.parseInt(args[0]) : 0;
-        MongoServer server = new MongoServer(new MemoryBackend().version(MONGO_5_0_WIRE_13));
+        MongoBackend backend = new MemoryBackend().version(MONGO_5_0_WIRE_13);
+        // Change streams deliver only with the oplog on (and miss findAndModify writes: docs/backends.md).
+        backend.enableOplog();
+        MongoServer server = new MongoServer(backend);
         server.bind("127.0.0.1", port);
         InetSocketAddress address = server.getLocalAddress();
         Runtime.getRuntime().addShutdownHook(new Thread(server::shutdownNow));

@@ -1,0 +1,161 @@
+import type { ChangeStream, Collection, Document } from 'mongodb';
+import { publish } from '../common/diagnostics';
+
+/** A change whose event does not say which document it touched (mongo-java-server's update events). */
+export const SOME_DOCUMENT: unique symbol = Symbol('some document');
+
+/** Told of each change to the lock field of a document: its `_id`, or {@link SOME_DOCUMENT}. */
+export type ChangeListener = (id: unknown) => void;
+
+/** What a feed does now: `streaming` (a change stream is open), `polling` (none could be had), `idle` (nobody listens). */
+export type FeedState = 'streaming' | 'polling' | 'idle';
+
+/** How long a stream stays open after its last listener left, for the next waiter (ms). */
+const LINGER_MS = 1_000;
+/** How long a `getMore` waits on the server for a change (ms): an idle feed costs one command per this. */
+const AWAIT_MS = 1_000;
+/** The pause after an empty batch that came back at once, from a server that does not wait for changes (mongo-java-server), in ms. */
+const EMPTY_PACE_MS = 5;
+/** How long after a stream broke it is opened again, while someone listens (ms). */
+const REOPEN_MS = 1_000;
+/** Server codes that say no stream can be had on this deployment: not a replica set (40573), not authorized (13). */
+const NO_STREAMS: ReadonlySet<number> = new Set([40573, 13]);
+/** Driver errors that say the client was closed: its feeds stop for good. */
+const CLIENT_GONE: ReadonlySet<string> = new Set(['MongoClientClosedError', 'MongoTopologyClosedError', 'MongoNotConnectedError']);
+
+/**
+ * One change stream per process and collection, open while a waiter of this process waits on
+ * it, shared by all of them: tells each listener of every change to the lock field of a
+ * document (filtered on the server), so that a release in another process wakes a waiter here at
+ * once. A wake-up is only a hint (the woken waiter tries again and the server decides); without a
+ * stream (a standalone server, no privilege, a broken or lagging one) waiters poll as they would
+ * anyway. The driver resumes the stream after a network error or a failover; a stream that ends
+ * otherwise (an invalidate, a resume token that fell off the oplog) is opened again, and every
+ * listener is told once, for what it may have missed.
+ */
+export class ChangeFeed {
+  private readonly listeners = new Set<ChangeListener>();
+  private stream: ChangeStream | undefined;
+  private lingering: NodeJS.Timeout | undefined;
+  private reopening: NodeJS.Timeout | undefined;
+  /** The deployment has no change streams for this client: never tried again. */
+  private unavailable = false;
+
+  constructor(
+    private readonly collection: Collection<Document>,
+    private readonly field: string,
+  ) {}
+
+  /** What the feed does now. */
+  get state(): FeedState {
+    if (this.listeners.size === 0 && !this.stream) return 'idle';
+    return this.stream ? 'streaming' : 'polling';
+  }
+
+  /** Tells `listener` of each change until the returned function is called. */
+  listen(listener: ChangeListener): () => void {
+    this.listeners.add(listener);
+    clearTimeout(this.lingering);
+    this.lingering = undefined;
+    this.open();
+    return () => {
+      if (!this.listeners.delete(listener) || this.listeners.size > 0) return;
+      this.lingering = setTimeout(() => this.close(), LINGER_MS).unref();
+    };
+  }
+
+  /** Closes the stream (the feed opens it again for its next listener). */
+  close(): void {
+    clearTimeout(this.lingering);
+    clearTimeout(this.reopening);
+    this.lingering = this.reopening = undefined;
+    const stream = this.stream;
+    this.stream = undefined;
+    void stream?.close().catch(() => undefined);
+  }
+
+  private open(): void {
+    if (this.stream || this.reopening || this.unavailable || this.listeners.size === 0) return;
+    const stream = this.collection.watch(lockChanges(this.field), { maxAwaitTimeMS: AWAIT_MS });
+    this.stream = stream;
+    void this.follow(stream);
+  }
+
+  /** Reads `stream` while it is this feed's, telling the listeners of each change (the driver resumes it after a network error or a failover). */
+  private async follow(stream: ChangeStream): Promise<void> {
+    try {
+      while (this.stream === stream && !stream.closed) {
+        const asked = performance.now();
+        const event: Document | null = await stream.tryNext();
+        if (this.stream !== stream) return;
+        if (event) {
+          const id: unknown = (event.documentKey as Document | undefined)?._id;
+          this.tell(id === undefined || id === null ? SOME_DOCUMENT : id);
+        } else if (performance.now() - asked < EMPTY_PACE_MS) {
+          await new Promise((resolve) => setTimeout(resolve, EMPTY_PACE_MS));
+        }
+      }
+      this.broke(stream, undefined); // closed by the server (an invalidate)
+    } catch (error) {
+      this.broke(stream, error);
+    }
+  }
+
+  /** `stream` ended: opened again later while someone listens, and everyone is told once of what it may have missed. */
+  private broke(stream: ChangeStream, error: unknown): void {
+    if (this.stream !== stream) return;
+    this.stream = undefined;
+    void stream.close().catch(() => undefined);
+    const code = (error as { code?: unknown } | undefined)?.code;
+    const name = (error as { name?: unknown } | undefined)?.name;
+    if ((typeof code === 'number' && NO_STREAMS.has(code)) || CLIENT_GONE.has(String(name))) this.unavailable = true;
+    publish.feedBroke(() => ({ namespace: this.collection.namespace, error, polling: this.unavailable ? 'for good' : 'until reopened' }));
+    this.tell(SOME_DOCUMENT);
+    if (this.unavailable || this.listeners.size === 0) return;
+    this.reopening = setTimeout(() => {
+      this.reopening = undefined;
+      this.open();
+    }, REOPEN_MS).unref();
+  }
+
+  private tell(id: unknown): void {
+    for (const listener of this.listeners) listener(id);
+  }
+}
+
+/**
+ * The server-side filter of a feed: deletes, replacements, and updates that set or remove a
+ * path of the lock field `field` (an update event without a description, as mongo-java-server
+ * sends them, passes too); only the document's key and the resume token come back.
+ */
+export function lockChanges(field: string): Document[] {
+  const touched = (paths: string): Document => ({
+    $gt: [{ $size: { $filter: { input: { $objectToArray: { $ifNull: [paths, {}] } }, cond: { $regexMatch: { input: '$$this.k', regex: `^${field}(\\.|$)` } } } } }, 0],
+  });
+  const removed = { $gt: [{ $size: { $filter: { input: { $ifNull: ['$updateDescription.removedFields', []] }, cond: { $regexMatch: { input: '$$this', regex: `^${field}(\\.|$)` } } } } }, 0] };
+  return [
+    {
+      $match: {
+        $or: [
+          { operationType: { $in: ['delete', 'replace'] } },
+          { operationType: 'update', updateDescription: { $exists: false } },
+          { operationType: 'update', $expr: { $or: [touched('$updateDescription.updatedFields'), removed] } },
+        ],
+      },
+    },
+    { $project: { documentKey: 1 } },
+  ];
+}
+
+const feeds = new WeakMap<object, Map<string, ChangeFeed>>();
+
+/** The feed of `collection`'s lock field `field`, one per driver client, namespace and field. */
+export function changeFeedOf(collection: Collection<Document>, field: string): ChangeFeed {
+  const client: object = (collection as unknown as { db?: { client?: object } }).db?.client ?? collection;
+  let byNamespace = feeds.get(client);
+  if (!byNamespace) feeds.set(client, (byNamespace = new Map()));
+  const key = `${collection.namespace}\u0000${field}`;
+  let feed = byNamespace.get(key);
+  if (!feed) byNamespace.set(key, (feed = new ChangeFeed(collection, field)));
+  return feed;
+}
