@@ -4,14 +4,19 @@
  */
 import { fork, type ChildProcess } from 'node:child_process';
 import { loadavg } from 'node:os';
+import { isChangeStreamCommand } from '../support/command-kinds';
 
 /** The driver's own commands (handshakes, heartbeats, session ends), never counted as a library's. */
 const DRIVER_COMMANDS = new Set(['hello', 'isMaster', 'ismaster', 'endSessions', 'ping']);
 
-/** True for a command a library sent (not one of the driver's own). */
-export function countsAsCommand(commandName: string): boolean {
-  return !DRIVER_COMMANDS.has(commandName);
+/**
+ * True for a command a lock call sent: not one of the driver's own, nor one of a change stream
+ * (its `aggregate`, `getMore`, `killCursors`: a process's waiters' change feed, counted apart).
+ */
+export function countsAsCommand(event: { readonly commandName: string; readonly command?: { readonly pipeline?: unknown } }): boolean {
+  return !DRIVER_COMMANDS.has(event.commandName) && !isChangeStreamCommand(event);
 }
+
 
 /** The median (the mean of the middle two for an even count; NaN for none). */
 export function median(values: readonly number[]): number {

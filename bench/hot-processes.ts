@@ -59,7 +59,7 @@ function serveHot(): void {
     await contender.prepare(db.collection(task.collection), ['hot'], db.collection(task.data));
     return async () => {
       let commands = 0;
-      const count = (event: { commandName: string }): void => void (countsAsCommand(event.commandName) && commands++);
+      const count = (event: { commandName: string; command?: { pipeline?: unknown } }): void => void (countsAsCommand(event) && commands++);
       client.on('commandStarted', count);
       let turns;
       try {

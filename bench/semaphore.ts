@@ -40,7 +40,7 @@ async function runChild(task: ChildTask): Promise<ChildResult> {
   const client = await MongoClient.connect(task.uri, { monitorCommands: true, maxPoolSize: task.workers * 2 });
   let commands = 0;
   client.on('commandStarted', (event) => {
-    if (countsAsCommand(event.commandName)) commands++;
+    if (countsAsCommand(event)) commands++;
   });
   const collection = client.db(task.db).collection(task.contender.replace(/\W+/g, '_'));
   const acquire = contenderLock(task.contender, collection);

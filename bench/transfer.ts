@@ -192,7 +192,7 @@ async function prepareTask(task: Task): Promise<() => Promise<Outcome>> {
   return async () => {
     const commands: Counts = { acquire: 0, commit: 0, release: 0, other: 0 };
     client.on('commandStarted', (event) => {
-      if (countsAsCommand(event.commandName)) commands[phases.getStore()?.phase ?? 'other']++;
+      if (countsAsCommand(event)) commands[phases.getStore()?.phase ?? 'other']++;
     });
     const net: Record<string, number> = Object.fromEntries(ACCOUNTS.map((account) => [account, 0]));
     const holds: Array<[string, number, number]> = [];

@@ -115,7 +115,7 @@ export async function commands(contender: Contender, fresh: NewCollection, clien
   await (await contender.lock('c'))();
   let sent = 0;
   const count = (event: { commandName: string }): void => {
-    if (countsAsCommand(event.commandName)) sent++;
+    if (countsAsCommand(event)) sent++;
   };
   client.on('commandStarted', count);
   try {

@@ -147,6 +147,25 @@ export function lockChanges(field: string): Document[] {
   ];
 }
 
+/** One listener's connection to a feed: open while it needs the feed (idempotent both ways). */
+export class FeedTap {
+  private unlisten: (() => void) | undefined;
+
+  constructor(
+    private readonly feed: ChangeFeed,
+    private readonly listener: ChangeListener,
+  ) {}
+
+  open(): void {
+    this.unlisten ??= this.feed.listen(this.listener);
+  }
+
+  close(): void {
+    this.unlisten?.();
+    this.unlisten = undefined;
+  }
+}
+
 const feeds = new WeakMap<object, Map<string, ChangeFeed>>();
 
 /** The feed of `collection`'s lock field `field`, one per driver client, namespace and field. */

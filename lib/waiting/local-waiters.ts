@@ -1,5 +1,5 @@
 import { BSON } from 'mongodb';
-import { SOME_DOCUMENT, type ChangeFeed } from './change-feed';
+import { FeedTap, SOME_DOCUMENT, type ChangeFeed } from './change-feed';
 import { Waiter } from './waiter';
 
 /**
@@ -16,18 +16,16 @@ export class LocalWaiters {
   /** Locks held in this process, by document, then by lock id: their tag and lease end (server ms). */
   private readonly held = new Map<string, Map<string, { readonly tag: string; readonly expiresAt: number }>>();
 
-  /** Stops listening to the feed: set while someone waits here. */
-  private unlisten: (() => void) | undefined;
+  /** Changes made by other processes, heard while someone waits here: each nudges the first waiter of the changed document. */
+  private readonly tap: FeedTap | undefined;
 
-  /**
-   * @param serverNow a lower bound of the server's clock, to let a lease that ran out stop counting.
-   * @param feed changes made by other processes, listened to while someone waits here: each nudges
-   *   the first waiter of the changed document (of every document, when the change does not say which).
-   */
+  /** @param serverNow a lower bound of the server's clock, to let a lease that ran out stop counting. */
   constructor(
     private readonly serverNow: () => number,
-    private readonly feed?: ChangeFeed,
-  ) {}
+    feed?: ChangeFeed,
+  ) {
+    this.tap = feed && new FeedTap(feed, (changed) => this.changedElsewhere(changed));
+  }
 
   /**
    * True while a lock on document `id` of one of `tags` is held in this process and its lease has
@@ -182,7 +180,7 @@ export class LocalWaiters {
         if (waiters.size === 0 && this.byDocument.get(key) === waiters) {
           this.byDocument.delete(key);
           this.handedInRow.delete(key); // nobody waits here: the next contention starts afresh
-          if (this.byDocument.size === 0) this.stopListening();
+          if (this.byDocument.size === 0) this.tap?.close();
         }
         // A wake-up it was given but did not turn into a lock goes to the next waiter.
         if (passOn) this.wakeKey(key, undefined);
@@ -190,16 +188,11 @@ export class LocalWaiters {
       () => this.heldHere(id, blockedBy),
     );
     waiters.add(waiter);
-    this.unlisten ??= this.feed?.listen((changed) => this.changedElsewhere(changed));
+    this.tap?.open();
     return waiter;
   }
 
-  private stopListening(): void {
-    this.unlisten?.();
-    this.unlisten = undefined;
-  }
-
-  /** A document's lock changed (the feed): its first waiter tries again (a hint; the server decides). */
+  /** A document's lock changed elsewhere (of every document, when the change does not say which): its first waiter tries again (a hint; the server decides). */
   private changedElsewhere(id: unknown): void {
     const keys = id === SOME_DOCUMENT ? [...this.byDocument.keys()] : [keyOf(id)];
     for (const key of keys) ranked(this.byDocument.get(key) ?? [])[0]?.nudge();

@@ -8,6 +8,7 @@
 import { randomBytes } from 'node:crypto';
 import { BSON, MongoClient, type Collection, type CommandStartedEvent, type Db, type Document } from 'mongodb';
 import { multiLock, resourceLocks, writeLock, type LockHandle, type MultiLock, type ResourceLockHandle, type ResourceLocks, type WriteLock } from '../../lib';
+import { isChangeStreamCommand } from '../../support/command-kinds';
 import { attachMongoBackend, startMongoBackend, type BackendCapabilities, type BackendKind, type MongoBackend } from '../../support/mongo-backend';
 
 /** How worker processes find the backend the global setup started. */
@@ -110,12 +111,6 @@ export async function newClient(options: ConstructorParameters<typeof MongoClien
   return extra;
 }
 
-/** True for a command of a change stream (a waiters' change feed): its `aggregate`, and the `getMore`/`killCursors` of cursors, which no lock call sends. */
-export function isChangeStreamCommand(event: CommandStartedEvent): boolean {
-  if (event.commandName === 'getMore' || event.commandName === 'killCursors') return true;
-  const first = (event.command.pipeline as Document[] | undefined)?.[0];
-  return event.commandName === 'aggregate' && first !== undefined && '$changeStream' in first;
-}
 
 /**
  * Runs `body` and returns the commands the shared client sent meanwhile for lock calls (names, for
