@@ -92,7 +92,7 @@ export class ChangeFeed {
           const id: unknown = (event.documentKey as Document | undefined)?._id;
           this.tell(id === undefined || id === null ? SOME_DOCUMENT : id);
         } else if (performance.now() - asked < EMPTY_PACE_MS) {
-          await new Promise((resolve) => setTimeout(resolve, EMPTY_PACE_MS));
+          await new Promise((resolve) => setTimeout(resolve, EMPTY_PACE_MS).unref());
         }
       }
       this.broke(stream, undefined); // closed by the server (an invalidate)

@@ -18,7 +18,6 @@ export class LocalWaiters {
 
   /** Changes made by other processes, heard while someone waits here: each nudges the first waiter of the changed document. */
   private readonly tap: FeedTap | undefined;
-
   /** @param serverNow a lower bound of the server's clock, to let a lease that ran out stop counting. */
   constructor(
     private readonly serverNow: () => number,
@@ -32,14 +31,17 @@ export class LocalWaiters {
    * not ended: its release will wake a waiter, and a refusal there is a conflict.
    */
   heldHere(id: unknown, tags: ReadonlySet<string>): boolean {
-    const locks = this.held.get(keyOf(id));
+    return this.heldAt(keyOf(id), tags);
+  }
+  private heldAt(key: string, tags: ReadonlySet<string>): boolean {
+    const locks = this.held.get(key);
     if (!locks) return false;
     const now = this.serverNow();
     for (const [lockId, lock] of locks) {
       if (lock.expiresAt <= now) locks.delete(lockId); // ran out without a release here
       else if (tags.has(lock.tag)) return true;
     }
-    if (locks.size === 0) this.held.delete(keyOf(id));
+    if (locks.size === 0) this.held.delete(key);
     return false;
   }
 
@@ -100,9 +102,7 @@ export class LocalWaiters {
 
   /** How many acquisitions of this process wait for document `id` with a lock of one of `tags`. */
   queued(id: unknown, tags: ReadonlySet<string>): number {
-    let count = 0;
-    for (const waiter of this.byDocument.get(keyOf(id)) ?? []) if (tags.has(waiter.tag)) count++;
-    return count;
+    return [...(this.byDocument.get(keyOf(id)) ?? [])].filter((waiter) => tags.has(waiter.tag)).length;
   }
 
   /** Lock `lockId` of `tag` on document `id` was won in this process, until `expiresAt` (server ms). */
@@ -130,10 +130,7 @@ export class LocalWaiters {
     };
   }
 
-  /**
-   * Lock `lockId` of `tag` was let go in this process by a call that did not name its document
-   * (a filter without `_id`): finds its document among those held here, and wakes as below.
-   */
+  /** Lock `lockId` of `tag` was let go here by a call that did not name its document (no `_id`): finds its document, and wakes as below. */
   releasedLock(lockId: string, tag: string, permits = 1): void {
     for (const [key, locks] of this.held) {
       if (!locks.has(lockId)) continue;
@@ -192,10 +189,12 @@ export class LocalWaiters {
     return waiter;
   }
 
-  /** A document's lock changed elsewhere (of every document, when the change does not say which): its first waiter tries again (a hint; the server decides). */
+  /** A document's lock changed elsewhere (every document's, when the change does not say which): its first waiter tries again, unless a lock that blocks it is held here (its release here wakes it). */
   private changedElsewhere(id: unknown): void {
-    const keys = id === SOME_DOCUMENT ? [...this.byDocument.keys()] : [keyOf(id)];
-    for (const key of keys) ranked(this.byDocument.get(key) ?? [])[0]?.nudge();
+    for (const key of id === SOME_DOCUMENT ? [...this.byDocument.keys()] : [keyOf(id)]) {
+      const first = ranked(this.byDocument.get(key) ?? [])[0];
+      if (first && !this.heldAt(key, first.blockedBy)) first.nudge();
+    }
   }
 
   /** Wakes the `count` first-ranked waiters of the document `key` that a `tag` lock blocks (any waiter without `tag`). */
