@@ -14,8 +14,12 @@ export type FeedState = 'streaming' | 'polling' | 'idle';
 const LINGER_MS = 1_000;
 /** How long a `getMore` waits on the server for a change (ms): an idle feed costs one command per this. */
 const AWAIT_MS = 1_000;
-/** The pause after an empty batch that came back at once, from a server that does not wait for changes (mongo-java-server), in ms. */
-const EMPTY_PACE_MS = 5;
+/**
+ * The pauses after an empty batch that came back at once, from a server that does not wait for
+ * changes (mongo-java-server), in ms: from the first, doubling while nothing comes, back to it
+ * after a change (a wake-up there comes at most the longest pause late; an idle feed costs ~60 getMores a second).
+ */
+const EMPTY_PACE_MS = { first: 4, longest: 16 };
 /** How long after a stream broke it is opened again, while someone listens (ms). */
 const REOPEN_MS = 1_000;
 /** Server codes that say no stream can be had on this deployment: not a replica set (40573), not authorized (13). */
@@ -84,15 +88,18 @@ export class ChangeFeed {
   /** Reads `stream` while it is this feed's, telling the listeners of each change (the driver resumes it after a network error or a failover). */
   private async follow(stream: ChangeStream): Promise<void> {
     try {
+      let pause = EMPTY_PACE_MS.first;
       while (this.stream === stream && !stream.closed) {
         const asked = performance.now();
         const event: Document | null = await stream.tryNext();
         if (this.stream !== stream) return;
         if (event) {
+          pause = EMPTY_PACE_MS.first;
           const id: unknown = (event.documentKey as Document | undefined)?._id;
           this.tell(id === undefined || id === null ? SOME_DOCUMENT : id);
-        } else if (performance.now() - asked < EMPTY_PACE_MS) {
-          await new Promise((resolve) => setTimeout(resolve, EMPTY_PACE_MS).unref());
+        } else if (performance.now() - asked < EMPTY_PACE_MS.first) {
+          await new Promise((resolve) => setTimeout(resolve, pause).unref());
+          pause = Math.min(EMPTY_PACE_MS.longest, pause * 2);
         }
       }
       this.broke(stream, undefined); // closed by the server (an invalidate)
