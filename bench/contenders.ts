@@ -87,16 +87,16 @@ export async function contenders(db?: Db): Promise<Contender[]> {
 
   list.push(...floors(insertDocs, writeLock, LEASE));
 
-  for (const fair of [false, true]) {
+  for (const [fair, changeStreams] of [[false, true], [true, true], [false, false], [true, false]] as const) {
     let lock: ReturnType<typeof writeLock> | undefined;
     list.push({
-      name: fair ? 'monglock writeLock fair' : 'monglock writeLock',
+      name: `${fair ? 'monglock writeLock fair' : 'monglock writeLock'}${changeStreams ? '' : ', polling'}`,
       kind: 'monglock',
       writeConcern: 'acquire majority, release 1',
-      note: fair ? 'fair: true, first come first served' : undefined,
+      note: [fair && 'fair: true, first come first served', !changeStreams && 'changeStreams: false'].filter(Boolean).join('; ') || undefined,
       async prepare(collection, resources) {
         await insertDocs(collection, resources);
-        lock = writeLock({ collection, locktimeout: LEASE, ...(fair ? { fair: true } : {}) });
+        lock = writeLock({ collection, locktimeout: LEASE, changeStreams, ...(fair ? { fair: true } : {}) });
       },
       tryLock: (resource) => lock!.acquire({ _id: resource }).then((held) => () => held.release(), refusedAs('LockAlreadyTaken')),
       lock: (resource) => lock!.acquire({ _id: resource }, { wait: 600_000 }).then((held) => () => held.release()),
