@@ -164,7 +164,7 @@ export class LocalWaiters {
    * their ticket. Returns the waiter: `sleep(ms, signal, left)` resolves after `ms` or when woken;
    * `leave()` when done.
    */
-  join(id: unknown, tag: string, blockedBy: ReadonlySet<string>, rank: () => readonly [number, string]): Waiter {
+  join(id: unknown, tag: string, blockedBy: ReadonlySet<string>, rank: () => readonly [number, string], nudgeable: () => boolean = () => true): Waiter {
     const key = keyOf(id);
     let waiters = this.byDocument.get(key);
     if (!waiters) this.byDocument.set(key, (waiters = new Set()));
@@ -183,6 +183,7 @@ export class LocalWaiters {
         if (passOn) this.wakeKey(key, undefined);
       },
       () => this.heldHere(id, blockedBy),
+      nudgeable,
     );
     waiters.add(waiter);
     this.tap?.open();
@@ -193,7 +194,7 @@ export class LocalWaiters {
   private changedElsewhere(id: unknown): void {
     for (const key of id === SOME_DOCUMENT ? [...this.byDocument.keys()] : [keyOf(id)]) {
       const first = ranked(this.byDocument.get(key) ?? [])[0];
-      if (first && !this.heldAt(key, first.blockedBy)) first.nudge();
+      if (first?.nudgeable() && !this.heldAt(key, first.blockedBy)) first.nudge();
     }
   }
 

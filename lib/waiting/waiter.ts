@@ -30,6 +30,8 @@ export class Waiter {
     readonly blockedBy: ReadonlySet<string>,
     private readonly left: (passOn: boolean) => void,
     private readonly heldHere: () => boolean,
+    /** False while a change elsewhere cannot be its turn (a fair waiter with others ahead in the queue): no nudge then. */
+    readonly nudgeable: () => boolean = () => true,
   ) {}
 
   /** Leaves the waiters; `won` or not, a wake-up it still holds goes to the next one if it did not win. */
