@@ -1,6 +1,7 @@
-import { BSON } from 'mongodb';
-import { FeedTap, SOME_DOCUMENT, type ChangeFeed } from './change-feed';
-import { Waiter } from './waiter';
+import type { ChangeFeed } from './change-feed';
+import { keyedExactly, keyOf } from './document-key';
+import { RemoteWakeUps } from './remote-wake-ups';
+import { ranked, Waiter } from './waiter';
 
 /**
  * The acquisitions of this process that wait for a document, so that a release in this process
@@ -16,14 +17,14 @@ export class LocalWaiters {
   /** Locks held in this process, by document, then by lock id: their tag and lease end (server ms). */
   private readonly held = new Map<string, Map<string, { readonly tag: string; readonly expiresAt: number }>>();
 
-  /** Changes made by other processes, heard while someone waits here: each nudges the first waiter of the changed document. */
-  private readonly tap: FeedTap | undefined;
+  /** Changes made by other processes, heard while someone waits here: each may nudge the first waiter of the changed document. */
+  private readonly remote: RemoteWakeUps | undefined;
   /** @param serverNow a lower bound of the server's clock, to let a lease that ran out stop counting. */
   constructor(
     private readonly serverNow: () => number,
     feed?: ChangeFeed,
   ) {
-    this.tap = feed && new FeedTap(feed, (changed) => this.changedElsewhere(changed));
+    this.remote = feed && new RemoteWakeUps(feed, this.byDocument, (key, waiter) => this.heldAt(key, waiter.blockedBy));
   }
 
   /**
@@ -111,6 +112,7 @@ export class LocalWaiters {
     let locks = this.held.get(key);
     if (!locks) this.held.set(key, (locks = new Map()));
     locks.set(lockId, { tag, expiresAt });
+    this.remote?.won(key);
   }
 
   /**
@@ -177,25 +179,18 @@ export class LocalWaiters {
         if (waiters.size === 0 && this.byDocument.get(key) === waiters) {
           this.byDocument.delete(key);
           this.handedInRow.delete(key); // nobody waits here: the next contention starts afresh
-          if (this.byDocument.size === 0) this.tap?.close();
+          this.remote?.nobodyWaits(key);
         }
         // A wake-up it was given but did not turn into a lock goes to the next waiter.
         if (passOn) this.wakeKey(key, undefined);
       },
       () => this.heldHere(id, blockedBy),
       nudgeable,
+      () => this.remote?.missed(key),
     );
     waiters.add(waiter);
-    this.tap?.open();
+    this.remote?.open();
     return waiter;
-  }
-
-  /** A document's lock changed elsewhere (every document's, when the change does not say which): its first waiter tries again, unless a lock that blocks it is held here (its release here wakes it). */
-  private changedElsewhere(id: unknown): void {
-    for (const key of id === SOME_DOCUMENT ? [...this.byDocument.keys()] : [keyOf(id)]) {
-      const first = ranked(this.byDocument.get(key) ?? [])[0];
-      if (first?.nudgeable() && !this.heldAt(key, first.blockedBy)) first.nudge();
-    }
   }
 
   /** Wakes the `count` first-ranked waiters of the document `key` that a `tag` lock blocks (any waiter without `tag`). */
@@ -206,11 +201,6 @@ export class LocalWaiters {
     const blocked = [...waiters].filter((waiter) => tag === undefined || waiter.blockedBy.has(tag));
     for (const waiter of ranked(blocked).slice(0, count)) waiter.wake();
   }
-}
-
-/** `waiters` in the order they are woken: the first-ranked first. */
-function ranked(waiters: Iterable<Waiter>): Waiter[] {
-  return [...waiters].sort((a, b) => (a.before(b) ? -1 : b.before(a) ? 1 : 0));
 }
 
 /**
@@ -224,29 +214,3 @@ function ranked(waiters: Iterable<Waiter>): Waiter[] {
 export const COHORT_BOUND = 32;
 /** How long a yield leaves a document to the waiters of other processes before this process's waiters are woken, in ms. */
 export const YIELD_MS = 3;
-
-/**
- * A map key for a document `_id`: the same for the same `_id`; for objects, the bytes the driver
- * sends (BSON, through a class's own `toBSON()`). Two `_id`s can share a key only when the
- * client's serialization differs from this one (`ignoreUndefined`): a wake-up is then a hint
- * that costs one attempt, and a hand-over is made only for an `_id` of {@link keyedExactly}.
- */
-function keyOf(id: unknown): string {
-  if (id instanceof Date) return `date:${id.getTime()}`;
-  if (typeof id === 'object' && id !== null) return `object:${Buffer.from(BSON.serialize({ id })).toString('base64')}`;
-  return `${typeof id}:${String(id)}`;
-}
-
-/**
- * True for an `_id` whose key no other `_id` shares: a string, number, boolean, Date, a value of
- * the driver's BSON types (`_bsontype`), or a plain object or array of such values (not a class of
- * the caller's, which may serialize itself otherwise, nor anything holding `undefined`).
- */
-function keyedExactly(id: unknown, depth = 0): boolean {
-  if (typeof id === 'string' || typeof id === 'number' || typeof id === 'boolean' || id instanceof Date) return true;
-  if (typeof id !== 'object' || id === null || depth > 8) return false;
-  if (typeof (id as { _bsontype?: unknown })._bsontype === 'string') return true;
-  const prototype: unknown = Object.getPrototypeOf(id);
-  if (prototype !== Object.prototype && prototype !== Array.prototype && prototype !== null) return false;
-  return Object.values(id).every((value) => keyedExactly(value, depth + 1));
-}

@@ -17,6 +17,10 @@ export class Waiter {
   private fresh = false;
   /** Holds a wake-up it has not turned into a lock yet. */
   private holdsWakeUp = false;
+  /** Its last wake-up was a nudge (a change elsewhere), not yet turned into an attempt. */
+  private nudged = false;
+  /** The attempt underway was started by a nudge: if it sleeps again, the nudge missed. */
+  private nudgedAttempt = false;
   /** A hand-over to it on its way: the lock it resolves (undefined: none was handed, try again). */
   private grant: Promise<Acquired | undefined> | undefined;
   /** What it asks for when a lock is handed over to it; undefined: its acquisition cannot be handed one. */
@@ -32,6 +36,8 @@ export class Waiter {
     private readonly heldHere: () => boolean,
     /** False while a change elsewhere cannot be its turn (a fair waiter with others ahead in the queue): no nudge then. */
     readonly nudgeable: () => boolean = () => true,
+    /** Told when an attempt a nudge started was refused (it sleeps again). */
+    private readonly nudgeMissed: () => void = () => undefined,
   ) {}
 
   /** Leaves the waiters; `won` or not, a wake-up it still holds goes to the next one if it did not win. */
@@ -51,16 +57,19 @@ export class Waiter {
    * wakes it, but never past `left`, what is left of the wait), or as soon as a local release
    * wakes it; rejects when `signal` aborts.
    */
-  sleep(ms: number, signal?: AbortSignal, left = ms): Promise<void> {
-    if (this.woken) {
-      this.woken = false;
-      return Promise.resolve();
+  async sleep(ms: number, signal?: AbortSignal, left = ms): Promise<void> {
+    if (this.nudgedAttempt) this.nudgeMissed();
+    this.nudgedAttempt = false;
+    if (this.woken) this.woken = false;
+    else {
+      if (this.heldHere()) ms = Math.min(left, Math.max(ms, HELD_HERE_SLEEP));
+      await sleepUnlessWoken(ms, signal, (wake) => {
+        this.wakeUp = wake;
+        return () => (this.wakeUp = undefined);
+      });
     }
-    if (this.heldHere()) ms = Math.min(left, Math.max(ms, HELD_HERE_SLEEP));
-    return sleepUnlessWoken(ms, signal, (wake) => {
-      this.wakeUp = wake;
-      return () => (this.wakeUp = undefined);
-    });
+    this.nudgedAttempt = this.nudged;
+    this.nudged = false;
   }
 
   /** True when a release may hand it the lock now: it accepts hand-overs, its turn has come, it sleeps between attempts, and has none on its way. */
@@ -83,6 +92,7 @@ export class Waiter {
 
   /** Wakes it now; a wake-up that comes while it is not asleep ends its next sleep at once. */
   wake(): void {
+    this.nudged = false;
     this.fresh = true;
     this.holdsWakeUp = true;
     if (this.wakeUp) this.wakeUp();
@@ -94,6 +104,7 @@ export class Waiter {
     const fresh = this.fresh;
     this.wake();
     this.fresh = fresh;
+    this.nudged = true;
   }
 
   /** The id part of its rank: its fair ticket's id (empty without one). */
@@ -107,4 +118,9 @@ export class Waiter {
     const [b, bId] = other.rank();
     return a < b || (a === b && aId < bId);
   }
+}
+
+/** `waiters` in the order they are woken: the first-ranked first. */
+export function ranked(waiters: Iterable<Waiter>): Waiter[] {
+  return [...waiters].sort((a, b) => (a.before(b) ? -1 : b.before(a) ? 1 : 0));
 }

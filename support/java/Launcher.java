@@ -2,7 +2,11 @@ import de.bwaldvogel.mongo.MongoBackend;
 import de.bwaldvogel.mongo.MongoServer;
 import de.bwaldvogel.mongo.MongoVersion;
 import de.bwaldvogel.mongo.backend.memory.MemoryBackend;
+import de.bwaldvogel.mongo.MongoCollection;
+import de.bwaldvogel.mongo.bson.BsonTimestamp;
+import de.bwaldvogel.mongo.bson.Document;
 import java.net.InetSocketAddress;
+import java.time.Instant;
 import java.util.List;
 
 /**
@@ -33,6 +37,7 @@ public class Launcher {
         MongoBackend backend = new MemoryBackend().version(MONGO_5_0_WIRE_13);
         // Change streams deliver only with the oplog on (and miss findAndModify writes: docs/backends.md).
         backend.enableOplog();
+        trimOplog(backend);
         MongoServer server = new MongoServer(backend);
         server.bind("127.0.0.1", port);
         InetSocketAddress address = server.getLocalAddress();
@@ -44,5 +49,29 @@ public class Launcher {
         }
         server.shutdownNow();
         System.exit(0);
+    }
+
+    /** How much history the oplog keeps (ms): a real oplog is capped; mongo-java-server's grows forever and every getMore of a change stream scans it whole. */
+    static final long OPLOG_WINDOW_MS = 1_000;
+
+    /** Drops oplog entries older than {@link #OPLOG_WINDOW_MS}, five times a second, as a capped oplog would. */
+    static void trimOplog(MongoBackend backend) {
+        Thread trimmer = new Thread(() -> {
+            while (true) {
+                try {
+                    Thread.sleep(200);
+                    MongoCollection<?> oplog = backend.resolveDatabase("local").resolveCollection("oplog.rs", false);
+                    if (oplog == null) continue;
+                    BsonTimestamp oldest = new BsonTimestamp(Instant.now().minusMillis(OPLOG_WINDOW_MS), 0);
+                    oplog.deleteDocuments(new Document("ts", new Document("$lt", oldest)), Integer.MAX_VALUE);
+                } catch (InterruptedException e) {
+                    return;
+                } catch (RuntimeException e) {
+                    System.err.println("oplog trim failed: " + e);
+                }
+            }
+        }, "oplog-trimmer");
+        trimmer.setDaemon(true);
+        trimmer.start();
     }
 }

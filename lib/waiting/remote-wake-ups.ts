@@ -1,0 +1,73 @@
+import { FeedTap, SOME_DOCUMENT, type ChangeFeed } from './change-feed';
+import { keyOf } from './document-key';
+import { ranked, type Waiter } from './waiter';
+
+/**
+ * How far a document's nudges back off: after `k` nudged attempts of this process on it were
+ * refused in a row, each within {@link NUDGE_MISS_MEMORY_MS} of the last, a change elsewhere nudges
+ * its first waiter with probability 2^-min(k, this). Every process hears every change, so without
+ * it each release would send the first waiter of every process at once, and all but one would be
+ * refused (binary exponential backoff, as Ethernet resolves collisions): with P processes
+ * contending, about one nudged attempt per change.
+ */
+export const NUDGE_BACKOFF_STEPS = 4;
+/**
+ * How long a refused nudged attempt counts (ms): a change that comes later nudges for sure. So a
+ * lone waiter that was nudged in vain by another's acquisition is still nudged by its release, and
+ * only a document that changes this often backs off.
+ */
+export const NUDGE_MISS_MEMORY_MS = 64;
+
+/**
+ * Wake-ups from changes other processes make (heard on a {@link ChangeFeed} while someone waits
+ * here): a change to a document nudges its first waiter in this process, unless that one is not
+ * nudgeable (a fair waiter with others ahead), a lock that blocks it is held here (that release
+ * wakes it), or the backoff above skips it. A nudge is a hint: polling goes on as without it.
+ */
+export class RemoteWakeUps {
+  private readonly tap: FeedTap;
+  /** Refused nudged attempts in a row by document key, and when the last was refused (reset when this process wins the document; fair waiters with a ticket never back off: the queue decides). */
+  private readonly misses = new Map<string, { count: number; at: number }>();
+
+  constructor(
+    feed: ChangeFeed,
+    private readonly waitersByDocument: ReadonlyMap<string, ReadonlySet<Waiter>>,
+    private readonly blockedHere: (key: string, waiter: Waiter) => boolean,
+    private readonly random: () => number = Math.random,
+  ) {
+    this.tap = new FeedTap(feed, (changed) => this.changed(changed));
+  }
+
+  /** Someone waits here: listen. */
+  open(): void {
+    this.tap.open();
+  }
+
+  /** Nobody waits for document `key` any more: its backoff starts afresh; when nobody waits at all, stop listening. */
+  nobodyWaits(key: string): void {
+    this.misses.delete(key);
+    if (this.waitersByDocument.size === 0) this.tap.close();
+  }
+
+  /** A nudged attempt on document `key` was refused. */
+  missed(key: string): void {
+    const now = performance.now();
+    const last = this.misses.get(key);
+    this.misses.set(key, { count: last && now - last.at < NUDGE_MISS_MEMORY_MS ? last.count + 1 : 1, at: now });
+  }
+
+  /** This process won a lock on document `key`. */
+  won(key: string): void {
+    this.misses.delete(key);
+  }
+
+  private changed(id: unknown): void {
+    for (const key of id === SOME_DOCUMENT ? [...this.waitersByDocument.keys()] : [keyOf(id)]) {
+      const first = ranked(this.waitersByDocument.get(key) ?? [])[0];
+      if (!first?.nudgeable() || this.blockedHere(key, first)) continue;
+      const misses = this.misses.get(key);
+      const steps = first.rankId === '' && misses && performance.now() - misses.at < NUDGE_MISS_MEMORY_MS ? Math.min(misses.count, NUDGE_BACKOFF_STEPS) : 0;
+      if (this.random() < 2 ** -steps) first.nudge();
+    }
+  }
+}
