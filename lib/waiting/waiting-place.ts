@@ -186,14 +186,9 @@ export class WaitingPlace {
     if (this.documentId !== undefined) return;
     this.documentId = id;
     // Fair: the oldest ticket first, waiters still without one last; else the longest waiting first.
-    this.waiter = this.waiters.join(
-      id,
-      this.tag,
-      this.blockedBy,
-      () => (this.queue.ticket ? [this.queue.ticket.at.getTime(), this.queue.ticket.id] : [this.fair ? Infinity : this.since, '']),
-      // A change elsewhere can be its turn only when, as last seen, at most one ticket came first (the one a release may have served).
-      () => !this.queue.ticket || this.queue.position.waitersAhead <= 1,
-    );
+    const rank = (): readonly [number, string] => (this.queue.ticket ? [this.queue.ticket.at.getTime(), this.queue.ticket.id] : [this.fair ? Infinity : this.since, '']);
+    // A change elsewhere can be its turn only when, as last seen, at most one ticket came first (the one a release may have served).
+    this.waiter = this.waiters.join(id, this.tag, this.blockedBy, rank, () => !this.queue.ticket || this.queue.position.waitersAhead <= 1);
     this.waiter.terms = this.terms;
   }
 

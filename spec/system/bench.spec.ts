@@ -22,7 +22,7 @@ describe('benchmark (smoke run)', () => {
     expect(results.levels.map((level) => level.delayMs)).to.deep.equal([0, 5]);
     for (const level of results.levels) {
       const ours = level.contenders.filter((c) => c.kind === 'monglock' && c.latency !== null);
-      expect(ours.map((c) => c.name)).to.have.length(5);
+      expect(ours.map((c) => c.name)).to.have.length(7); // writeLock and writeLock fair, each with streams and polling; the folded section; multiLock; resourceLocks
       const oneWait = level.contenders.find((c) => c.name === 'monglock writeLock folded, acquire w: 1');
       expect(oneWait?.rmw?.p50, 'the folded section acquired at w: 1').to.be.greaterThan(0);
       for (const c of ours) {
