@@ -120,7 +120,10 @@ function summarize(backend: MongoBackend, outcomes: Outcome[], reports: WorkerRe
   ] as const;
 
   const count = (route: Route, status: number): number => outcomes.filter((outcome) => outcome.route === route && outcome.status === status).length;
-  const waited = reports.reduce((sum, report) => ({ local: sum.local + report.waits.local, polling: sum.polling + report.waits.polling }), { local: 0, polling: 0 });
+  const waited = reports.reduce(
+    (sum, report) => ({ local: sum.local + report.waits.local, stream: sum.stream + report.waits.stream, polling: sum.polling + report.waits.polling }),
+    { local: 0, stream: 0, polling: 0 },
+  );
   const [waitRoute] = ROUTES;
   const waitOk = ok.filter((outcome) => outcome.route === waitRoute);
   const failFast = outcomes.filter((outcome) => outcome.route !== waitRoute);
@@ -130,7 +133,7 @@ function summarize(backend: MongoBackend, outcomes: Outcome[], reports: WorkerRe
     ['requests (round-robin over the workers)', `${outcomes.length} from ${CLIENTS} clients`],
     ...ROUTES.map((route): [string, string] => [`${route.label}: 200 / 409${route.amount < 0 ? ' / 422' : ''}`, [200, 409, ...(route.amount < 0 ? [422] : [])].map((status) => count(route, status)).join(' / ')]),
     ['errors', String(errors)],
-    ['waits for the lock: holder in the same worker / in another', `${waited.local} / ${waited.polling}`],
+    ['waits for the lock: holder in the same worker / in another (woken by a change stream / by polling)', `${waited.local} / ${waited.stream} / ${waited.polling}`],
     ['most handlers inside one document at once', String(mostInside)],
     ['fencing tokens strictly increasing', fencesOk ? 'yes' : 'NO'],
     ['operations landed / answered 200', `${landedOps} / ${ok.length}`],

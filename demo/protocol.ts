@@ -22,8 +22,8 @@ export interface WorkerReport {
   readonly pid: number;
   /** Each handler's stay inside its critical section: account, entry and exit in µs of the machine's monotonic clock. */
   readonly sections: Array<[account: string, enteredUs: number, leftUs: number]>;
-  /** Acquisitions that had to wait, by how they were to be woken: by a release in this worker (`local`) or by polling (the holder was elsewhere). */
-  readonly waits: { local: number; polling: number };
+  /** Acquisitions that had to wait, by how they were to be woken: by a release in this worker (`local`), or, the holder elsewhere, by this worker's change stream (`stream`) or by polling. */
+  readonly waits: { local: number; stream: number; polling: number };
   /** The first few errors its requests answered 500 with. */
   readonly errors: string[];
 }

@@ -43,7 +43,7 @@ async function main(): Promise<void> {
 
   // What this worker saw, for the demo's observer: each handler's time inside its critical
   // section, how each acquisition that had to wait was to be woken, and its first errors.
-  const report: WorkerReport = { pid: process.pid, sections: [], waits: { local: 0, polling: 0 }, errors: [] };
+  const report: WorkerReport = { pid: process.pid, sections: [], waits: { local: 0, stream: 0, polling: 0 }, errors: [] };
   subscribe(CHANNELS.wait, (event) => void report.waits[(event as WaitEvent).wakeUp]++);
 
   await client.connect();

@@ -74,8 +74,12 @@ export interface ExtensionFailedEvent {
 export interface WaitEvent {
   readonly namespace: string;
   readonly tag: string;
-  /** `local`: a holder in this process wakes it on release; `polling`: retried with backoff (the holder is elsewhere or unknown). */
-  readonly wakeUp: 'local' | 'polling';
+  /**
+   * `local`: a holder in this process wakes it on release; `stream`: the holder is elsewhere or
+   * unknown, and this process's change stream on the collection wakes it (it polls meanwhile);
+   * `polling`: retried with backoff only (no stream: `changeStreams: false`, or none can be had).
+   */
+  readonly wakeUp: 'local' | 'stream' | 'polling';
   /** Fair mode: it holds a ticket in the document's queue. */
   readonly fair: boolean;
 }

@@ -27,6 +27,11 @@ export class LocalWaiters {
     this.remote = feed && new RemoteWakeUps(feed, this.byDocument, (key, waiter) => this.heldAt(key, waiter.blockedBy));
   }
 
+  /** True while this process's change stream on the collection is open (or opening): it wakes waiters on changes made elsewhere. */
+  get streaming(): boolean {
+    return this.remote?.streaming ?? false;
+  }
+
   /**
    * True while a lock on document `id` of one of `tags` is held in this process and its lease has
    * not ended: its release will wake a waiter, and a refusal there is a conflict.

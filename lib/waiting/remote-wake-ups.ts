@@ -26,6 +26,7 @@ export const NUDGE_MISS_MEMORY_MS = 64;
  */
 export class RemoteWakeUps {
   private readonly tap: FeedTap;
+  private readonly feed: ChangeFeed;
   /** Refused nudged attempts in a row by document key, and when the last was refused (reset when this process wins the document; fair waiters with a ticket never back off: the queue decides). */
   private readonly misses = new Map<string, { count: number; at: number }>();
 
@@ -35,7 +36,13 @@ export class RemoteWakeUps {
     private readonly blockedHere: (key: string, waiter: Waiter) => boolean,
     private readonly random: () => number = Math.random,
   ) {
+    this.feed = feed;
     this.tap = new FeedTap(feed, (changed) => this.changed(changed));
+  }
+
+  /** True while the feed has a change stream open (or opening). */
+  get streaming(): boolean {
+    return this.feed.state === 'streaming';
   }
 
   /** Someone waits here: listen. */

@@ -177,7 +177,7 @@ export class WaitingPlace {
     this.announced = true;
     publish.wait(() => {
       const local = this.documentId !== undefined && this.waiters.heldHere(this.documentId, this.blockedBy);
-      return { namespace: this.engine.namespace, tag: this.tag, wakeUp: local ? 'local' : 'polling', fair: this.fair && idNamedBy(userFilter) !== undefined };
+      return { namespace: this.engine.namespace, tag: this.tag, wakeUp: local ? 'local' : this.waiters.streaming ? 'stream' : 'polling', fair: this.fair && idNamedBy(userFilter) !== undefined };
     });
   }
 

@@ -10,7 +10,7 @@ import { MongoNetworkError, type Collection, type Document } from 'mongodb';
 import { isLockError, writeLock } from '../../lib';
 import { CHANNELS, type ExtensionFailedEvent, type LeaseLostEvent, type LockCallContext, type WaitEvent } from '../../lib/common/diagnostics';
 import { lockOf, monglockPlugin } from '../../lib/hapi';
-import { freshCollection, rejectionOf, sleep } from '../support/fixture';
+import { freshCollection, mongoBackend, rejectionOf, sleep } from '../support/fixture';
 
 /** Collects what `monglock:<operation>` publishes at asyncEnd until `stop()`. */
 function recordCalls(operation: 'acquire' | 'release' | 'extend'): { calls: LockCallContext[]; stop(): void } {
@@ -77,9 +77,10 @@ describe('diagnostics channels', function () {
     }
   });
 
-  it('says how a waiter will be woken: by a release in this process, or by polling', async () => {
+  it('says how a waiter will be woken: by a release in this process, by its change stream, or by polling', async () => {
     const collection = await freshCollection([{ _id: 'w' }]);
     const here = writeLock({ collection });
+    const pollingOnly = writeLock({ collection, changeStreams: false });
     const elsewhere = writeLock({ collection }); // another instance: its releases do not wake `here`'s waiters
     const waits = record<WaitEvent>(CHANNELS.wait);
     try {
@@ -90,7 +91,12 @@ describe('diagnostics channels', function () {
       const remote = await elsewhere.acquire({ _id: 'w' });
       setTimeout(() => void remote.release(), 100);
       await (await here.acquire({ _id: 'w' }, { wait: 5_000 })).release();
-      expect(waits.events.map((event) => event.wakeUp)).to.deep.equal(['local', 'polling']);
+      const again = await elsewhere.acquire({ _id: 'w' });
+      setTimeout(() => void again.release(), 100);
+      await (await pollingOnly.acquire({ _id: 'w' }, { wait: 5_000 })).release();
+      // The holder elsewhere: this client's change stream wakes the waiter where the backend has streams (a standalone mongod has none: polling).
+      const elsewhereWakeUp = mongoBackend().capabilities.changeStreams ? 'stream' : 'polling';
+      expect(waits.events.map((event) => event.wakeUp)).to.deep.equal(['local', elsewhereWakeUp, 'polling']);
       expect(waits.events[0]).to.include({ tag: 'write', fair: false });
     } finally {
       waits.stop();

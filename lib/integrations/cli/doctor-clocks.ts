@@ -9,6 +9,7 @@ import type { Collection, Document } from 'mongodb';
 import { clockReadOperation } from '../../protocol/resource-document';
 import { withDeadline } from '../../engine/store';
 import { monotonicNow } from '../../common/options';
+import { lockChanges } from '../../waiting/change-feed';
 import { reason, type ServerFacts } from './doctor-checks';
 import { finding, type DoctorFinding } from './doctor-report';
 
@@ -141,26 +142,31 @@ export async function majorityWritesFinding(route: Route, scratch: Scratch, depl
 }
 
 /** `change-streams`: whether a watcher of the scratch collection gets an update there within `CHANGE_WAIT_MS`. Never failing: monglock's waiters poll. */
-export async function changeStreamFinding(route: Route, scratch: Scratch, deployment: ServerFacts): Promise<DoctorFinding> {
+export async function changeStreamFinding(route: Route, scratch: Scratch, deployment: ServerFacts, field: string): Promise<DoctorFinding> {
+  const polling = `waiters of other processes learn of a release only by polling (tens of ms later; monglock watch polls too)`;
+  const advice = 'on a replica set or a sharded cluster, grant the changeStream and find actions on the collection; a standalone server has no change streams (nothing to change there)';
+  // The stream a waiter opens: monglock's filter on the lock field of this collection (the privilege and the pipeline it needs).
+  const own = route.collection.watch(lockChanges(field), { maxAwaitTimeMS: 200 });
   const scratchCollection = scratchOf(route);
   const stream = scratchCollection.watch([], { maxAwaitTimeMS: 200 });
-  const none = 'nothing to change (monglock\'s waiters poll; monglock watch polls where change streams do not deliver)';
   try {
-    await withDeadline('aggregate', deployment.timeout, () => stream.tryNext()); // opens the stream: a refused $changeStream throws here
+    await withDeadline('aggregate', deployment.timeout, () => own.tryNext()); // a refused $changeStream throws here
+    await withDeadline('aggregate', deployment.timeout, () => stream.tryNext());
     const { filter, update } = clockReadOperation(scratch.id);
     const sentAt = monotonicNow();
     await withDeadline('update', deployment.timeout, () => scratchCollection.updateOne(filter, update, { upsert: true }));
     while (monotonicNow() - sentAt < CHANGE_WAIT_MS) {
       if (await withDeadline('getMore', deployment.timeout, () => stream.tryNext())) {
         const latency = monotonicNow() - sentAt;
-        return finding('change-streams', 'ok', `yes: a watcher of ${SCRATCH_COLLECTION} got an update after ${latency.toFixed(1)} ms`, { works: true, latencyMs: round1(latency) });
+        const summary = `yes: monglock's change stream on ${route.collection.collectionName} opened, and a watcher of ${SCRATCH_COLLECTION} got an update after ${latency.toFixed(1)} ms: waiters of other processes are woken by their releases`;
+        return finding('change-streams', 'ok', summary, { works: true, latencyMs: round1(latency) });
       }
     }
-    return finding('change-streams', 'ok', `no: a watcher of ${SCRATCH_COLLECTION} got no event within ${CHANGE_WAIT_MS} ms of an update`, { works: false, waitedMs: CHANGE_WAIT_MS }, none);
+    return finding('change-streams', 'warn', `no: a watcher of ${SCRATCH_COLLECTION} got no event within ${CHANGE_WAIT_MS} ms of an update: ${polling}`, { works: false, waitedMs: CHANGE_WAIT_MS }, advice);
   } catch (error) {
-    return finding('change-streams', 'ok', `no: $changeStream on ${SCRATCH_COLLECTION} failed: ${reason(error)}`, { works: false, error: reason(error) }, none);
+    return finding('change-streams', 'warn', `no: $changeStream failed: ${reason(error)}: ${polling}`, { works: false, error: reason(error) }, advice);
   } finally {
-    await stream.close().catch(() => undefined);
+    await Promise.all([own.close(), stream.close()]).catch(() => undefined);
   }
 }
 

@@ -126,7 +126,7 @@ export async function diagnose(collection: Collection<Document>, options: Resolv
   try {
     for (const route of routers.routes) findings.push(await clockSkewFinding(route, scratch, deployment, maxClockSkew));
     findings.push(await majorityWritesFinding(main, scratch, deployment));
-    findings.push(await changeStreamFinding(main, scratch, deployment));
+    findings.push(await changeStreamFinding(main, scratch, deployment, options.field));
   } finally {
     await cleanScratch(main, scratch, options.timeout);
   }
