@@ -1,0 +1,87 @@
+/**
+ * Wake-ups from changes made elsewhere (a change stream per client) are hints: they never make a
+ * waiter send more than a small multiple of what it sends polling, whatever it writes itself.
+ *
+ * mongo-java-server's oplog misses findAndModify writes, which real mongod records (its change
+ * streams report every write: a ticket renewal sets `lock.queue.<n>.exp` and `lock.now`, both under
+ * the lock field, so monglock's filter passes it). `echoingWrites` makes the fallback record them
+ * too: after each findOneAndUpdate that matched, an `updateOne` of the same document, which its
+ * stream reports (mongo-java-server's update events carry no description, and pass the filter).
+ * On real mongod the echo changes a field outside the lock and is filtered out: the test then
+ * runs on the server's own events.
+ */
+import { expect } from 'chai';
+import type { Collection, CommandStartedEvent, Document, MongoClient } from 'mongodb';
+import { writeLock } from '../../lib';
+import { freshCollection, newClient, requireCapability, sleep } from '../support/fixture';
+
+/** `collection` on `client`, whose findOneAndUpdate writes also reach change streams on mongo-java-server (see above). */
+function echoingWrites(client: MongoClient, collection: Collection<Document>): Collection<Document> {
+  const plain = client.db(collection.dbName).collection(collection.collectionName);
+  return new Proxy(plain, {
+    get(target, key) {
+      if (key === 'findOneAndUpdate') {
+        return async (...args: Parameters<Collection<Document>['findOneAndUpdate']>) => {
+          const result: unknown = await (target.findOneAndUpdate as (...a: unknown[]) => Promise<unknown>)(...args);
+          const written = (result as { value?: Document | null } | null)?.value ?? (result as Document | null);
+          if (written && written._id !== undefined) await target.updateOne({ _id: written._id }, { $inc: { echoes: 1 } });
+          return result;
+        };
+      }
+      const value: unknown = Reflect.get(target, key, target);
+      return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
+    },
+  });
+}
+
+/** findAndModify commands `client` sends while `body` runs. */
+async function findAndModifiesOf(client: MongoClient, body: () => Promise<void>): Promise<number> {
+  let count = 0;
+  const count1 = (event: CommandStartedEvent): void => {
+    if (event.commandName === 'findAndModify') count++;
+  };
+  client.on('commandStarted', count1);
+  try {
+    await body();
+  } finally {
+    client.off('commandStarted', count1);
+  }
+  return count;
+}
+
+/**
+ * A fair waiter (its own client) queued behind another fair waiter (another client), both behind a
+ * holder (a third client): the findAndModify commands (looks and attempts) the second waiter
+ * sends in `windowMs` while the lock stays held.
+ */
+async function secondInLineCommands(changeStreams: boolean, windowMs: number): Promise<number> {
+  const collection = await freshCollection([{ _id: 1 }]);
+  const holder = writeLock({ collection, locktimeout: 20_000 });
+  const [firstClient, secondClient] = [await newClient({ monitorCommands: true }), await newClient({ monitorCommands: true })];
+  const first = writeLock({ collection: echoingWrites(firstClient, collection), locktimeout: 20_000, fair: true, changeStreams });
+  const second = writeLock({ collection: echoingWrites(secondClient, collection), locktimeout: 20_000, fair: true, changeStreams });
+  const held = await holder.acquire({ _id: 1 });
+  const firstWaits = first.acquire({ _id: 1 }, { wait: 20_000 });
+  await sleep(300); // refused; its ticket is first in the queue
+  const secondWaits = second.acquire({ _id: 1 }, { wait: 20_000 });
+  await sleep(300); // refused; its ticket is second: one ticket ahead
+  const sent = await findAndModifiesOf(secondClient, () => sleep(windowMs));
+  await held.release();
+  await (await firstWaits).release();
+  await (await secondWaits).release();
+  return sent;
+}
+
+describe('wake-ups from changes made elsewhere', function () {
+  this.timeout(60_000);
+
+  it('a fair waiter with one ticket ahead is not woken by the changes its own looks make: it looks about as often as it would polling', async function () {
+    requireCapability(this, 'changeStreams');
+    const windowMs = 2_000;
+    const polled = await secondInLineCommands(false, windowMs);
+    const streamed = await secondInLineCommands(true, windowMs);
+    const what = `the second fair waiter sent ${streamed} findAndModify in ${windowMs} ms with change streams, ${polled} polling`;
+    console.log(`      ${what}`);
+    expect(streamed, what).to.be.at.most(2 * polled + 10);
+  });
+});
