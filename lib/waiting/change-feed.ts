@@ -23,6 +23,12 @@ const AWAIT_MS = 1_000;
 const EMPTY_PACE_MS = { first: 4, longest: 8 };
 /** How long after a stream broke it is opened again, while someone listens (ms). */
 const REOPEN_MS = 1_000;
+/**
+ * The smallest connection pool (`maxPoolSize`) a feed takes a connection of: a `getMore` holds its
+ * connection for up to {@link AWAIT_MS} on a server that waits for changes, so in a smaller pool
+ * the lock calls (a lease's extensions among them) would queue behind it. Below it, waiters poll.
+ */
+const SMALLEST_POOL = 4;
 /** Server codes that say no stream can be had on this deployment: not a replica set (40573), not authorized (13). */
 const NO_STREAMS: ReadonlySet<number> = new Set([40573, 13]);
 /** Driver errors that say the client was closed: its feeds stop for good. */
@@ -81,9 +87,22 @@ export class ChangeFeed {
 
   private open(): void {
     if (this.stream || this.reopening || this.unavailable || this.listeners.size === 0) return;
-    const stream = this.collection.watch(lockChanges(this.field), { maxAwaitTimeMS: AWAIT_MS });
-    this.stream = stream;
-    void this.follow(stream);
+    const client = (this.collection as unknown as { db?: { client?: { options?: { maxPoolSize?: number } } } }).db?.client;
+    const poolSize = client?.options?.maxPoolSize;
+    if (poolSize !== undefined && poolSize > 0 && poolSize < SMALLEST_POOL) return this.unavailableBecause(new Error(`maxPoolSize ${poolSize}: a stream would hold one of its connections`));
+    try {
+      const stream = this.collection.watch(lockChanges(this.field), awaitOptions(this.collection));
+      this.stream = stream;
+      void this.follow(stream);
+    } catch (error) {
+      this.unavailableBecause(error); // the driver refused the stream's options
+    }
+  }
+
+  /** No stream can be had with this client: its waiters poll for good. */
+  private unavailableBecause(error: unknown): void {
+    this.unavailable = true;
+    publish.feedBroke(() => ({ namespace: this.collection.namespace, error, polling: 'for good' }));
   }
 
   /** Reads `stream` while it is this feed's, telling the listeners of each change (the driver resumes it after a network error or a failover). */
@@ -148,27 +167,59 @@ export class ChangeFeed {
 }
 
 /**
- * The server-side filter of a feed: deletes, replacements, and updates that set or remove a
- * path of the lock field `field` (an update event without a description, as mongo-java-server
- * sends them, passes too); only the document's key and the resume token come back.
+ * The server-side filter of a feed: deletes, replacements, and updates that set or remove what
+ * says who holds the lock — the field itself, its `tags` or one tag's list or entry, a pending
+ * `upgrade`, `limits`, or v2's `active`/`timestamp` — not its bookkeeping (`now`, `until`, `fence`,
+ * the fair `queue`, an entry's `exp`: so a waiter's own ticket renewals and a holder's extensions
+ * wake nobody). An update event without a description, as mongo-java-server sends them, passes
+ * too. Only the document's key and the resume token come back.
  */
 export function lockChanges(field: string): Document[] {
-  const touched = (paths: string): Document => ({
-    $gt: [{ $size: { $filter: { input: { $objectToArray: { $ifNull: [paths, {}] } }, cond: { $regexMatch: { input: '$$this.k', regex: `^${field}(\\.|$)` } } } } }, 0],
-  });
-  const removed = { $gt: [{ $size: { $filter: { input: { $ifNull: ['$updateDescription.removedFields', []] }, cond: { $regexMatch: { input: '$$this', regex: `^${field}(\\.|$)` } } } } }, 0] };
+  // A path's parts: the field; then `tags` with at most a tag and an index, `upgrade` or `limits` with anything, or `active`/`timestamp` alone.
+  const holds = (path: string): Document => {
+    const parts = { $split: [path, '.'] };
+    const part = (n: number): Document => ({ $arrayElemAt: [parts, n] });
+    const size = { $size: parts };
+    return {
+      $and: [
+        { $eq: [part(0), field] },
+        {
+          $or: [
+            { $eq: [size, 1] },
+            { $and: [{ $eq: [part(1), 'tags'] }, { $lte: [size, 4] }] },
+            { $in: [part(1), ['upgrade', 'limits']] },
+            { $and: [{ $eq: [size, 2] }, { $in: [part(1), ['active', 'timestamp']] }] },
+          ],
+        },
+      ],
+    };
+  };
+  const any = (input: Document, path: string): Document => ({ $gt: [{ $size: { $filter: { input, cond: holds(path) } } }, 0] });
+  const updated = any({ $objectToArray: { $ifNull: ['$updateDescription.updatedFields', {}] } }, '$$this.k');
+  const removed = any({ $ifNull: ['$updateDescription.removedFields', []] }, '$$this');
   return [
     {
       $match: {
         $or: [
           { operationType: { $in: ['delete', 'replace'] } },
           { operationType: 'update', updateDescription: { $exists: false } },
-          { operationType: 'update', $expr: { $or: [touched('$updateDescription.updatedFields'), removed] } },
+          { operationType: 'update', $expr: { $or: [updated, removed] } },
         ],
       },
     },
     { $project: { documentKey: 1 } },
   ];
+}
+
+/**
+ * How long the stream's `getMore` waits: {@link AWAIT_MS}, below the collection's client-side
+ * operation timeout (`timeoutMS`; the driver refuses a wait that is not below it, and with 0, no
+ * timeout, any explicit wait: the server's default, 1 s, then).
+ */
+function awaitOptions(collection: Collection<Document>): { maxAwaitTimeMS?: number } {
+  const timeoutMS = (collection as unknown as { timeoutMS?: number }).timeoutMS;
+  if (timeoutMS === undefined) return { maxAwaitTimeMS: AWAIT_MS };
+  return timeoutMS === 0 ? {} : { maxAwaitTimeMS: Math.max(1, Math.min(AWAIT_MS, Math.floor(timeoutMS / 2))) };
 }
 
 /** One listener's connection to a feed: open while it needs the feed (idempotent both ways). */

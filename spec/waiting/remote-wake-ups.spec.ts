@@ -2,18 +2,19 @@
  * Wake-ups from changes made elsewhere (a change stream per client) are hints: they never make a
  * waiter send more than a small multiple of what it sends polling, whatever it writes itself.
  *
- * mongo-java-server's oplog misses findAndModify writes, which real mongod records (its change
- * streams report every write: a ticket renewal sets `lock.queue.<n>.exp` and `lock.now`, both under
- * the lock field, so monglock's filter passes it). `echoingWrites` makes the fallback record them
- * too: after each findOneAndUpdate that matched, an `updateOne` of the same document, which its
- * stream reports (mongo-java-server's update events carry no description, and pass the filter).
- * On real mongod the echo changes a field outside the lock and is filtered out: the test then
- * runs on the server's own events.
+ * Real mongod records every write in its change streams: a ticket renewal sets
+ * `lock.queue.<n>.exp`, `lock.now` and `lock.until`, which monglock's filter (lockChanges) leaves
+ * out, so a waiter's own looks wake nobody. `echoingWrites` makes sure a findOneAndUpdate is seen
+ * even where the oplog misses them: after each one that matched, an `updateOne` of the same
+ * document outside the lock field, which mongod's events describe and the filter drops.
+ * mongo-java-server's update events carry no description, so every echo would pass the filter
+ * there: the test needs a backend whose events describe updates (spec/waiting/lock-changes.spec.ts
+ * checks the filter itself on every backend, on documents shaped like change events).
  */
 import { expect } from 'chai';
 import type { Collection, CommandStartedEvent, Document, MongoClient } from 'mongodb';
 import { writeLock } from '../../lib';
-import { freshCollection, newClient, requireCapability, sleep } from '../support/fixture';
+import { freshCollection, mongoBackend, newClient, requireCapability, sleep } from '../support/fixture';
 
 /** `collection` on `client`, whose findOneAndUpdate writes also reach change streams on mongo-java-server (see above). */
 function echoingWrites(client: MongoClient, collection: Collection<Document>): Collection<Document> {
@@ -77,6 +78,10 @@ describe('wake-ups from changes made elsewhere', function () {
 
   it('a fair waiter with one ticket ahead is not woken by the changes its own looks make: it looks about as often as it would polling', async function () {
     requireCapability(this, 'changeStreams');
+    if (mongoBackend().server === 'mongo-java-server') {
+      console.log('      skipped: mongo-java-server\'s update events carry no updateDescription, so no server-side filter can tell a ticket renewal from a release there (lock-changes.spec.ts checks the filter)');
+      this.skip();
+    }
     const windowMs = 2_000;
     const polled = await secondInLineCommands(false, windowMs);
     const streamed = await secondInLineCommands(true, windowMs);

@@ -1,0 +1,54 @@
+/**
+ * The server-side filter of a process's change feed (lockChanges): which change events wake a
+ * waiter. Checked by the server itself, on every backend: documents shaped like the change events
+ * mongod sends for each of monglock's writes (their `updateDescription` paths, as mongod reports
+ * modifier updates: a `$push` as `<array>.<n>`, a `$pull` or `$set` of an array as the whole
+ * array, a positional `$set` as `<array>.<n>.<field>`) go through the same `$match`.
+ */
+import { expect } from 'chai';
+import type { Document } from 'mongodb';
+import { lockChanges } from '../../lib/waiting/change-feed';
+import { freshCollection } from '../support/fixture';
+
+const update = (updatedFields: Document, removedFields: string[] = []): Document => ({ operationType: 'update', updateDescription: { updatedFields, removedFields } });
+const now = new Date();
+
+/** Event shapes by what wrote them, and whether a waiter elsewhere must hear of them. */
+const EVENTS: ReadonlyArray<readonly [string, Document, boolean]> = [
+  ['the first lock on a document (the field is created)', update({ lock: { fence: 1, tags: { write: [{ id: 'a' }] } } }), true],
+  ['an exclusive acquisition ($set of the tag list)', update({ 'lock.tags.write': [{ id: 'a' }], 'lock.fence': 2, 'lock.now': now }), true],
+  ['a shared acquisition ($push onto the tag list)', update({ 'lock.tags.read.2': { id: 'b' }, 'lock.now': now }), true],
+  ['a release ($pull from the tag list)', update({ 'lock.tags.write': [], 'lock.now': now }), true],
+  ['a pending upgrade set or withdrawn', update({ 'lock.upgrade': [], 'lock.now': now }), true],
+  ['a v2 lock removed ($unset of active and timestamp)', update({}, ['lock.active', 'lock.timestamp']), true],
+  ['the whole lock field removed', update({}, ['lock']), true],
+  ['a deleted document', { operationType: 'delete' }, true],
+  ['a replaced document', { operationType: 'replace' }, true],
+  ['an update event without a description (mongo-java-server)', { operationType: 'update' }, true],
+  ['a fair ticket renewal (positional $set of its exp)', update({ 'lock.queue.0.exp': now, 'lock.now': now, 'lock.until': now }), false],
+  ['a fair ticket taken ($push onto the queue)', update({ 'lock.queue.3': { id: 't' }, 'lock.now': now, 'lock.until': now }), false],
+  ['a lease extension (positional $set of the entry exp)', update({ 'lock.tags.write.0.exp': now, 'lock.now': now, 'lock.until': now }), false],
+  ['an assertive continuation that pruned nothing', update({ 'lock.now': now, 'lock.judged': now }), false],
+  ['a write outside the lock field', update({ balance: 3 }), false],
+  ['a field whose name only starts like the lock field', update({ 'locks.tags.write': [] }), false],
+  ['an insert', { operationType: 'insert' }, false],
+];
+
+describe('the change feed\'s server-side filter (lockChanges)', () => {
+  it('passes the events that can change who holds a lock, and drops bookkeeping: tickets, extensions, clock stamps, other fields', async () => {
+    const collection = await freshCollection(EVENTS.map(([what, event]) => ({ _id: what, ...event })));
+    const [match] = lockChanges('lock');
+    const passed = new Set((await collection.aggregate([match!]).toArray()).map((event) => event._id as string));
+    const wrong = EVENTS.filter(([what, , wakes]) => passed.has(what) !== wakes).map(([what, , wakes]) => `${what}: ${wakes ? 'dropped' : 'passed'}`);
+    expect(wrong).to.deep.equal([]);
+  });
+
+  it('follows the lock field option: a lock kept under `claims` wakes on `claims.tags`, not on `lock.tags`', async () => {
+    const collection = await freshCollection([
+      { _id: 'claims', ...update({ 'claims.tags.write': [] }) },
+      { _id: 'lock', ...update({ 'lock.tags.write': [] }) },
+    ]);
+    const [match] = lockChanges('claims');
+    expect((await collection.aggregate([match!]).toArray()).map((event) => event._id)).to.deep.equal(['claims']);
+  });
+});
