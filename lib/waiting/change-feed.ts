@@ -49,6 +49,8 @@ export class ChangeFeed {
   private stream: ChangeStream | undefined;
   private lingering: NodeJS.Timeout | undefined;
   private reopening: NodeJS.Timeout | undefined;
+  /** Streams with a read (the opening aggregate, a getMore) on its way. */
+  private readonly reading = new Set<ChangeStream>();
   /** The deployment has no change streams for this client: never tried again. */
   private unavailable = false;
 
@@ -82,7 +84,9 @@ export class ChangeFeed {
     this.lingering = this.reopening = undefined;
     const stream = this.stream;
     this.stream = undefined;
-    void stream?.close().catch(() => undefined);
+    // A stream with a read on its way is closed when the read returns (see follow): closed before
+    // its opening aggregate answered, the driver would leave the cursor the answer opens on the server.
+    if (stream && !this.reading.has(stream)) void stream.close().catch(() => undefined);
   }
 
   private open(): void {
@@ -111,8 +115,9 @@ export class ChangeFeed {
       let pause = EMPTY_PACE_MS.first;
       while (this.stream === stream && !stream.closed) {
         const asked = performance.now();
-        const event: Document | null = await stream.tryNext();
-        if (this.stream !== stream) return;
+        this.reading.add(stream);
+        const event: Document | null = await stream.tryNext().finally(() => this.reading.delete(stream));
+        if (this.stream !== stream) break;
         if (event) {
           pause = EMPTY_PACE_MS.first;
           const id: unknown = (event.documentKey as Document | undefined)?._id;
@@ -122,9 +127,11 @@ export class ChangeFeed {
           pause = Math.min(EMPTY_PACE_MS.longest, pause * 2);
         }
       }
-      this.broke(stream, undefined); // closed by the server (an invalidate)
+      this.broke(stream, undefined); // closed by the server (an invalidate), or no longer this feed's
     } catch (error) {
       this.broke(stream, error);
+    } finally {
+      if (this.stream !== stream) void stream.close().catch(() => undefined); // closed while reading: its cursor is killed now
     }
   }
 
