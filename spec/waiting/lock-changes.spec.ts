@@ -43,6 +43,22 @@ describe('the change feed\'s server-side filter (lockChanges)', () => {
     expect(wrong).to.deep.equal([]);
   });
 
+  // A waiter that gives up takes its fair ticket out with `$pull` (dropTicketOperation; the CLI's `release --id` of a waiting
+  // row sends the same): mongod reports a `$pull` as the whole array, `updatedFields: { 'lock.queue': [<tickets left>] }`
+  // (4.4: a `$set` of the array in the oplog; 5.0-8.x: the array's new value, SERVER-71269). The next ticket is then first:
+  // while the lock is free, that waiter's acquisition stops being refused, and it is nudgeable (one ticket ahead, as last seen).
+  it('passes a fair ticket taken out of the queue ($pull: the whole queue array), which lets the next fair waiter of another process take its turn', async () => {
+    const ticket = (id: string): Document => ({ id, tag: 'write', at: now, exp: now });
+    const withdrawals: ReadonlyArray<readonly [string, Document]> = [
+      ['the first of two tickets withdrawn by a waiter that gave up', update({ 'lock.queue': [ticket('second')] })],
+      ['a waiting ticket released by the CLI (release --id), two others left', update({ 'lock.queue': [ticket('b'), ticket('c')] })],
+    ];
+    const collection = await freshCollection(withdrawals.map(([what, event]) => ({ _id: what, ...event })));
+    const [match] = lockChanges('lock');
+    const passed = new Set((await collection.aggregate([match!]).toArray()).map((event) => event._id as string));
+    expect(withdrawals.map(([what]) => what).filter((what) => !passed.has(what)), 'withdrawals the filter drops').to.deep.equal([]);
+  });
+
   it('follows the lock field option: a lock kept under `claims` wakes on `claims.tags`, not on `lock.tags`', async () => {
     const collection = await freshCollection([
       { _id: 'claims', ...update({ 'claims.tags.write': [] }) },
