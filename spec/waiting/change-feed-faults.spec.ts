@@ -257,6 +257,22 @@ async function openCursors(): Promise<number | undefined> {
   return total === undefined ? undefined : Number(total);
 }
 
+/**
+ * The server's open cursors once the count held still for 1.5 s (longer than a feed's 1 s linger;
+ * at most 10 s): in a full run, streams of earlier spec files' clients may still be closing.
+ */
+async function settledCursors(): Promise<number | undefined> {
+  let last = await openCursors();
+  let since = performance.now();
+  const started = performance.now();
+  while (performance.now() - since < 1_500 && performance.now() - started < 10_000) {
+    await sleep(100);
+    const now = await openCursors();
+    if (now !== last) [last, since] = [now, performance.now()];
+  }
+  return last;
+}
+
 /** `killCursors` of `ids` on `collection`: which were killed (still open until then) and which were not found. */
 async function killCursors(collection: Collection<Document>, ids: Long[]): Promise<{ killed: string[]; notFound: string[] }> {
   const reply = await collection.db.command({ killCursors: collection.collectionName, cursors: ids });
@@ -338,8 +354,7 @@ describe('change-stream wake-ups under faults: lost, duplicated, delayed, reorde
   it('leaves no change-stream cursor open on the server once the waiters are done and the feeds lingered, streams ended mid-wait and reopened included', async function () {
     requireCapability(this, 'changeStreams');
     expect(await feedsIdle(allViews, 5_000), 'the feeds of the earlier tests are idle').to.equal(true);
-    await sleep(200); // their last stream's close is on its way
-    const before = await openCursors();
+    const before = await settledCursors();
     const often: StreamFaults = { ...FAULTS, close: 0.1, fail: 0.05, killAfterOpen: 0.6 };
     const run = await runWorkload(exclusive('writeLock', false), seed + 10_000, often, { processes: 3, workersPerProcess: 2, sectionsPerWorker: 8, thinkMs: 200 });
     const { counts } = run.streams;
@@ -373,8 +388,7 @@ describe('change-stream wake-ups under faults: lost, duplicated, delayed, reorde
     const client = new MongoClient(proxy.uri);
     try {
       expect(await feedsIdle(allViews, 5_000), 'the feeds of the earlier tests are idle').to.equal(true);
-      await sleep(200);
-      const before = await openCursors();
+      const before = await settledCursors();
       const streams = new FaultyStreams(seededRandom(seed), NO_FAULTS, () => Promise.resolve());
       const view = streams.on(await client.connect(), collection);
       proxy.slowReplies = { match: opensChangeStream, ms: 2_000 };
