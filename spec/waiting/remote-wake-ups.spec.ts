@@ -14,6 +14,8 @@
 import { expect } from 'chai';
 import type { Collection, CommandStartedEvent, Document, MongoClient } from 'mongodb';
 import { writeLock } from '../../lib';
+import { withdrawOperation } from '../../lib/protocol/release';
+import { LockPaths } from '../../lib/protocol/stored-format';
 import { freshCollection, mongoBackend, newClient, requireCapability, sleep } from '../support/fixture';
 
 /** `collection` on `client`, whose findOneAndUpdate writes also reach change streams on mongo-java-server (see above). */
@@ -88,5 +90,45 @@ describe('wake-ups from changes made elsewhere', function () {
     const what = `the second fair waiter sent ${streamed} findAndModify in ${windowMs} ms with change streams, ${polled} polling`;
     console.log(`      ${what}`);
     expect(streamed, what).to.be.at.most(2 * polled + 10);
+  });
+});
+
+describe('wake-ups from changes made elsewhere to a lock held in the waiter\'s own process', function () {
+  this.timeout(60_000);
+
+  it('a waiter whose own process holds the lock is woken when another process takes that lock away (the CLI\'s release), not at its next 1 s poll', async function () {
+    requireCapability(this, 'changeStreams');
+    const collection = await freshCollection([{ _id: 1 }]);
+    // One lock instance (one process's waiters), on a client of its own: its holder and its waiter.
+    const client = await newClient();
+    const lock = writeLock({ collection: client.db(collection.dbName).collection(collection.collectionName), locktimeout: 30_000 });
+    const paths = new LockPaths('lock');
+    const elsewhere = writeLock({ collection, locktimeout: 30_000 }); // the fixture's client: another process
+    /** ms from the CLI's release of a hung holder's lock (held by `holder`) to the acquisition of a waiter of `lock`, in 3 rounds. */
+    const afterCliRelease = async (holder: typeof lock): Promise<number[]> => {
+      const delays: number[] = [];
+      for (let round = 0; round < 3; round++) {
+        const stuck = await holder.acquire({ _id: 1 }); // a holder that does not release (hung), its lease long
+        const waiting = lock.acquire({ _id: 1 }, { wait: 10_000 });
+        await sleep(200); // the waiter is refused, and sleeps
+        // The CLI's `release --doc 1 --tag write --yes` (another process): withdraws exactly that entry, as it does.
+        const { filter, update } = withdrawOperation(paths, { _id: 1 }, 'write', stuck.id);
+        expect((await collection.updateOne(filter, update, { writeConcern: { w: 'majority' } })).modifiedCount, 'the CLI released the lock').to.equal(1);
+        const released = performance.now();
+        const won = await waiting;
+        delays.push(performance.now() - released);
+        await won.release();
+        await stuck.release().catch(() => undefined); // LockNotFound: the CLI took it away
+      }
+      return delays;
+    };
+    const other = await afterCliRelease(elsewhere);
+    const own = await afterCliRelease(lock);
+    const show = (delays: number[]): string => delays.map((ms) => ms.toFixed(0)).join(', ');
+    const what = `after the CLI's release, the waiter acquired in ${show(own)} ms when the hung holder was in its own process, ${show(other)} ms when it was in another`;
+    console.log(`      ${what}`);
+    const median = (delays: number[]): number => [...delays].sort((a, b) => a - b)[1]!;
+    expect(median(other), `${what}: the stream wakes a waiter of another process`).to.be.below(400);
+    expect(median(own), what).to.be.below(400);
   });
 });
