@@ -4,13 +4,14 @@
  * an offset, `hello` answering `isdbgrid`, `config.collections` holding the shard key).
  */
 import { expect } from 'chai';
-import type { Collection, Document } from 'mongodb';
+import { MongoClient, type ChangeStream, type Collection, type Document, type Long } from 'mongodb';
 import { doctor, type DoctorCheck, type DoctorFinding, type DoctorReport } from '../../lib';
 import { suggestedIndex } from '../../lib/integrations/cli/lock-listing';
 import { SCRATCH_COLLECTION } from '../../lib/integrations/cli/doctor-clocks';
 import { reachMongos, uriForHost } from '../../lib/integrations/cli/doctor-command';
 import { simulatedCluster } from '../../stress/simulated-cluster';
-import { failureOf, freshCollection, mongoBackend, snapshotOf, testDb } from '../support/fixture';
+import { CommandProxy } from '../support/command-proxy';
+import { failureOf, freshCollection, mongoBackend, newClient, sleep, snapshotOf, testDb } from '../support/fixture';
 
 /** The one finding of `report` named `name`. */
 function findingOf(report: DoctorReport, name: DoctorCheck): DoctorFinding {
@@ -170,5 +171,65 @@ describe('doctor()', function () {
     expect(found.reach[1]?.error).to.match(/ECONNREFUSED|Server selection timed out/);
     const srv = await reachMongos({ ...target, uri: 'mongodb+srv://cluster0.example.net' }, ['m1:27017']);
     expect(srv).to.deep.equal({ reach: [{ via: 'm1:27017' }], routes: [], clients: [] }); // mongodb+srv://: measured through the client's own choice
+  });
+});
+
+describe('doctor() on clients users configure', function () {
+  this.timeout(60_000);
+
+  for (const timeoutMS of [0, 150]) {
+    it(`on a client with timeoutMS ${timeoutMS} (client-side operation timeout): reports whether change streams work as a finding, as it does without, instead of throwing`, async () => {
+      const collection = await freshCollection([{ _id: 'order-1' }]);
+      const client = await newClient({ timeoutMS });
+      try {
+        const outcome = await doctor(client.db(collection.dbName).collection(collection.collectionName)).then(
+          (report) => `${findingOf(report, 'change-streams').status}: ${findingOf(report, 'change-streams').summary}`,
+          (error: Error) => `threw ${error.name}: ${error.message}`,
+        );
+        console.log(`      ${outcome}`);
+        expect(outcome).to.match(/^(ok|warn): /);
+        expect(await scratchLeft(), 'the scratch collection is gone').to.equal(false);
+      } finally {
+        await client.close();
+      }
+    });
+  }
+
+  it('leaves no change-stream cursor open on the server when its stream\'s opening aggregate answers after the check gave up (a reply slower than its timeout)', async function () {
+    const match = /^mongodb:\/\/([^:/,@]+):(\d+)\/?(?:\?.*)?$/.exec(mongoBackend().uri);
+    if (!match || !mongoBackend().capabilities.changeStreams) {
+      console.log(`      skipped: the test proxies a single-host URI of a server with change streams, not ${mongoBackend().uri}`);
+      return this.skip();
+    }
+    const collection = await freshCollection([{ _id: 'order-1' }]);
+    const proxy = new CommandProxy({ host: match[1]!, port: Number(match[2]) });
+    await proxy.start();
+    const client = await new MongoClient(proxy.uri).connect();
+    try {
+      const streams: ChangeStream[] = [];
+      const plain = client.db(collection.dbName).collection(collection.collectionName);
+      const watched = new Proxy(plain, {
+        get(target, key) {
+          if (key === 'watch') return (...args: Parameters<Collection<Document>['watch']>) => streams[streams.push(target.watch(...args)) - 1];
+          const value: unknown = Reflect.get(target, key, target);
+          return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
+        },
+      });
+      // The aggregates that open change streams answer 2 s late (a slow network or server); the doctor waits 500 ms per command.
+      proxy.slowReplies = { match: (command) => command.aggregate !== undefined && Array.isArray(command.pipeline) && '$changeStream' in (command.pipeline[0] as Document), ms: 2_000 };
+      const report = await doctor(watched, { timeout: 500 });
+      const changes = findingOf(report, 'change-streams');
+      console.log(`      ${changes.status}: ${changes.summary}`);
+      expect(changes.status, 'no change stream within the timeout: a warning').to.equal('warn');
+      await sleep(2_500); // the held-back replies have come: each opened a cursor on the server
+      const ids = streams.map((stream) => (stream as unknown as { cursor?: { id?: Long | null } }).cursor?.id).filter((id): id is Long => !!id && !id.isZero());
+      const reply = await testDb().command({ killCursors: collection.collectionName, cursors: ids });
+      const killed = ((reply.cursorsKilled as unknown[] | undefined) ?? []).map(String);
+      console.log(`      ${streams.length} stream(s) opened by the doctor, cursors ${ids.map(String).join(', ') || 'none'} on the server; still open (killCursors found them): ${killed.join(', ') || 'none'}`);
+      expect(killed, "the doctor's stream cursors still open on the server").to.deep.equal([]);
+    } finally {
+      await client.close();
+      await proxy.stop();
+    }
   });
 });
