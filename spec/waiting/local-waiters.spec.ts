@@ -5,6 +5,7 @@
  * that locks another document.
  */
 import { expect } from 'chai';
+import { Long } from 'mongodb';
 import { multiLock, writeLock } from '../../lib';
 import { realNow } from '../support/clock';
 import { freshCollection, sleep } from '../support/fixture';
@@ -227,5 +228,37 @@ describe('fair waiters starting together', () => {
     // Now: a few round trips (a ticket, an attempt), on an idle machine far below the 150 ms poll.
     const bound = 100 + 4 * roundTrips;
     expect(Math.min(...acquiredAt), `sections began at ${acquiredAt.map(Math.round).join(', ')} ms (a round trip: ${roundTrips.toFixed(1)} ms)`).to.be.below(bound);
+  });
+});
+
+/*
+ * Waiters are keyed by the `_id` their filter names (keyOf), locks held and released here by the
+ * `_id` the server sent back, and remote wake-ups by the `_id` of a change event's documentKey: the
+ * driver decodes an int64 `_id` as a number (promoteLongs), so a filter naming `Long(8)` must key
+ * its waiters as the number 8 does, or no release (here, or on real mongod elsewhere) reaches them.
+ */
+describe('local waiters of documents with Long _ids', () => {
+  it('a release here wakes the waiter of a document whose filter names a Long _id at once, as it does for a number _id', async function () {
+    this.timeout(30_000);
+    const medians: Record<string, number> = {};
+    for (const [name, id] of [['number 7', 7], ['Long 8', Long.fromNumber(8)]] as const) {
+      const collection = await freshCollection([{ _id: id }]);
+      const lock = writeLock({ collection, locktimeout: 10_000, changeStreams: false });
+      const delays: number[] = [];
+      for (let round = 0; round < 5; round++) {
+        const held = await lock.acquire({ _id: id });
+        const waiting = lock.acquire({ _id: id }, { wait: 5_000 });
+        await sleep(300); // refused; its next poll is tens of ms away
+        await held.release();
+        const released = realNow();
+        const won = await waiting;
+        delays.push(realNow() - released);
+        await won.release();
+      }
+      medians[name] = [...delays].sort((a, b) => a - b)[2]!;
+      console.log(`      _id ${name}: the waiter acquired ${delays.map((ms) => ms.toFixed(1)).join(', ')} ms after the release`);
+    }
+    expect(medians['number 7'], 'control: a number _id is handed over at once').to.be.below(10);
+    expect(medians['Long 8'], 'a Long _id (median ms from the release to the acquisition)').to.be.below(10);
   });
 });
