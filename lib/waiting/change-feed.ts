@@ -21,8 +21,8 @@ const AWAIT_MS = 1_000;
  * after a change (a wake-up there comes at most the longest pause late; an idle feed costs about 125 getMores a second, only while someone waits).
  */
 const EMPTY_PACE_MS = { first: 4, longest: 8 };
-/** How long after a stream broke it is opened again, while someone listens (ms). */
-const REOPEN_MS = 1_000;
+/** How long after a stream broke it is opened again, while someone listens (ms): doubling while it breaks before delivering anything, up to the longest. */
+const REOPEN_MS = { first: 1_000, longest: 60_000 };
 /**
  * The smallest connection pool (`maxPoolSize`) a feed takes a connection of: a `getMore` holds its
  * connection for up to {@link AWAIT_MS} on a server that waits for changes, so in a smaller pool
@@ -51,6 +51,8 @@ export class ChangeFeed {
   private reopening: NodeJS.Timeout | undefined;
   /** Streams with a read (the opening aggregate, a getMore) on its way. */
   private readonly reading = new Set<ChangeStream>();
+  /** How long after the next break the stream is opened again. */
+  private reopenMs = REOPEN_MS.first;
   /** The deployment has no change streams for this client: never tried again. */
   private unavailable = false;
 
@@ -118,6 +120,7 @@ export class ChangeFeed {
         this.reading.add(stream);
         const event: Document | null = await stream.tryNext().finally(() => this.reading.delete(stream));
         if (this.stream !== stream) break;
+        this.reopenMs = REOPEN_MS.first; // it read: a later break is a new one
         if (event) {
           pause = EMPTY_PACE_MS.first;
           const id: unknown = (event.documentKey as Document | undefined)?._id;
@@ -149,7 +152,8 @@ export class ChangeFeed {
     this.reopening = setTimeout(() => {
       this.reopening = undefined;
       this.open();
-    }, REOPEN_MS).unref();
+    }, this.reopenMs).unref();
+    this.reopenMs = Math.min(REOPEN_MS.longest, this.reopenMs * 2);
   }
 
   /** Documents changed since the listeners were last told, by key (told once per batch of events). */
@@ -176,9 +180,9 @@ export class ChangeFeed {
 /**
  * The server-side filter of a feed: deletes, replacements, and updates that set or remove what
  * says who holds the lock — the field itself, its `tags` or one tag's list or entry, a pending
- * `upgrade`, `limits`, or v2's `active`/`timestamp` — not its bookkeeping (`now`, `until`, `fence`,
- * the fair `queue`, an entry's `exp`: so a waiter's own ticket renewals and a holder's extensions
- * wake nobody). An update event without a description, as mongo-java-server sends them, passes
+ * `upgrade`, `limits`, v2's `active`/`timestamp`, or the fair `queue` as a whole (a ticket taken
+ * out) — not its bookkeeping (`now`, `until`, `fence`, one ticket, an entry's `exp`: so a
+ * waiter's own ticket renewals and a holder's extensions wake nobody). An update event without a description, as mongo-java-server sends them, passes
  * too. Only the document's key and the resume token come back.
  */
 export function lockChanges(field: string): Document[] {
@@ -195,6 +199,7 @@ export function lockChanges(field: string): Document[] {
             { $eq: [size, 1] },
             { $and: [{ $eq: [part(1), 'tags'] }, { $lte: [size, 4] }] },
             { $in: [part(1), ['upgrade', 'limits']] },
+            { $and: [{ $eq: [size, 2] }, { $eq: [part(1), 'queue'] }] }, // a ticket taken out ($pull: the whole array): the next may go
             { $and: [{ $eq: [size, 2] }, { $in: [part(1), ['active', 'timestamp']] }] },
           ],
         },
@@ -204,13 +209,14 @@ export function lockChanges(field: string): Document[] {
   const any = (input: Document, path: string): Document => ({ $gt: [{ $size: { $filter: { input, cond: holds(path) } } }, 0] });
   const updated = any({ $objectToArray: { $ifNull: ['$updateDescription.updatedFields', {}] } }, '$$this.k');
   const removed = any({ $ifNull: ['$updateDescription.removedFields', []] }, '$$this');
+  const truncated = any({ $ifNull: ['$updateDescription.truncatedArrays', []] }, '$$this.field');
   return [
     {
       $match: {
         $or: [
           { operationType: { $in: ['delete', 'replace'] } },
           { operationType: 'update', updateDescription: { $exists: false } },
-          { operationType: 'update', $expr: { $or: [updated, removed] } },
+          { operationType: 'update', $expr: { $or: [updated, removed, truncated] } },
         ],
       },
     },
@@ -219,14 +225,14 @@ export function lockChanges(field: string): Document[] {
 }
 
 /**
- * How long the stream's `getMore` waits: {@link AWAIT_MS}, below the collection's client-side
+ * How long a stream's `getMore` waits: `awaitMs` ({@link AWAIT_MS}), below the collection's client-side
  * operation timeout (`timeoutMS`; the driver refuses a wait that is not below it, and with 0, no
  * timeout, any explicit wait: the server's default, 1 s, then).
  */
-function awaitOptions(collection: Collection<Document>): { maxAwaitTimeMS?: number } {
+export function awaitOptions(collection: Collection<Document>, awaitMs = AWAIT_MS): { maxAwaitTimeMS?: number } {
   const timeoutMS = (collection as unknown as { timeoutMS?: number }).timeoutMS;
-  if (timeoutMS === undefined) return { maxAwaitTimeMS: AWAIT_MS };
-  return timeoutMS === 0 ? {} : { maxAwaitTimeMS: Math.max(1, Math.min(AWAIT_MS, Math.floor(timeoutMS / 2))) };
+  if (timeoutMS === undefined) return { maxAwaitTimeMS: awaitMs };
+  return timeoutMS === 0 ? {} : { maxAwaitTimeMS: Math.max(1, Math.min(awaitMs, Math.floor(timeoutMS / 2))) };
 }
 
 /** One listener's connection to a feed: open while it needs the feed (idempotent both ways). */

@@ -8,6 +8,9 @@ import { BSON } from 'mongodb';
  */
 export function keyOf(id: unknown): string {
   if (id instanceof Date) return `date:${id.getTime()}`;
+  // A BSON number is the number the driver decodes it to (as held locks and change events carry it): MongoDB matches numbers by value.
+  const bsonType = (id as { _bsontype?: unknown } | null | undefined)?._bsontype;
+  if (bsonType === 'Int32' || bsonType === 'Double' || (bsonType === 'Long' && Number.isSafeInteger(Number(id)))) return `number:${Number(id)}`;
   if (typeof id === 'object' && id !== null) return `object:${Buffer.from(BSON.serialize({ id })).toString('base64')}`;
   return `${typeof id}:${String(id)}`;
 }

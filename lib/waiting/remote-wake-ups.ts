@@ -19,10 +19,17 @@ export const NUDGE_BACKOFF_STEPS = 4;
 export const NUDGE_MISS_MEMORY_MS = 64;
 
 /**
+ * How soon a waiter blocked by a lock held in this process tries after a change elsewhere, unless
+ * that lock's release here wakes it first (ms): the change may be another process taking the lock
+ * away, which no release here would tell.
+ */
+export const HELD_HERE_NUDGE_MS = 100;
+
+/**
  * Wake-ups from changes other processes make (heard on a {@link ChangeFeed} while someone waits
  * here): a change to a document nudges its first waiter in this process, unless that one is not
- * nudgeable (a fair waiter with others ahead), a lock that blocks it is held here (that release
- * wakes it), or the backoff above skips it. A nudge is a hint: polling goes on as without it.
+ * nudgeable (a fair waiter with others ahead) or the backoff above skips it; while a lock that
+ * blocks it is held here (whose release wakes it), only {@link HELD_HERE_NUDGE_MS} later. A nudge is a hint: polling goes on as without it.
  */
 export class RemoteWakeUps {
   private readonly tap: FeedTap;
@@ -71,7 +78,11 @@ export class RemoteWakeUps {
   private changed(id: unknown): void {
     for (const key of id === SOME_DOCUMENT ? [...this.waitersByDocument.keys()] : [keyOf(id)]) {
       const first = ranked(this.waitersByDocument.get(key) ?? [])[0];
-      if (!first?.nudgeable() || this.blockedHere(key, first)) continue;
+      if (!first?.nudgeable()) continue;
+      if (this.blockedHere(key, first)) {
+        first.nudgeWithin(HELD_HERE_NUDGE_MS);
+        continue;
+      }
       const misses = this.misses.get(key);
       const steps = first.rankId === '' && misses && performance.now() - misses.at < NUDGE_MISS_MEMORY_MS ? Math.min(misses.count, NUDGE_BACKOFF_STEPS) : 0;
       if (this.random() < 2 ** -steps) first.nudge();

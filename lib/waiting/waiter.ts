@@ -21,6 +21,8 @@ export class Waiter {
   private nudged = false;
   /** The attempt underway was started by a nudge: if it sleeps again, the nudge missed. */
   private nudgedAttempt = false;
+  /** A nudge on its way (see {@link nudgeWithin}). */
+  private laterNudge: NodeJS.Timeout | undefined;
   /** A hand-over to it on its way: the lock it resolves (undefined: none was handed, try again). */
   private grant: Promise<Acquired | undefined> | undefined;
   /** What it asks for when a lock is handed over to it; undefined: its acquisition cannot be handed one. */
@@ -42,6 +44,7 @@ export class Waiter {
 
   /** Leaves the waiters; `won` or not, a wake-up it still holds goes to the next one if it did not win. */
   leave(won: boolean): void {
+    clearTimeout(this.laterNudge);
     this.left(!won && this.holdsWakeUp);
   }
 
@@ -92,6 +95,8 @@ export class Waiter {
 
   /** Wakes it now; a wake-up that comes while it is not asleep ends its next sleep at once. */
   wake(): void {
+    clearTimeout(this.laterNudge);
+    this.laterNudge = undefined;
     this.nudged = false;
     this.fresh = true;
     this.holdsWakeUp = true;
@@ -105,6 +110,19 @@ export class Waiter {
     this.wake();
     this.fresh = fresh;
     this.nudged = true;
+  }
+
+  /**
+   * A change elsewhere while a lock that blocks it is held in this process: that lock's release
+   * here will wake it, unless another process took the lock away (the CLI's release, a withdraw):
+   * if still asleep and not woken in `ms`, it is nudged then (instead of sleeping on, up to
+   * {@link HELD_HERE_SLEEP}).
+   */
+  nudgeWithin(ms: number): void {
+    this.laterNudge ??= setTimeout(() => {
+      this.laterNudge = undefined;
+      if (this.wakeUp) this.nudge();
+    }, ms).unref();
   }
 
   /** The id part of its rank: its fair ticket's id (empty without one). */

@@ -5,11 +5,11 @@
  * and whether change streams deliver.
  */
 import { randomBytes } from 'node:crypto';
-import type { Collection, Document } from 'mongodb';
+import type { ChangeStream, Collection, Document } from 'mongodb';
 import { clockReadOperation } from '../../protocol/resource-document';
 import { withDeadline } from '../../engine/store';
 import { monotonicNow } from '../../common/options';
-import { lockChanges } from '../../waiting/change-feed';
+import { awaitOptions, lockChanges } from '../../waiting/change-feed';
 import { reason, type ServerFacts } from './doctor-checks';
 import { finding, type DoctorFinding } from './doctor-report';
 
@@ -146,17 +146,27 @@ export async function changeStreamFinding(route: Route, scratch: Scratch, deploy
   const polling = `waiters of other processes learn of a release only by polling (tens of ms later; monglock watch polls too)`;
   const advice = 'on a replica set or a sharded cluster, grant the changeStream and find actions on the collection; a standalone server has no change streams (nothing to change there)';
   // The stream a waiter opens: monglock's filter on the lock field of this collection (the privilege and the pipeline it needs).
-  const own = route.collection.watch(lockChanges(field), { maxAwaitTimeMS: 200 });
-  const scratchCollection = scratchOf(route);
-  const stream = scratchCollection.watch([], { maxAwaitTimeMS: 200 });
+  const streams: ChangeStream[] = [];
+  const reads: Array<Promise<unknown>> = [];
+  /** The stream's next event, within the check's timeout (the read itself is kept, to be waited for before the stream is closed). */
+  const next = (stream: ChangeStream, name: string): Promise<Document | null> => {
+    const read = stream.tryNext();
+    reads.push(read.catch(() => undefined));
+    return withDeadline(name, deployment.timeout, () => read);
+  };
   try {
-    await withDeadline('aggregate', deployment.timeout, () => own.tryNext()); // a refused $changeStream throws here
-    await withDeadline('aggregate', deployment.timeout, () => stream.tryNext());
+    const own = route.collection.watch(lockChanges(field), awaitOptions(route.collection, 200));
+    streams.push(own);
+    await next(own, 'aggregate'); // a refused $changeStream throws here
+    const scratchCollection = scratchOf(route);
+    const stream = scratchCollection.watch([], awaitOptions(scratchCollection, 200));
+    streams.push(stream);
+    await next(stream, 'aggregate');
     const { filter, update } = clockReadOperation(scratch.id);
     const sentAt = monotonicNow();
     await withDeadline('update', deployment.timeout, () => scratchCollection.updateOne(filter, update, { upsert: true }));
     while (monotonicNow() - sentAt < CHANGE_WAIT_MS) {
-      if (await withDeadline('getMore', deployment.timeout, () => stream.tryNext())) {
+      if (await next(stream, 'getMore')) {
         const latency = monotonicNow() - sentAt;
         const summary = `yes: monglock's change stream on ${route.collection.collectionName} opened, and a watcher of ${SCRATCH_COLLECTION} got an update after ${latency.toFixed(1)} ms: waiters of other processes are woken by their releases`;
         return finding('change-streams', 'ok', summary, { works: true, latencyMs: round1(latency) });
@@ -166,7 +176,9 @@ export async function changeStreamFinding(route: Route, scratch: Scratch, deploy
   } catch (error) {
     return finding('change-streams', 'warn', `no: $changeStream failed: ${reason(error)}: ${polling}`, { works: false, error: reason(error) }, advice);
   } finally {
-    await Promise.all([own.close(), stream.close()]).catch(() => undefined);
+    // A stream closed before its aggregate answered would leave the cursor that answer opens: each is closed once its reads came back (waited for a while).
+    const closed = Promise.all(reads).then(() => Promise.all(streams.map((stream) => stream.close())).catch(() => undefined));
+    await Promise.race([closed, new Promise((resolve) => setTimeout(resolve, deployment.timeout).unref())]);
   }
 }
 
