@@ -2,7 +2,8 @@
  * `npm run stress`: mutual exclusion under load. Several OS processes (each with its own driver
  * client and several workers) contend on a few targets of each lock kind (writeLock, a cooperative
  * multiLock tag, resource locks, fair writeLock, folded writeLock sections, a semaphore, reentrant
- * writeLock holds, read locks upgraded to write); an
+ * writeLock holds, read locks upgraded to write); half the processes (the even ones) have their
+ * waiters woken by change streams as well, the others only poll; an
  * independent checker reads every process's append-only log and the counters and verifies: never
  * two holders at once, fencing tokens strictly increasing per target, no lost update, and never
  * more than the limit of a semaphore's permits held at once. Full mode runs until at least
@@ -51,7 +52,7 @@ async function runBatch(uri: string, db: string, dir: string, batch: number): Pr
     Array.from({ length: settings.processes }, (_, p) => {
       const log = join(dir, `batch${batch}-process${p}.jsonl`);
       logs.push(log);
-      const worker: WorkerSettings = { uri, db, workers: settings.workers, durationMs: settings.batchMs, targets: settings.targets, semaphoreLimit: SEMAPHORE_LIMIT, log };
+      const worker: WorkerSettings = { uri, db, workers: settings.workers, durationMs: settings.batchMs, targets: settings.targets, semaphoreLimit: SEMAPHORE_LIMIT, log, changeStreams: p % 2 === 0 };
       const child = spawn(process.execPath, ['--import', 'tsx', join(__dirname, 'worker.ts'), JSON.stringify(worker)], { stdio: ['ignore', 'inherit', 'inherit'] });
       return new Promise<void>((resolve, reject) => child.once('exit', (code) => (code === 0 ? resolve() : reject(new Error(`worker process ${p} exited with ${code}`)))));
     }),
@@ -85,7 +86,7 @@ async function main(): Promise<number> {
     await db.collection('counters').insertMany(targets.filter((t) => !t.startsWith('f') && !t.startsWith('s')).map((target) => ({ _id: target as never, value: 0, lastFence: 0 })));
     // Folded sections keep their counter in the locked document itself.
     await db.collection('documents').insertMany(targets.filter((t) => !t.startsWith('r')).map((target) => ({ _id: target as never, ...(target.startsWith('f') ? { value: 0 } : {}) })));
-    console.error(`stress on ${backend.description}: ${settings.processes} processes x ${settings.workers} workers, ${targets.length} targets`);
+    console.error(`stress on ${backend.description}: ${settings.processes} processes x ${settings.workers} workers (${Math.ceil(settings.processes / 2)} of them with change streams), ${targets.length} targets`);
 
     const records: SectionRecord[] = [];
     for (let batch = 0; batch < settings.maxBatches; batch++) {

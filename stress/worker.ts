@@ -23,6 +23,8 @@ export interface WorkerSettings {
   /** The limit of the semaphore documents (`s0`, `s1`, …). */
   readonly semaphoreLimit: number;
   readonly log: string;
+  /** Its waiters are woken by a change stream as well (half the processes), or only poll. */
+  readonly changeStreams: boolean;
 }
 
 /** One critical section, as logged. */
@@ -42,7 +44,8 @@ const now = (): number => performance.timeOrigin + performance.now();
 
 async function main(): Promise<void> {
   const settings = JSON.parse(process.argv[2]!) as WorkerSettings;
-  const client = await MongoClient.connect(settings.uri, { maxPoolSize: settings.workers * 2, monitorCommands: true });
+  // A pool of at least 8: a change stream takes one of its connections (below 4 the feed polls instead).
+  const client = await MongoClient.connect(settings.uri, { maxPoolSize: Math.max(8, settings.workers * 2), monitorCommands: true });
   // Hand-overs (a release giving the lock to a waiter here in one write): counted for the report.
   let handOvers = 0;
   client.on('commandStarted', (event) => {
@@ -50,18 +53,20 @@ async function main(): Promise<void> {
     if (conditions.some((condition) => typeof condition['lock.tags.write']?.$elemMatch?.id === 'string')) handOvers++;
   });
   const db = client.db(settings.db);
+  const { changeStreams } = settings;
   const documents = db.collection('documents');
   const counters = db.collection('counters');
-  const exclusive = writeLock({ collection: documents, locktimeout: 10_000 });
-  const tagged = multiLock({ collection: documents, locktimeouts: { edit: 10_000 }, lockRelationships: { edit: { cooperative: ['edit'] } } });
+  const exclusive = writeLock({ collection: documents, locktimeout: 10_000, changeStreams });
+  const tagged = multiLock({ collection: documents, locktimeouts: { edit: 10_000 }, lockRelationships: { edit: { cooperative: ['edit'] } }, changeStreams });
   const resources = resourceLocks({ collection: db.collection('locks') });
-  const fair = writeLock({ collection: documents, locktimeout: 10_000, fair: true });
-  const hot = writeLock({ collection: documents, locktimeout: 10_000 });
-  const permits = semaphore({ collection: documents, limit: settings.semaphoreLimit, locktimeout: 10_000 });
+  const fair = writeLock({ collection: documents, locktimeout: 10_000, fair: true, changeStreams });
+  const hot = writeLock({ collection: documents, locktimeout: 10_000, changeStreams });
+  const permits = semaphore({ collection: documents, limit: settings.semaphoreLimit, locktimeout: 10_000, changeStreams });
   const readWrite = multiLock({
     collection: documents,
     locktimeouts: { read: 10_000, write: 10_000 },
     lockRelationships: { read: { cooperative: ['write'] }, write: { cooperative: ['write'], assertive: ['read'] } },
+    changeStreams,
   });
   const deadline = now() + settings.durationMs;
   let buffered: string[] = [];
