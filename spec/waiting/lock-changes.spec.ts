@@ -22,6 +22,7 @@ const EVENTS: ReadonlyArray<readonly [string, Document, boolean]> = [
   ['a pending upgrade set or withdrawn', update({ 'lock.upgrade': [], 'lock.now': now }), true],
   ['a v2 lock removed ($unset of active and timestamp)', update({}, ['lock.active', 'lock.timestamp']), true],
   ['the whole lock field removed', update({}, ['lock']), true],
+  ['a tag list shortened, as a pipeline update reports it (truncatedArrays)', { operationType: 'update', updateDescription: { updatedFields: { 'lock.now': now }, removedFields: [], truncatedArrays: [{ field: 'lock.tags.write', newSize: 0 }] } }, true],
   ['a deleted document', { operationType: 'delete' }, true],
   ['a replaced document', { operationType: 'replace' }, true],
   ['an update event without a description (mongo-java-server)', { operationType: 'update' }, true],
