@@ -199,7 +199,7 @@ export function lockChanges(field: string): Document[] {
             { $eq: [size, 1] },
             { $and: [{ $eq: [part(1), 'tags'] }, { $lte: [size, 4] }] },
             { $in: [part(1), ['upgrade', 'limits']] },
-            { $and: [{ $eq: [size, 2] }, { $eq: [part(1), 'queue'] }] }, // a ticket taken out ($pull: the whole array): the next may go
+            { $and: [{ $eq: [size, 2] }, { $eq: [part(1), 'queue'] }] }, // a ticket taken out (pulled: the whole array), so the next may go
             { $and: [{ $eq: [size, 2] }, { $in: [part(1), ['active', 'timestamp']] }] },
           ],
         },
