@@ -370,7 +370,7 @@ describe('change-stream wake-ups under faults: lost, duplicated, delayed, reorde
       after = await openCursors();
     }
     console.log(`      open cursors on the server (serverStatus): ${before} before, ${after} after`);
-    if (before !== undefined) expect(after, 'open cursors on the server, as before the run').to.equal(before);
+    // The server-wide count is only logged (other files' streams may open and close meanwhile); the run's own cursors are checked by id below.
     const ids = [...run.streams.cursorIds.values()];
     expect(ids.length, 'a server cursor per stream that read').to.be.greaterThan(workload.processes);
     const { killed, notFound } = await killCursors(run.collection, ids);
@@ -412,8 +412,9 @@ describe('change-stream wake-ups under faults: lost, duplicated, delayed, reorde
       console.log(`      the stream's aggregate was sent, the waiter left ${ms(left)} later (the feed's linger ended about 1 s after that), the aggregate's reply came at 2000 ms; the feed is ${state}; open cursors on the server ${before} before, ${after} after; cursors the stream got ${ids.map(String).join(', ') || 'none'}, of which still open ${killed.join(', ') || 'none'}`);
       expect(left, 'ms from the aggregate to the waiter leaving: the linger ends before the reply comes').to.be.below(900);
       expect(state, 'the feed, once the reply came').to.equal('idle');
+      expect(ids, 'the cursor the late aggregate opened').to.have.length.greaterThan(0);
       expect(killed, "the stream's cursor still open on the server (killCursors found it)").to.deep.equal([]);
-      if (before !== undefined) expect(after, 'open cursors on the server, as before').to.equal(before);
+      // The server-wide count is only logged: in a full run, streams of other files' clients open and close meanwhile (a run saw 11 before, 17 after).
     } finally {
       await client.close();
       await proxy.stop();
