@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { createRequire } from 'node:module';
 import type { Collection, Db, Document } from 'mongodb';
 import type * as Monglock from '../lib';
+import type * as ChangeFeeds from '../lib/waiting/change-feed';
 import { retryDelay } from '../lib/waiting/wait-options';
 import { callbackCollection } from './callback-adapter';
 import { floors } from './floors';
@@ -10,6 +11,15 @@ const requireHere = createRequire(__filename);
 
 /** The library measured: the built package (`dist/`, what users run) when MONGLOCK_BENCH_DIST=1, else the sources. */
 const { commit, isLockError, multiLock, resourceLocks, writeLock } = requireHere(process.env.MONGLOCK_BENCH_DIST === '1' ? '../dist' : '../lib') as typeof Monglock;
+const { changeFeedOf } = requireHere(process.env.MONGLOCK_BENCH_DIST === '1' ? '../dist/waiting/change-feed' : '../lib/waiting/change-feed') as typeof ChangeFeeds;
+
+/**
+ * Closes the change stream monglock's waiters of this process opened on `collection` (after a
+ * run, untimed): it would linger a second into the next run, reading changes for nobody.
+ */
+export function closeChangeFeed(collection: Collection<Document>): void {
+  changeFeedOf(collection, 'lock').close();
+}
 
 /** Releases a held lock. */
 export type Release = () => Promise<void>;

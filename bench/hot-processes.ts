@@ -14,7 +14,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { MongoClient, type Db } from 'mongodb';
 import { startMongoBackend } from '../support/mongo-backend';
-import { contenders, type Contender } from './contenders';
+import { closeChangeFeed, contenders, type Contender } from './contenders';
 import { argument, ChildPool, countsAsCommand, loadAverage, median, serveTasks, spread } from './harness';
 import { renderHotChart } from './hot-chart';
 import { startProxy } from './proxy-process';
@@ -68,6 +68,7 @@ function serveHot(): void {
         turns = { counts: [], worstWait: 0, seconds: 0, failed: error instanceof Error ? error.message : String(error) };
       }
       client.off('commandStarted', count);
+      closeChangeFeed(db.collection(task.collection)); // its linger would load the next run
       return { ...turns, commands };
     };
   });
