@@ -93,10 +93,16 @@ describe('fair mode (fair: true): first come, first served', () => {
     sent.length = 0;
     const served: number[] = [];
     const came = performance.now();
+    let firstRelease = Infinity;
     await Promise.all(
       Array.from({ length: 8 }, async (_, i) => {
         const handle = await lock.acquire({ _id: 'together' }, { wait: 10_000 });
         served.push(i);
+        // The first holder releases once the later callers' tickets are in the queue (at most 2 s):
+        // a release while one is still on its way would serve whichever ticket the server applied first.
+        const since = performance.now();
+        if (served.length === 1) while (sent.filter((write) => write.kind === 'ticket' && write.done !== undefined).length < 7 && performance.now() - since < 2_000) await sleep(2);
+        firstRelease = Math.min(firstRelease, performance.now());
         await handle.release();
       }),
     );
@@ -108,11 +114,15 @@ describe('fair mode (fair: true): first come, first served', () => {
     // A ticket keeps its caller's arrival when its first write is stamped within 1 s of it (half the
     // wide stamp window); one sent again (its stamp refused as late) or later than that (a loaded
     // machine) is placed at its write's stamp, as documented: the order is asserted when each
-    // ticket was written once and came back within that second.
+    // ticket was written once and came back within that second, and before the first holder's
+    // release (a release while a ticket is still on its way serves the first ticket in the queue
+    // then: a later caller's, when the server applied its ticket write first; a clean-clone run
+    // served 0, 2, 1 with the tickets back 5 ms after the callers came).
     const tickets = sent.filter((write) => write.kind === 'ticket');
     const slowest = Math.max(...tickets.map((write) => (write.done ?? Infinity) - came));
-    const what = `${tickets.length} ticket write(s), the slowest back ${slowest.toFixed(0)} ms after the callers came; served ${served.join(', ')}`;
-    if (tickets.length === 7 && slowest < 1_000) expect(served.filter((caller) => caller !== 0), `the later callers, in the order they came (${what})`).to.deep.equal([1, 2, 3, 4, 5, 6, 7]);
+    const queued = tickets.every((write) => (write.done ?? Infinity) < firstRelease);
+    const what = `${tickets.length} ticket write(s), the slowest back ${slowest.toFixed(0)} ms after the callers came, ${queued ? 'all' : 'not all'} before the first release; served ${served.join(', ')}`;
+    if (tickets.length === 7 && slowest < 1_000 && queued) expect(served.filter((caller) => caller !== 0), `the later callers, in the order they came (${what})`).to.deep.equal([1, 2, 3, 4, 5, 6, 7]);
     else console.log(`      order not asserted: ${what}`);
     expect(await queueOf(collection, 'together'), 'every ticket was taken out').to.deep.equal([]);
   });
