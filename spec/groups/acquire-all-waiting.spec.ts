@@ -102,10 +102,13 @@ describe('acquireAll: a group waiting for a later document hands its wake-up to 
     // Its first document is then held in another process: once woken, it waits there.
     const blocker = await elsewhere.acquire({ _id: 1 });
     const released = { at: 0 };
+    // Each waiter holds its permit a second, then releases it: awaited before the test ends (a release left running
+    // past the file's end met a closed client and crashed the worker with an unhandled rejection).
+    const releases: Array<Promise<void>> = [];
     const waiter = async (): Promise<number> => {
       const handle = await pool.acquire({ _id: 2 }, { wait: 20_000 });
       const took = Date.now() - released.at;
-      setTimeout(() => void handle.release(), 1_000);
+      releases.push(sleep(1_000).then(() => handle.release()));
       return took;
     };
     const first = waiter();
@@ -118,6 +121,7 @@ describe('acquireAll: a group waiting for a later document hands its wake-up to 
     controller.abort(new Error('done'));
     await group;
     await blocker.release();
+    await Promise.all(releases);
     return took;
   }
 
@@ -157,9 +161,10 @@ describe('acquireAll: a group waiting for a later document hands its wake-up to 
     const forB = tags.acquire({ _id: 2 }, { tag: 'b', wait: 20_000 }).catch(() => undefined);
     await sleep(5);
     const released = { at: 0 };
+    let releasedA: Promise<void> = Promise.resolve();
     const forA = tags.acquire({ _id: 2 }, { tag: 'a', wait: 20_000 }).then((handle) => {
       const took = Date.now() - released.at;
-      void handle.release();
+      releasedA = handle.release();
       return took;
     });
     await sleep(300);
@@ -168,7 +173,7 @@ describe('acquireAll: a group waiting for a later document hands its wake-up to 
     const took = await forA;
     controller.abort(new Error('done'));
     await y.release();
-    await Promise.all([group, forB.then((handle) => handle?.release())]);
+    await Promise.all([group, forB.then((handle) => handle?.release()), releasedA]);
     await blocker.release();
     return took;
   }
