@@ -41,7 +41,6 @@ export class RemoteWakeUps {
     feed: ChangeFeed,
     private readonly waitersByDocument: ReadonlyMap<string, ReadonlySet<Waiter>>,
     private readonly blockedHere: (key: string, waiter: Waiter) => boolean,
-    private readonly random: () => number = Math.random,
   ) {
     this.feed = feed;
     this.tap = new FeedTap(feed, (changed) => this.changed(changed));
@@ -85,7 +84,7 @@ export class RemoteWakeUps {
       }
       const misses = this.misses.get(key);
       const steps = first.rankId === '' && misses && performance.now() - misses.at < NUDGE_MISS_MEMORY_MS ? Math.min(misses.count, NUDGE_BACKOFF_STEPS) : 0;
-      if (this.random() < 2 ** -steps) first.nudge();
+      if (Math.random() < 2 ** -steps) first.nudge();
     }
   }
 }

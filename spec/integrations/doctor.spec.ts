@@ -12,6 +12,7 @@ import { reachMongos, uriForHost } from '../../lib/integrations/cli/doctor-comma
 import { simulatedCluster } from '../../stress/simulated-cluster';
 import { CommandProxy } from '../support/command-proxy';
 import { failureOf, freshCollection, mongoBackend, newClient, sleep, snapshotOf, testDb } from '../support/fixture';
+import { watchedCollection } from '../support/watched-collection';
 
 /** The one finding of `report` named `name`. */
 function findingOf(report: DoctorReport, name: DoctorCheck): DoctorFinding {
@@ -207,14 +208,7 @@ describe('doctor() on clients users configure', function () {
     const client = await new MongoClient(proxy.uri).connect();
     try {
       const streams: ChangeStream[] = [];
-      const plain = client.db(collection.dbName).collection(collection.collectionName);
-      const watched = new Proxy(plain, {
-        get(target, key) {
-          if (key === 'watch') return (...args: Parameters<Collection<Document>['watch']>) => streams[streams.push(target.watch(...args)) - 1];
-          const value: unknown = Reflect.get(target, key, target);
-          return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
-        },
-      });
+      const watched = watchedCollection(client, collection, (stream) => (streams.push(stream), stream));
       // The aggregates that open change streams answer 2 s late (a slow network or server); the doctor waits 500 ms per command.
       proxy.slowReplies = { match: (command) => command.aggregate !== undefined && Array.isArray(command.pipeline) && '$changeStream' in (command.pipeline[0] as Document), ms: 2_000 };
       const report = await doctor(watched, { timeout: 500 });

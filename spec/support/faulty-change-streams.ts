@@ -5,24 +5,7 @@
  * every server cursor a stream used is recorded, to check afterwards that none is left open.
  */
 import type { ChangeStream, Collection, Document, Long, MongoClient } from 'mongodb';
-
-/** A seeded generator of numbers in [0, 1) (mulberry32). */
-export function seededRandom(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 2 ** 32;
-  };
-}
-
-/** The seed of a run: `MONGLOCK_SEED`, else a fresh one (print it). */
-export function seedFromEnvironment(): number {
-  const given = Number(process.env.MONGLOCK_SEED);
-  return process.env.MONGLOCK_SEED && Number.isSafeInteger(given) ? given : Date.now() % 2 ** 31;
-}
+import { watchedCollection } from './watched-collection';
 
 /** Probabilities per event that comes from the server (at most one fault per event), and the longest hold-back (ms). */
 export interface StreamFaults {
@@ -99,20 +82,10 @@ export class FaultyStreams {
 
   /** `collection` seen through `client` (another "process" for the library: its own feed), its streams faulty. */
   on(client: MongoClient, collection: Collection<Document>): Collection<Document> {
-    const plain = client.db(collection.dbName).collection(collection.collectionName);
-    return new Proxy(plain, {
-      get: (target, key) => {
-        if (key === 'watch') {
-          return (...args: Parameters<Collection<Document>['watch']>) => {
-            const stream = target.watch(...args);
-            this.streams.push(stream);
-            this.counts.streams++;
-            return this.faulty(stream);
-          };
-        }
-        const value: unknown = Reflect.get(target, key, target);
-        return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
-      },
+    return watchedCollection(client, collection, (stream) => {
+      this.streams.push(stream);
+      this.counts.streams++;
+      return this.faulty(stream);
     });
   }
 

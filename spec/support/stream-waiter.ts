@@ -3,8 +3,9 @@
  * open, and prints one JSON line `{"cursorId":"<id>"}` (the stream's server cursor) once that
  * cursor exists, then goes on waiting until it is killed (or its wait ends: it then exits 1).
  */
-import { MongoClient, type ChangeStream, type Collection, type Document } from 'mongodb';
+import { MongoClient, type ChangeStream } from 'mongodb';
 import { writeLock } from '../../lib';
+import { watchedCollection } from './watched-collection';
 
 interface Settings {
   uri: string;
@@ -17,20 +18,7 @@ async function main(): Promise<void> {
   const settings = JSON.parse(process.argv[2]!) as Settings;
   const client = await MongoClient.connect(settings.uri);
   const streams: ChangeStream[] = [];
-  const plain = client.db(settings.db).collection(settings.collection);
-  const collection = new Proxy(plain, {
-    get(target, key) {
-      if (key === 'watch') {
-        return (...args: Parameters<Collection<Document>['watch']>) => {
-          const stream = target.watch(...args);
-          streams.push(stream);
-          return stream;
-        };
-      }
-      const value: unknown = Reflect.get(target, key, target);
-      return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
-    },
-  });
+  const collection = watchedCollection(client, client.db(settings.db).collection(settings.collection), (stream) => (streams.push(stream), stream));
   const waiting = writeLock({ collection, locktimeout: 10_000 }).acquire({ _id: settings.id }, { wait: 60_000 });
   waiting.catch((error: unknown) => {
     console.error(error);

@@ -17,7 +17,9 @@ import { Long, MongoClient, type Collection, type Document } from 'mongodb';
 import { multiLock, semaphore, writeLock, type LockHandle } from '../../lib';
 import { changeFeedOf } from '../../lib/waiting/change-feed';
 import { CommandProxy } from '../support/command-proxy';
-import { FaultyStreams, NO_FAULTS, seedFromEnvironment, seededRandom, type StreamFaults } from '../support/faulty-change-streams';
+import { mulberry32 } from '../../stress/interleaving-scenario';
+import { seedFromEnvironment } from '../../stress/interleavings';
+import { FaultyStreams, NO_FAULTS, type StreamFaults } from '../support/faulty-change-streams';
 import { freshCollection, mongoBackend, newClient, requireCapability, sleep, testDb } from '../support/fixture';
 
 const LOCKED = 'locked';
@@ -127,7 +129,7 @@ const allViews: Collection<Document>[] = [];
 /** Workers in several "processes" (clients) loop acquire → read-modify-write of the counter (a writer) or two reads of it (a reader) → release. */
 async function runWorkload(kind: Kind, seed: number, faults: StreamFaults, workload: Workload): Promise<Run> {
   const collection = await freshCollection([{ _id: LOCKED }, { _id: COUNTER, count: 0 }]);
-  const streams = new FaultyStreams(seededRandom(seed), faults, (id) => collection.db.command({ killCursors: collection.collectionName, cursors: [id] }));
+  const streams = new FaultyStreams(mulberry32(seed), faults, (id) => collection.db.command({ killCursors: collection.collectionName, cursors: [id] }));
   // A short server selection: the driver (6.21) leaves the timer of a resumed stream's server selection running, which would hold the run's end back by 30 s.
   const views = await Promise.all(Array.from({ length: workload.processes }, async () => streams.on(await newClient({ serverSelectionTimeoutMS: 5_000 }), collection)));
   allViews.push(...views);
@@ -169,7 +171,7 @@ async function runWorkload(kind: Kind, seed: number, faults: StreamFaults, workl
   await Promise.all(
     views.flatMap((view, process) => {
       const acquire = kind.lockOn(view);
-      return Array.from({ length: workload.workersPerProcess }, (_, w) => worker(process, acquire, view, seededRandom(seed + 1 + process * 100 + w)));
+      return Array.from({ length: workload.workersPerProcess }, (_, w) => worker(process, acquire, view, mulberry32(seed + 1 + process * 100 + w)));
     }),
   );
   return { sections, calls, streams, collection, views, ms: performance.now() - started };
@@ -389,7 +391,7 @@ describe('change-stream wake-ups under faults: lost, duplicated, delayed, reorde
     try {
       expect(await feedsIdle(allViews, 5_000), 'the feeds of the earlier tests are idle').to.equal(true);
       const before = await settledCursors();
-      const streams = new FaultyStreams(seededRandom(seed), NO_FAULTS, () => Promise.resolve());
+      const streams = new FaultyStreams(mulberry32(seed), NO_FAULTS, () => Promise.resolve());
       const view = streams.on(await client.connect(), collection);
       proxy.slowReplies = { match: opensChangeStream, ms: 2_000 };
       const held = await writeLockOn(collection).acquire({ _id: 1 });

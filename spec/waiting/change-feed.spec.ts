@@ -9,24 +9,11 @@ import type { ChangeStream, Collection, Document, MongoClient } from 'mongodb';
 import { writeLock } from '../../lib';
 import { changeFeedOf } from '../../lib/waiting/change-feed';
 import { freshCollection, newClient, requireCapability, sleep } from '../support/fixture';
+import { watchedCollection } from '../support/watched-collection';
 
 /** `collection` on `client`, with every change stream it opens recorded in `streams`. */
-function watchedOn(client: MongoClient, collection: Collection<Document>, streams: ChangeStream[] = []): Collection<Document> {
-  const plain = client.db(collection.dbName).collection(collection.collectionName);
-  return new Proxy(plain, {
-    get(target, key) {
-      if (key === 'watch') {
-        return (...args: Parameters<Collection<Document>['watch']>) => {
-          const stream = target.watch(...args);
-          streams.push(stream);
-          return stream;
-        };
-      }
-      const value: unknown = Reflect.get(target, key, target);
-      return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
-    },
-  });
-}
+const watchedOn = (client: MongoClient, collection: Collection<Document>, streams: ChangeStream[] = []): Collection<Document> =>
+  watchedCollection(client, collection, (stream) => (streams.push(stream), stream));
 
 /** ms from the holder's release (resolved) to the waiter's acquisition, for each of `rounds` rounds. */
 async function wakeUps(holderSide: Collection<Document>, waiterSide: Collection<Document>, changeStreams: boolean, rounds: number): Promise<number[]> {
