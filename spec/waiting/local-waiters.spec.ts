@@ -258,7 +258,8 @@ describe('local waiters of documents with Long _ids', () => {
       medians[name] = [...delays].sort((a, b) => a - b)[2]!;
       console.log(`      _id ${name}: the waiter acquired ${delays.map((ms) => ms.toFixed(1)).join(', ')} ms after the release`);
     }
-    expect(medians['number 7'], 'control: a number _id is handed over at once').to.be.below(10);
-    expect(medians['Long 8'], 'a Long _id (median ms from the release to the acquisition)').to.be.below(10);
+    // A hand-over is one round trip (about 1 ms here; a CPU-heavy neighbour stretches it); a waiter left to poll came 42-109 ms late.
+    expect(medians['number 7'], 'control: a number _id is handed over at once').to.be.below(25);
+    expect(medians['Long 8'], 'a Long _id (median ms from the release to the acquisition), against the control').to.be.below(Math.max(10, 2 * medians['number 7']!));
   });
 });
