@@ -83,59 +83,62 @@ export async function acquireOnDocument(
   let registered: Acquired | undefined;
   let attempts = 0;
   let lastAttempt = false;
+  // While waiting, a refusal is explained (a second command) on the first try, every 8th, after a
+  // local wake-up and on the last; the first needs none when a lock that blocks us is held in
+  // this process (a conflict).
+  const explains = (attempt: number): boolean =>
+    !quiet && (lastAttempt || (attempt % EXPLAIN_EVERY === 0 && !(attempt === 0 && waiting.wait > 0 && place.refusalIsConflict)) || place.takeWakeUp());
+  // One attempt: continues this call's assertive registration (or the caller's), or takes a lock, as the owner's when there is one.
+  const send = (continuing: Acquired | undefined, explain: boolean): Promise<Acquired | AssertivePending> =>
+    continuing
+      ? site.engine.resume(continuing.target, continuing.lock, call, document)
+      : owner
+        ? acquireOwned(site.engine, userFilter, ruleTag, lease, call, { explain, document, fair: place.fairness }, owner)
+        : site.engine.acquire(userFilter, ruleTag, lease, call, { explain, document, fair: place.fairness, permits });
+  // A refused attempt of a waiting call: it goes on waiting there (see WaitingPlace.refused).
+  const refused = async (error: unknown): Promise<never> => {
+    if (waiting.wait > 0 && isLockError(error, site.engine.conflict) && !acquisition.abandoned) {
+      if (cancellation?.unsupported) site.warnUncancellable(waiting.wait);
+      await place.refused(error, userFilter);
+    }
+    if (registered && isLockError(error, 'LockNotFound')) registered = undefined;
+    const written = lockWrittenBy(error);
+    if (written) (error as { lock: unknown }).lock = new Handle(written.lock, site, written.target, { unconfirmed: true, landsBy: written.landsBy });
+    throw error;
+  };
+  // Registered, waiting for the locks it asserts over: the caller's to continue (carried by the error), or this call's, while it waits.
+  const asserting = async (pending: AssertivePending, continuing: Acquired | undefined): Promise<never> => {
+    if (!continuing) registered = pending;
+    if (acquisition.abandoned && !continuing) {
+      // Abandoned between the attempt's reply and here: the abandonment may not have seen it.
+      await acquisition.abandon(undefined, pending);
+      throw lockError('AssertiveLock', call.boom, { detail: 'abandoned; the registered lock was released' });
+    }
+    const carried = new Handle(pending.lock, site, pending.target, { document: pending.document });
+    throw lockError('AssertiveLock', call.boom, { lock: carried, detail: `registered; waiting for tag ${pending.blockedBy.join(', ')}` });
+  };
   const step = async (): Promise<Acquired> => {
     const continuing = registered ?? resumed;
-    // While waiting, a refusal is explained (a second command) on the first try, every 8th, after a
-    // local wake-up and on the last; the first needs none when a lock that blocks us is held in
-    // this process (a conflict).
-    const attempt = attempts++;
-    const explain = !quiet && (lastAttempt || (attempt % EXPLAIN_EVERY === 0 && !(attempt === 0 && waiting.wait > 0 && place.refusalIsConflict)) || place.takeWakeUp());
-    const turn = continuing ? undefined : place.awaitTurn(signal, waitEnds - performance.now());
-    if (turn) await turn;
-    // A release here may have handed this waiter the lock: its attempt is that hand-over (and, if none was made, its own).
+    const explain = explains(attempts++);
+    // Its turn, or a look at the fair queue: awaited only when there is one (nothing else is awaited on the way to the first attempt).
+    const before = continuing ? undefined : place.beforeAttempt(signal, waitEnds, !lastAttempt);
+    if (before) await before;
+    // A release here may have handed this waiter the lock: its attempt is that hand-over (and, if none was made, its own, unless the call is being abandoned).
     const grant = continuing ? undefined : place.takeGrant();
-    // Fair, with tickets that came first (as last seen) and no hand-over on its way: a look (a
-    // renewal that reads the queue) instead of an attempt that could only be refused. (A waiter
-    // is handed the lock only while it sleeps, so none comes during the look.)
-    if (!continuing && !grant && !lastAttempt && place.onlyLooks) await place.look(waitEnds);
-    const send = (): Promise<Acquired | AssertivePending> =>
-      continuing
-        ? site.engine.resume(continuing.target, continuing.lock, call, document)
-        : owner
-          ? acquireOwned(site.engine, userFilter, ruleTag, lease, call, { explain, document, fair: place.fairness }, owner)
-          : site.engine.acquire(userFilter, ruleTag, lease, call, { explain, document, fair: place.fairness, permits });
-    // No hand-over came while the call was being abandoned: nothing more is sent.
-    const sendUnlessAbandoned = (): Promise<Acquired | AssertivePending> => (acquisition.abandoned ? Promise.reject(lockError(site.engine.conflict, call.boom, { detail: 'abandoned' })) : send());
-    let grantLost = false;
+    const abandoned = (): Promise<never> => Promise.reject(lockError(site.engine.conflict, call.boom, { detail: 'abandoned' }));
+    let grantFailed = false;
+    const handedOrSent = (handed: Acquired | undefined): Promise<Acquired | AssertivePending> => (handed ? Promise.resolve(handed) : acquisition.abandoned ? abandoned() : send(undefined, explain));
     let outcome: Acquired | AssertivePending;
     try {
       outcome = await acquisition.attempt(
-        () => (grant ? grant.then((handed) => handed ?? sendUnlessAbandoned(), (error: unknown) => ((grantLost = true), Promise.reject(error))) : send()),
+        () => (grant ? grant.then(handedOrSent, (error: unknown) => ((grantFailed = true), Promise.reject(error))) : send(continuing, explain)),
         (won) => (won.lock.id === resumed?.lock.id ? undefined : won),
       );
     } catch (caught) {
       // A hand-over whose write failed: the lock it may have written is released once it can no longer land; this waiter waits on.
-      const error = grantLost ? lockError(site.engine.conflict, call.boom, { detail: 'still held (a hand-over to this waiter failed)' }) : caught;
-      if (waiting.wait > 0 && isLockError(error, site.engine.conflict) && !acquisition.abandoned) {
-        if (cancellation?.unsupported) site.warnUncancellable(waiting.wait);
-        await place.refused(error, userFilter);
-      }
-      if (registered && isLockError(error, 'LockNotFound')) registered = undefined;
-      const written = lockWrittenBy(error);
-      if (written) (error as { lock: unknown }).lock = new Handle(written.lock, site, written.target, { unconfirmed: true, landsBy: written.landsBy });
-      throw error;
+      return refused(grantFailed ? lockError(site.engine.conflict, call.boom, { detail: 'still held (a hand-over to this waiter failed)' }) : caught);
     }
-    if (outcome instanceof AssertivePending) {
-      if (!continuing) registered = outcome;
-      if (acquisition.abandoned && !continuing) {
-        // Abandoned between the attempt's reply and here: the abandonment may not have seen it.
-        await acquisition.abandon(undefined, outcome);
-        throw lockError('AssertiveLock', call.boom, { detail: 'abandoned; the registered lock was released' });
-      }
-      const carried = new Handle(outcome.lock, site, outcome.target, { document: outcome.document });
-      throw lockError('AssertiveLock', call.boom, { lock: carried, detail: `registered; waiting for tag ${outcome.blockedBy.join(', ')}` });
-    }
-    return outcome;
+    return outcome instanceof AssertivePending ? asserting(outcome, continuing) : outcome;
   };
   const retryable = (error: unknown): boolean =>
     isLockError(error, site.engine.conflict) ||

@@ -86,6 +86,11 @@ export class Waiter {
     this.wake();
   }
 
+  /** True while a hand-over is on its way to it (not taken yet). */
+  get granted(): boolean {
+    return this.grant !== undefined;
+  }
+
   /** The hand-over on its way to it, once (its next attempt awaits it instead of sending one). */
   takeGrant(): Promise<Acquired | undefined> | undefined {
     const grant = this.grant;

@@ -89,13 +89,21 @@ export class WaitingPlace {
   }
 
   /**
-   * Once, before the first attempt of a waiter that queued behind others at once: sleeps until
-   * its turn (a local release wakes it), as an attempt could only be refused, at most `left` ms
-   * (what is left of its wait); unless nothing that blocks it is held in this process and it is
-   * first in line (its ticket came first while the earlier waiter was still trying without one):
-   * no release here would wake it, so it tries now.
+   * What this waiter waits for before its next attempt, if anything. First its turn, once, if it
+   * queued behind waiters here at once: it sleeps until a release here wakes it (an attempt could
+   * only be refused), at most what is left of its wait, unless nothing that blocks it is held here
+   * and it is first in line (no release here would wake it). Then, unless a release here handed
+   * it the lock meanwhile, a {@link look} in place of an attempt while fair tickets that came
+   * first were live when its queue was last seen. Undefined when there is nothing to wait for:
+   * nothing is awaited then, so callers that come together send in the order they came.
    */
-  awaitTurn(signal: AbortSignal | undefined, left: number): Promise<void> | undefined {
+  beforeAttempt(signal: AbortSignal | undefined, waitEnds: number, mayLook: boolean): Promise<void> | undefined {
+    const look = (): Promise<void> | undefined => (mayLook && !this.waiter?.granted && this.onlyLooks ? this.look(waitEnds) : undefined);
+    const turn = this.awaitTurn(signal, waitEnds - performance.now());
+    return turn ? turn.then(look) : look();
+  }
+
+  private awaitTurn(signal: AbortSignal | undefined, left: number): Promise<void> | undefined {
     if (!this.behindOthers) return;
     this.behindOthers = false;
     if (this.waiter && !this.refusalIsConflict && (this.queue.position.first || this.waiters.firstInLine(this.documentId, this.waiter))) return;
@@ -106,14 +114,14 @@ export class WaitingPlace {
    * True when, in fair mode, tickets that came first were still live when its queue was last
    * seen, and its filter is just `{ _id }` (a look checks nothing else: a filter that says more
    * is attempted, so that a document that stops matching is noticed): an attempt could only be
-   * refused, so it {@link look}s. (An owner's call never looks: its nested hold skips the queue.)
+   * refused. (An owner's call never looks: its nested hold skips the queue.)
    */
-  get onlyLooks(): boolean {
+  private get onlyLooks(): boolean {
     return this.queue.ticket !== undefined && this.plainFilter && this.queue.position.behind;
   }
 
-  /** Instead of an attempt that could only be refused: a look at the queue ({@link QueueTicket.look}), bounded by `deadline`. */
-  look(deadline: number): Promise<void> {
+  /** A look at the queue ({@link QueueTicket.look}) instead of an attempt, bounded by `deadline`. (A waiter is handed the lock only while it sleeps: none comes during the look.) */
+  private look(deadline: number): Promise<void> {
     return this.queue.look(deadline, () => this.onlyLooks);
   }
 
