@@ -16,6 +16,8 @@ import type { Collection, CommandStartedEvent, Document, MongoClient } from 'mon
 import { writeLock } from '../../lib';
 import { withdrawOperation } from '../../lib/protocol/release';
 import { LockPaths } from '../../lib/protocol/stored-format';
+import { changeFeedOf } from '../../lib/waiting/change-feed';
+import { LocalWaiters } from '../../lib/waiting/local-waiters';
 import { freshCollection, mongoBackend, newClient, requireCapability, sleep } from '../support/fixture';
 
 /** `collection` on `client`, whose findOneAndUpdate writes also reach change streams on mongo-java-server (see above). */
@@ -130,5 +132,50 @@ describe('wake-ups from changes made elsewhere to a lock held in the waiter\'s o
     const median = (delays: number[]): number => [...delays].sort((a, b) => a - b)[1]!;
     expect(median(other), `${what}: the stream wakes a waiter of another process`).to.be.below(400);
     expect(median(own), what).to.be.below(400);
+  });
+});
+
+describe('the nudges of a lone waiter of another process', function () {
+  this.timeout(120_000);
+
+  it('a release that follows, within the backoff\'s memory, the acquisition that woke the waiter in vain still wakes it (no backoff for one miss)', async function () {
+    requireCapability(this, 'changeStreams');
+    const collection = await freshCollection([{ _id: 1 }]);
+    const client = await newClient();
+    // This process's waiters of the collection, with its change stream; the changes come from the fixture's client (another process).
+    const waiters = new LocalWaiters(() => Date.now(), changeFeedOf(client.db(collection.dbName).collection(collection.collectionName), 'lock'));
+    const blockedBy = new Set(['write']);
+    const change = (value: unknown): Promise<unknown> => collection.updateOne({ _id: 1 } as Document, value === undefined ? { $unset: { lock: '' } } : { $set: { lock: value } });
+    /** ms until `sleep` ends (a nudge, or its whole 5 s). */
+    const sleeping = async (sleep: Promise<void>): Promise<number> => {
+      const start = performance.now();
+      await sleep;
+      return performance.now() - start;
+    };
+    // Until the stream delivers: a waiter's sleep is ended by a change.
+    const first = waiters.join(1, 'write', blockedBy, () => [0, '']);
+    for (let tries = 0; ; tries++) {
+      const woken = sleeping(first.sleep(300));
+      await change({ warmUp: tries });
+      if ((await woken) < 250) break;
+      expect(tries, 'the change stream delivers a change within 20 tries').to.be.below(20);
+    }
+    first.leave(false);
+    const releaseWaits: number[] = [];
+    for (let round = 0; round < 8; round++) {
+      const waiter = waiters.join(1, 'write', blockedBy, () => [round + 1, '']);
+      // Another process acquires: the change wakes the waiter, whose attempt is refused (it sleeps again: one miss).
+      const byAcquisition = sleeping(waiter.sleep(5_000));
+      await change({ round, holder: 'elsewhere' });
+      expect(await byAcquisition, 'the acquisition elsewhere woke the waiter').to.be.below(4_000);
+      const byRelease = sleeping(waiter.sleep(5_000));
+      // The holder's section was short: its release comes at once.
+      await change(undefined);
+      releaseWaits.push(await byRelease);
+      waiter.leave(true);
+    }
+    const what = `after the release, the waiter was woken in ${releaseWaits.map((ms) => ms.toFixed(0)).join(', ')} ms`;
+    console.log(`      ${what}`);
+    expect(releaseWaits.filter((ms) => ms >= 4_000), `${what}: each release woke it (not its 5 s poll)`).to.deep.equal([]);
   });
 });
