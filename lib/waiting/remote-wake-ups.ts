@@ -5,10 +5,11 @@ import { ranked, type Waiter } from './waiter';
 /**
  * How far a document's nudges back off: after `k` nudged attempts of this process on it were
  * refused in a row, each within {@link NUDGE_MISS_MEMORY_MS} of the last, a change elsewhere nudges
- * its first waiter with probability 2^-min(k, this). Every process hears every change, so without
- * it each release would send the first waiter of every process at once, and all but one would be
- * refused (binary exponential backoff, as Ethernet resolves collisions): with P processes
- * contending, about one nudged attempt per change.
+ * its first waiter with probability 2^-min(k - 1, this). Every process hears every change, so
+ * without it each release would send the first waiter of every process at once, and all but one
+ * would be refused (binary exponential backoff, as Ethernet resolves collisions): with P processes
+ * contending, about one nudged attempt per change. One miss costs nothing: a lone waiter is woken
+ * in vain by every acquisition it hears of, and the release that follows must still wake it.
  */
 export const NUDGE_BACKOFF_STEPS = 4;
 /**
@@ -83,7 +84,7 @@ export class RemoteWakeUps {
         continue;
       }
       const misses = this.misses.get(key);
-      const steps = first.rankId === '' && misses && performance.now() - misses.at < NUDGE_MISS_MEMORY_MS ? Math.min(misses.count, NUDGE_BACKOFF_STEPS) : 0;
+      const steps = first.rankId === '' && misses && performance.now() - misses.at < NUDGE_MISS_MEMORY_MS ? Math.min(misses.count - 1, NUDGE_BACKOFF_STEPS) : 0;
       if (Math.random() < 2 ** -steps) first.nudge();
     }
   }
