@@ -2,34 +2,12 @@
  * `npx monglock` end to end: spawned processes against the test backend, their real output and
  * exit codes.
  */
-import { spawn } from 'node:child_process';
-import { resolve } from 'node:path';
-import { createInterface } from 'node:readline';
 import { expect } from 'chai';
 import type { CommandSucceededEvent, Document } from 'mongodb';
 import { isLockError, multiLock, resourceLocks, semaphore, writeLock } from '../../lib';
 import { listingMatch, listResourceLocks, suggestedIndex, type ListedLock } from '../../lib/integrations/cli/lock-listing';
 import { DB_NAME, freshCollection, mongoBackend, newClient, rejectionOf, sleep } from '../support/fixture';
-
-const ROOT = resolve(__dirname, '..', '..');
-const CLI = ['--import', 'tsx', 'lib/cli.ts'];
-
-/** Runs the CLI to its end: exit code, stdout, stderr. */
-function run(args: string[], input = ''): Promise<{ code: number | null; out: string; err: string }> {
-  return new Promise((done) => {
-    const child = spawn(process.execPath, [...CLI, ...args], { cwd: ROOT, env: { ...process.env, MONGODB_URI: undefined } });
-    let out = '';
-    let err = '';
-    child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
-    child.stderr.on('data', (chunk: Buffer) => (err += chunk.toString()));
-    child.stdin.end(input);
-    const killer = setTimeout(() => child.kill('SIGKILL'), 30_000); // a hung CLI never outlives the test
-    child.once('exit', (code) => {
-      clearTimeout(killer);
-      done({ code, out, err });
-    });
-  });
-}
+import { runCli as run, watchCli } from '../support/cli-process';
 
 describe('monglock CLI', function () {
   this.timeout(60_000);
@@ -206,48 +184,36 @@ describe('monglock CLI', function () {
     const collection = await freshCollection();
     const locks = resourceLocks({ collection });
     const first = await locks.xlock('nightly', 'job-3', { ttl: 60_000 });
-    const child = spawn(process.execPath, [...CLI, 'watch', '--resources', '--uri', mongoBackend().uri, '--db', collection.dbName, '--collection', collection.collectionName, '--interval', '3000'], { cwd: ROOT });
-    const lines: string[] = [];
-    createInterface({ input: child.stdout }).on('line', (line) => lines.push(line));
-    const exited = new Promise<number | null>((done) => child.once('exit', done));
-    const until = async (pattern: RegExp): Promise<void> => {
-      for (let i = 0; i < 200 && !lines.some((line) => pattern.test(line)); i++) await sleep(50);
-      expect(lines.some((line) => pattern.test(line)), `a line matching ${pattern} in:\n${lines.join('\n')}`).to.equal(true);
-    };
+    const watching = watchCli(['--resources', '--uri', mongoBackend().uri, '--db', collection.dbName, '--collection', collection.collectionName, '--interval', '3000']);
+    let code: number | null | undefined;
     try {
-      await until(/^nightly\s+exclusive\s+held\s+job-3\s/);
+      await watching.until(/^nightly\s+exclusive\s+held\s+job-3\s/);
       await first.release();
       await locks.xlock('nightly', 'job-3', { ttl: 60_000 }); // a new lock of the same id, within one polling interval
-      await until(/ [+~] nightly exclusive held job-3\b/);
-      const changes = lines.filter((line) => / [-+~] nightly /.test(line)).map((line) => line.replace(/^\S+ /, ''));
+      await watching.until(/ [+~] nightly exclusive held job-3\b/);
+      const changes = watching.lines.filter((line) => / [-+~] nightly /.test(line)).map((line) => line.replace(/^\S+ /, ''));
       expect(changes, 'the first lock released, the second acquired').to.deep.equal(['- nightly exclusive held job-3', '+ nightly exclusive held job-3']);
     } finally {
-      child.kill('SIGINT'); // also when an expectation failed: the watcher never outlives the test
+      code = await watching.stop(); // also when an expectation failed
     }
-    expect(await exited).to.equal(0);
+    expect(code).to.equal(0);
   });
 
   it('watch shows acquisitions and releases live, and stops on SIGINT', async () => {
     const collection = await freshCollection([{ _id: 'w' }]);
-    const child = spawn(process.execPath, [...CLI, 'watch', '--uri', mongoBackend().uri, '--db', collection.dbName, '--collection', collection.collectionName, '--interval', '100'], { cwd: ROOT });
-    const lines: string[] = [];
-    createInterface({ input: child.stdout }).on('line', (line) => lines.push(line));
-    const exited = new Promise<number | null>((done) => child.once('exit', done));
-    const until = async (pattern: RegExp): Promise<void> => {
-      for (let i = 0; i < 100 && !lines.some((line) => pattern.test(line)); i++) await sleep(50);
-      expect(lines.join('\n')).to.match(pattern);
-    };
+    const watching = watchCli(['--uri', mongoBackend().uri, '--db', collection.dbName, '--collection', collection.collectionName, '--interval', '100']);
+    let code: number | null | undefined;
     try {
-      await until(/^no locks$/);
+      await watching.until(/^no locks$/);
       const lock = writeLock({ collection });
       const held = await lock.acquire({ _id: 'w' });
-      await until(new RegExp(`\\+ w write held ${held.id} doc fence 1$`));
+      await watching.until(new RegExp(`\\+ w write held ${held.id} doc fence 1$`));
       await held.release();
-      await until(new RegExp(`- w write held ${held.id} doc fence 1$`));
+      await watching.until(new RegExp(`- w write held ${held.id} doc fence 1$`));
     } finally {
-      child.kill('SIGINT'); // also when an expectation failed: the watcher never outlives the test
+      code = await watching.stop(); // also when an expectation failed
     }
-    expect(await exited).to.equal(0);
+    expect(code).to.equal(0);
   });
 
   it('release --doc 42 matches the number 42 only: the lock of the document whose _id is the string "42" stays held', async () => {

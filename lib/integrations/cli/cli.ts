@@ -1,6 +1,6 @@
 /**
  * `npx monglock`: see and operate the locks of a collection.
- *   monglock status  --uri <uri> --db <db> --collection <name> [--field lock] [--resources] [--all] [--json]
+ *   monglock status  --uri <uri> --db <db> --collection <name> [--field lock] [--resources] [--all] [--streams] [--json]
  *   monglock watch   (same options) [--interval 1000]
  *   monglock release (same options) (--id <lockId> | --doc <_id> --tag <tag>) [--yes]
  *   monglock doctor  --uri <uri> --db <db> --collection <name> [--field lock] [--filter <ejson>] [--max-clock-skew <ms>] [--json]
@@ -15,6 +15,7 @@ import { doctorCommand } from './doctor-command';
 import { collectionOptions } from './cli-options';
 import { LockPaths } from '../../protocol/stored-format';
 import { withdrawOperation } from '../../protocol/release';
+import { readLockStreams, renderStreams, streamWatcher } from './stream-listing';
 import { dropTicketOperation } from '../../protocol/tickets';
 
 const { EJSON } = BSON;
@@ -29,6 +30,8 @@ interface Target {
   resources?: boolean;
   all?: boolean;
   json?: boolean;
+  /** Also list the processes that wait through monglock's change stream (`$currentOp`). */
+  streams?: boolean;
 }
 
 /** A failure to report in one line, with its exit code. */
@@ -86,9 +89,12 @@ const show = (value: unknown): string => (typeof value === 'string' && parseId(v
 /** The same `_id` exactly, types included (`42` is not `"42"`). */
 const sameId = (a: unknown, b: unknown): boolean => EJSON.stringify(a, { relaxed: false }) === EJSON.stringify(b, { relaxed: false });
 
+/** The rows as JSON values (`target` as relaxed EJSON). */
+const jsonRows = (rows: ListedLock[]): unknown[] => rows.map((row) => ({ ...row, target: EJSON.serialize({ v: row.target }, { relaxed: true }).v }));
+
 /** A table of `rows`, or one JSON document per call with `json`. */
 function render(rows: ListedLock[], json: boolean | undefined): string {
-  if (json) return JSON.stringify(rows.map((row) => ({ ...row, target: EJSON.serialize({ v: row.target }, { relaxed: true }).v })), null, 2);
+  if (json) return JSON.stringify(jsonRows(rows), null, 2);
   if (rows.length === 0) return 'no locks';
   const header = ['TARGET', 'TAG', 'STATE', 'LOCK ID', 'DOC FENCE', 'SINCE', 'EXPIRES (server)', 'LEFT', 'OWNER', 'HOLDS', 'PERMITS (used/limit)'];
   const cells = rows.map((row) => [
@@ -109,11 +115,12 @@ function render(rows: ListedLock[], json: boolean | undefined): string {
 }
 
 async function status(target: Target): Promise<void> {
-  const rows = await withCollection(target, async (collection) => {
+  const [rows, streams] = await withCollection(target, async (collection) => {
     if (!target.all) await hintIndex(collection, lockField(target));
-    return list(collection, target);
+    return [await list(collection, target), target.streams ? await readLockStreams(collection, lockField(target)) : undefined] as const;
   });
-  console.log(render(rows, target.json));
+  if (!streams) console.log(render(rows, target.json));
+  else console.log(target.json ? JSON.stringify({ locks: jsonRows(rows), streams }, null, 2) : `${render(rows, false)}\n\n${renderStreams(streams)}`);
 }
 
 /** How many documents a collection holds before reading all of them for a listing is worth an index. */
@@ -152,6 +159,8 @@ async function watch(target: Target & { interval: number }): Promise<void> {
     if (!target.all) await hintIndex(collection, lockField(target));
     let seen = keyed(await list(collection, target));
     console.log(render([...seen.values()], target.json));
+    const streams = target.streams ? streamWatcher(collection, lockField(target)) : undefined;
+    if (streams) console.log(target.json ? JSON.stringify(await streams.first(), null, 2) : renderStreams(await streams.first()));
     let stopped = false;
     let wake: (() => void) | undefined;
     const stop = (): void => {
@@ -174,7 +183,7 @@ async function watch(target: Target & { interval: number }): Promise<void> {
         });
         if (stopped) break;
         const now = keyed(await list(collection, target));
-        for (const line of changes(seen, now)) console.log(line);
+        for (const line of [...changes(seen, now), ...((await streams?.changes()) ?? [])]) console.log(line);
         seen = now;
       }
     } finally {
@@ -239,6 +248,8 @@ function interval(value: string): number {
   return ms;
 }
 
+const STREAMS_HELP = "also list the processes waiting through monglock's change stream ($currentOp: needs the inprog privilege)";
+
 /** The command line, as a commander program (exported for tests). */
 export function program(): Command {
   // exitOverride first: subcommands copy it when they are created.
@@ -249,9 +260,11 @@ export function program(): Command {
       .option('--json', 'JSON instead of a table');
   common(root.command('status').description('list held and waiting locks'))
     .option('--all', 'include expired entries nobody released')
+    .option('--streams', STREAMS_HELP)
     .action((options: Target) => status(options));
   common(root.command('watch').description('show lock changes live (change streams on a replica set, else polling)'))
     .option('--interval <ms>', 'polling interval (ms, at least 1)', interval, 1_000)
+    .option('--streams', `${STREAMS_HELP}, and those that come and go`)
     .action((options: Target & { interval: number }) => watch(options));
   common(root.command('release').description('force-release one lock by id, or one document tag'))
     .option('--id <lockId>', 'the lock id (or a fair-mode ticket id)')
