@@ -93,12 +93,13 @@ export class WaitingPlace {
    * queued behind waiters here at once: it sleeps until a release here wakes it (an attempt could
    * only be refused), at most what is left of its wait, unless nothing that blocks it is held here
    * and it is first in line (no release here would wake it). Then, unless a release here handed
-   * it the lock meanwhile, a {@link look} in place of an attempt while fair tickets that came
-   * first were live when its queue was last seen. Undefined when there is nothing to wait for:
-   * nothing is awaited then, so callers that come together send in the order they came.
+   * it the lock meanwhile (it is handed one only while it sleeps, so none comes during a look), a
+   * look at the queue ({@link QueueTicket.look}) in place of an attempt while fair tickets that
+   * came first were live when its queue was last seen. Undefined when there is nothing to wait
+   * for: nothing is awaited then, so callers that come together send in the order they came.
    */
   beforeAttempt(signal: AbortSignal | undefined, waitEnds: number, mayLook: boolean): Promise<void> | undefined {
-    const look = (): Promise<void> | undefined => (mayLook && !this.waiter?.granted && this.onlyLooks ? this.look(waitEnds) : undefined);
+    const look = (): Promise<void> | undefined => (mayLook && !this.waiter?.granted && this.onlyLooks ? this.queue.look(waitEnds, () => this.onlyLooks) : undefined);
     const turn = this.awaitTurn(signal, waitEnds - performance.now());
     return turn ? turn.then(look) : look();
   }
@@ -118,11 +119,6 @@ export class WaitingPlace {
    */
   private get onlyLooks(): boolean {
     return this.queue.ticket !== undefined && this.plainFilter && this.queue.position.behind;
-  }
-
-  /** A look at the queue ({@link QueueTicket.look}) instead of an attempt, bounded by `deadline`. (A waiter is handed the lock only while it sleeps: none comes during the look.) */
-  private look(deadline: number): Promise<void> {
-    return this.queue.look(deadline, () => this.onlyLooks);
   }
 
   /** Lets looks stand for attempts while others are ahead: only for a filter that is just `{ _id }` and a call without an owner. */
