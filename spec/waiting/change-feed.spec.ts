@@ -23,7 +23,7 @@ async function wakeUps(holderSide: Collection<Document>, waiterSide: Collection<
   for (let round = 0; round < rounds; round++) {
     const held = await holder.acquire({ _id: 1 });
     const waiting = waiter.acquire({ _id: 1 }, { wait: 5_000 });
-    await sleep(120); // the waiter is refused, and waits
+    await sleep(600); // the waiter is refused, and waits (its polls are 75-150 ms apart by now: a poll comes about 58 ms after a release)
     await held.release();
     const released = performance.now();
     const won = await waiting;

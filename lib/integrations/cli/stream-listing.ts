@@ -59,9 +59,10 @@ const UNAUTHORIZED = 13;
 export async function readLockStreams(collection: Collection<Document>, field: string, timeout = 10_000): Promise<StreamReport> {
   const namespace = { db: collection.dbName, collection: collection.collectionName };
   const base = { namespace: `${namespace.db}.${namespace.collection}`, field, streams: null, others: null };
-  const mongos = (await helloOf(collection, timeout)).msg === 'isdbgrid';
   const admin = collection.db.client.db('admin');
+  let mongos = false;
   try {
+    mongos = (await helloOf(collection, timeout)).msg === 'isdbgrid';
     const ops = await withDeadline('$currentOp', timeout, () => admin.aggregate(currentOpPipeline(mongos), { promoteLongs: false, readPreference: 'primary' }).toArray());
     return { ...base, mongos, ...lockStreamsOf(ops, namespace, field) };
   } catch (error) {
