@@ -6,8 +6,8 @@ import { ownerOf, permitsOf, UNEXPLAINED_REFUSAL } from '../locks/document-acqui
 import { Handle } from '../locks/lock-handle';
 import { newLockId } from '../protocol/lock-ids';
 import { waitsFor } from '../protocol/lock-data';
-import { HELD_HERE_SLEEP } from '../waiting/waiter';
-import { readWaitParams, retryDelay, sleepUnlessWoken } from '../waiting/wait-options';
+import { firstWakeUp, Polling, type WakeUpSource } from '../waiting/wake-up-source';
+import { readWaitParams, retryDelay } from '../waiting/wait-options';
 import { locateMembers, readGroupRequests, type Located, type Member } from './group-request';
 import { HandleGroup, ofRequest } from './lock-group';
 
@@ -165,14 +165,14 @@ async function takeTheRest(
 
 /**
  * Sleeps `ms` (while a lock that blocks `member` is held in this process, until its release, up to
- * {@link HELD_HERE_SLEEP}), never past `left`, or until a release in this process lets `member`'s
+ * `HELD_HERE_SLEEP`), never past `left`, or until a release in this process lets `member`'s
  * document go; it only watches, and takes no wake-up from the waiters of that document.
  */
-function untilReleased(member: Located, ms: number, left: number, signal: AbortSignal | undefined): Promise<void> {
+async function untilReleased(member: Located, ms: number, left: number, signal: AbortSignal | undefined): Promise<void> {
   const { waiters, engine } = member.core;
   const blockedBy = waitsFor(engine.rule(member.tag));
-  const sleep = Math.min(left, waiters.heldHere(member.id, blockedBy) ? Math.max(ms, HELD_HERE_SLEEP) : ms);
-  return sleepUnlessWoken(sleep, signal, (wake) => waiters.watch(member.id, blockedBy, wake));
+  const release: WakeUpSource = { listen: (_sleep, wake) => waiters.watch(member.id, blockedBy, () => wake('release')) };
+  await firstWakeUp([new Polling(() => waiters.heldHere(member.id, blockedBy)), release], { ms, left }, signal);
 }
 
 /** Releases every member held, at once, and forgets them; failures are left to the leases (the caller hears the failure that ended the acquisition). */

@@ -49,34 +49,6 @@ export function retryDelay(attempt: number): number {
   return ceiling / 2 + Math.random() * (ceiling / 2);
 }
 
-/**
- * Resolves after `ms`, or as soon as the `wake` that `listen` is given is called; rejects with
- * the signal's reason as soon as it aborts. `listen` returns the function that stops listening.
- */
-export function sleepUnlessWoken(ms: number, signal: AbortSignal | undefined, listen: (wake: () => void) => () => void): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const done = (): void => {
-      clearTimeout(timer);
-      stop();
-      signal?.removeEventListener('abort', onAbort);
-    };
-    const onAbort = (): void => {
-      done();
-      reject(signal?.reason);
-    };
-    const timer = setTimeout(() => {
-      done();
-      resolve();
-    }, ms);
-    const stop = listen(() => {
-      done();
-      resolve();
-    });
-    if (signal?.aborted) return onAbort();
-    signal?.addEventListener('abort', onAbort, { once: true });
-  });
-}
-
 /** Resolves after `ms`, or rejects with the signal's reason as soon as it aborts. */
 export function delay(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve, reject) => {

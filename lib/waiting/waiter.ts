@@ -1,24 +1,18 @@
 import type { Acquired } from '../engine/acquired';
 import type { GranteeTerms } from '../engine/hand-over';
-import { sleepUnlessWoken } from './wait-options';
+import { firstWakeUp, Latch, Polling } from './wake-up-source';
 
-/**
- * How long a waiter sleeps, at most, while a lock that blocks it is held in this process: that
- * holder's release wakes it, so polling would only add refused attempts (a holder that never
- * releases is noticed this often, and its lease end stops it counting).
- */
-export const HELD_HERE_SLEEP = 1_000;
-
-/** One waiting acquisition. */
+/** One waiting acquisition: it sleeps between attempts until one of its wake-up sources (lib/waiting/wake-up-source.ts) says it may try again. */
 export class Waiter {
-  private wakeUp: (() => void) | undefined;
-  private woken = false;
+  /** Woken by a release in this process (or handed the lock by one). */
+  private readonly releases = new Latch('release');
+  /** Nudged by a change another process made (the change stream). */
+  private readonly changes = new Latch('change');
+  private readonly polling: Polling;
   /** Woken by a release since its last attempt: that attempt should say why, if it is refused. */
   private fresh = false;
   /** Holds a wake-up it has not turned into a lock yet. */
   private holdsWakeUp = false;
-  /** Its last wake-up was a nudge (a change elsewhere), not yet turned into an attempt. */
-  private nudged = false;
   /** The attempt underway was started by a nudge: if it sleeps again, the nudge missed. */
   private nudgedAttempt = false;
   /** A nudge on its way (see {@link nudgeWithin}). */
@@ -35,12 +29,14 @@ export class Waiter {
     /** The tags whose locks it waits for. */
     readonly blockedBy: ReadonlySet<string>,
     private readonly left: (passOn: boolean) => void,
-    private readonly heldHere: () => boolean,
+    heldHere: () => boolean,
     /** False while a change elsewhere cannot be its turn (a fair waiter with others ahead in the queue): no nudge then. */
     readonly nudgeable: () => boolean = () => true,
     /** Told when an attempt a nudge started was refused (it sleeps again). */
     private readonly nudgeMissed: () => void = () => undefined,
-  ) {}
+  ) {
+    this.polling = new Polling(heldHere);
+  }
 
   /** Leaves the waiters; `won` or not, a wake-up it still holds goes to the next one if it did not win. */
   leave(won: boolean): void {
@@ -56,28 +52,19 @@ export class Waiter {
   }
 
   /**
-   * Resolves after `ms` (longer while a lock that blocks it is held in this process, whose release
-   * wakes it, but never past `left`, what is left of the wait), or as soon as a local release
-   * wakes it; rejects when `signal` aborts.
+   * Resolves when a release here or a change elsewhere wakes it, or when its poll comes: after
+   * `ms` (longer while a lock that blocks it is held in this process, whose release wakes it, but
+   * never past `left`, what is left of the wait); rejects when `signal` aborts.
    */
   async sleep(ms: number, signal?: AbortSignal, left = ms): Promise<void> {
     if (this.nudgedAttempt) this.nudgeMissed();
     this.nudgedAttempt = false;
-    if (this.woken) this.woken = false;
-    else {
-      if (this.heldHere()) ms = Math.min(left, Math.max(ms, HELD_HERE_SLEEP));
-      await sleepUnlessWoken(ms, signal, (wake) => {
-        this.wakeUp = wake;
-        return () => (this.wakeUp = undefined);
-      });
-    }
-    this.nudgedAttempt = this.nudged;
-    this.nudged = false;
+    this.nudgedAttempt = (await firstWakeUp([this.releases, this.changes, this.polling], { ms, left }, signal)) === 'change';
   }
 
   /** True when a release may hand it the lock now: it accepts hand-overs, its turn has come, it sleeps between attempts, and has none on its way. */
   get accepts(): boolean {
-    return this.terms !== undefined && (this.terms.ready?.() ?? true) && this.wakeUp !== undefined && this.grant === undefined;
+    return this.terms !== undefined && (this.terms.ready?.() ?? true) && this.releases.listening && this.grant === undefined;
   }
 
   /** A release hands it the lock: `grant` resolves the lock (or undefined: it was not handed); wakes it. */
@@ -98,36 +85,39 @@ export class Waiter {
     return grant;
   }
 
-  /** Wakes it now; a wake-up that comes while it is not asleep ends its next sleep at once. */
+  /** A release here wakes it now; one that comes while it is not asleep ends its next sleep at once. */
   wake(): void {
-    clearTimeout(this.laterNudge);
-    this.laterNudge = undefined;
-    this.nudged = false;
+    this.cancelLaterNudge();
+    this.changes.clear();
     this.fresh = true;
     this.holdsWakeUp = true;
-    if (this.wakeUp) this.wakeUp();
-    else this.woken = true;
+    this.releases.ring();
   }
 
-  /** Wakes it for a change made elsewhere: like {@link wake}, but its next refusal is not explained (the change may be anyone's acquisition). */
+  /** A change made elsewhere wakes it: like {@link wake}, but its next refusal is not explained (the change may be anyone's acquisition). */
   nudge(): void {
-    const fresh = this.fresh;
-    this.wake();
-    this.fresh = fresh;
-    this.nudged = true;
+    this.cancelLaterNudge();
+    this.releases.clear();
+    this.holdsWakeUp = true;
+    this.changes.ring();
   }
 
   /**
    * A change elsewhere while a lock that blocks it is held in this process: that lock's release
    * here will wake it, unless another process took the lock away (the CLI's release, a withdraw):
    * if still asleep and not woken in `ms`, it is nudged then (instead of sleeping on, up to
-   * {@link HELD_HERE_SLEEP}).
+   * `HELD_HERE_SLEEP`).
    */
   nudgeWithin(ms: number): void {
     this.laterNudge ??= setTimeout(() => {
       this.laterNudge = undefined;
-      if (this.wakeUp) this.nudge();
+      if (this.releases.listening) this.nudge();
     }, ms).unref();
+  }
+
+  private cancelLaterNudge(): void {
+    clearTimeout(this.laterNudge);
+    this.laterNudge = undefined;
   }
 
   /** The id part of its rank: its fair ticket's id (empty without one). */
