@@ -35,9 +35,12 @@ public class Launcher {
     public static void main(String[] args) throws Exception {
         int port = args.length > 0 ? Integer.parseInt(args[0]) : 0;
         MongoBackend backend = new MemoryBackend().version(MONGO_5_0_WIRE_13);
-        // Change streams deliver only with the oplog on (and miss findAndModify writes: docs/backends.md).
-        backend.enableOplog();
-        trimOplog(backend);
+        // Change streams deliver only with the oplog on (and miss findAndModify writes: docs/backends.md);
+        // MONGLOCK_JAVA_OPLOG=off runs the server as it ran before it had one (no change streams).
+        if (!"off".equals(System.getenv("MONGLOCK_JAVA_OPLOG"))) {
+            backend.enableOplog();
+            trimOplog(backend);
+        }
         MongoServer server = new MongoServer(backend);
         server.bind("127.0.0.1", port);
         InetSocketAddress address = server.getLocalAddress();
