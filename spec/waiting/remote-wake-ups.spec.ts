@@ -18,6 +18,7 @@ import { withdrawOperation } from '../../lib/protocol/release';
 import { LockPaths } from '../../lib/protocol/stored-format';
 import { changeFeedOf } from '../../lib/waiting/change-feed';
 import { LocalWaiters } from '../../lib/waiting/local-waiters';
+import { Waiter } from '../../lib/waiting/waiter';
 import { freshCollection, mongoBackend, newClient, requireCapability, sleep } from '../support/fixture';
 
 /** `collection` on `client`, whose findOneAndUpdate writes also reach change streams on mongo-java-server (see above). */
@@ -177,5 +178,21 @@ describe('the nudges of a lone waiter of another process', function () {
     const what = `after the release, the waiter was woken in ${releaseWaits.map((ms) => ms.toFixed(0)).join(', ')} ms`;
     console.log(`      ${what}`);
     expect(releaseWaits.filter((ms) => ms >= 4_000), `${what}: each release woke it (not its 5 s poll)`).to.deep.equal([]);
+  });
+});
+
+describe('a nudge and a release here that wake a waiter in the same turn', function () {
+  it('the release decides: the attempt they start is a release\'s, and its refusal counts no nudge miss for the backoff', async function () {
+    let misses = 0;
+    // A waiter as LocalWaiters.join makes it, with nothing held here; nudgeMissed is what RemoteWakeUps.missed counts.
+    const waiter = new Waiter(() => [0, ''], 'write', new Set(['write']), () => undefined, () => false, () => true, () => misses++);
+    const asleep = waiter.sleep(5_000);
+    waiter.nudge(); // a change made elsewhere (RemoteWakeUps)
+    waiter.wake(); // a release here (LocalWaiters.released), before the woken waiter has run
+    await asleep;
+    // Its attempt is refused: it sleeps again (the second wake-up, kept for this sleep, ends it at once).
+    await waiter.sleep(5_000);
+    waiter.leave(false);
+    expect(misses, 'nudge misses counted for an attempt a release here also woke').to.equal(0);
   });
 });
