@@ -13,6 +13,8 @@ export class Waiter {
   private fresh = false;
   /** Holds a wake-up it has not turned into a lock yet. */
   private holdsWakeUp = false;
+  /** Its last wake-up was a nudge (a change elsewhere) that no release here followed. */
+  private nudged = false;
   /** The attempt underway was started by a nudge: if it sleeps again, the nudge missed. */
   private nudgedAttempt = false;
   /** A nudge on its way (see {@link nudgeWithin}). */
@@ -59,7 +61,11 @@ export class Waiter {
   async sleep(ms: number, signal?: AbortSignal, left = ms): Promise<void> {
     if (this.nudgedAttempt) this.nudgeMissed();
     this.nudgedAttempt = false;
-    this.nudgedAttempt = (await firstWakeUp([this.releases, this.changes, this.polling], { ms, left }, signal)) === 'change';
+    // Its poll first: it reads whether a lock here blocks the waiter before any latch listens.
+    await firstWakeUp([this.polling, this.releases, this.changes], { ms, left }, signal);
+    // The last wake-up decides, whichever ended the sleep (a release here in the same turn as a nudge makes the attempt a release's).
+    this.nudgedAttempt = this.nudged;
+    this.nudged = false;
   }
 
   /** True when a release may hand it the lock now: it accepts hand-overs, its turn has come, it sleeps between attempts, and has none on its way. */
@@ -89,6 +95,7 @@ export class Waiter {
   wake(): void {
     this.cancelLaterNudge();
     this.changes.clear();
+    this.nudged = false;
     this.fresh = true;
     this.holdsWakeUp = true;
     this.releases.ring();
@@ -98,6 +105,7 @@ export class Waiter {
   nudge(): void {
     this.cancelLaterNudge();
     this.releases.clear();
+    this.nudged = true;
     this.holdsWakeUp = true;
     this.changes.ring();
   }
