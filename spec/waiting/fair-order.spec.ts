@@ -131,4 +131,31 @@ describe('fair mode: callers that come together in one process are served in the
     expect(served, 'the order the callers were served in').to.deep.equal([0, 1, 2, 3]);
     expect(await queueOf(collection, 'late'), 'every ticket was taken out').to.deep.equal([]);
   });
+
+  it('a release here while the first caller\'s ticket is still on its way is not handed to a later caller whose ticket came back first', async function () {
+    this.timeout(20_000);
+    // The first caller's ticket is taken after its refused attempt, the second's at once (it queues
+    // behind the first): the first one's take reaches the server 300 ms late, and the holder, in the
+    // same process, releases meanwhile. Before: the release handed the lock to the second caller,
+    // the only one with a ticket (served 2, 1): a waiter whose ticket was on its way ranked last.
+    const collection = await freshCollection([{ _id: 'landing' }]);
+    let takes = 0;
+    const slowFirstTicket = delayedCollection(collection, { request: (method, _n, args) => (isTicketTake(method, args) && ++takes === 2 ? 300 : undefined) });
+    const lock = writeLock({ collection: slowFirstTicket, locktimeout: 10_000, fair: true });
+    await (await lock.acquire({ _id: 'landing' })).release(); // the server's clock is known, as in a running service
+    const holder = await lock.acquire({ _id: 'landing' });
+    const served: number[] = [];
+    const callers = [1, 2].map(async (i) => {
+      const handle = await lock.acquire({ _id: 'landing' }, { wait: 10_000 });
+      served.push(i);
+      await handle.release();
+    });
+    await untilQueued(collection, 'landing', 1); // the second caller's ticket is in the queue
+    await sleep(50); // the first caller was refused; its ticket is on its way
+    expect(liveTickets(await queueOf(collection, 'landing')), 'one ticket in the queue when the holder releases').to.equal(1);
+    await holder.release();
+    await Promise.all(callers);
+    expect(served, 'the order the callers were served in').to.deep.equal([1, 2]);
+    expect(await queueOf(collection, 'landing'), 'every ticket was taken out').to.deep.equal([]);
+  });
 });
