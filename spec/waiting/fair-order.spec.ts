@@ -11,7 +11,7 @@ import { writeLock } from '../../lib';
 import { delayedCollection } from '../../stress/delayed-collection';
 import { realNow } from '../support/clock';
 import { freshCollection, sleep } from '../support/fixture';
-import { isAcquisition, isTicketTake, liveTickets, queueOf } from '../support/lock-commands';
+import { isAcquisition, isTicketTake, liveEntries, liveTickets, queueOf } from '../support/lock-commands';
 
 async function untilQueued(collection: Collection<Document>, id: unknown, count: number): Promise<{ id: string; at: Date; exp: Date }[]> {
   for (const started = Date.now(); Date.now() - started < 5_000; await sleep(1)) {
@@ -157,5 +157,40 @@ describe('fair mode: callers that come together in one process are served in the
     await Promise.all(callers);
     expect(served, 'the order the callers were served in').to.deep.equal([1, 2]);
     expect(await queueOf(collection, 'landing'), 'every ticket was taken out').to.deep.equal([]);
+  });
+
+  it('a release here while the first caller\'s refusal is 1.5 s late (its ticket will be placed behind the second caller\'s) hands the lock to the second caller, first in the queue', async function () {
+    this.timeout(20_000);
+    // The first caller's refusal comes back 1.5 s late: past half the stamp window (500 ms), its
+    // ticket is placed at its write's stamp, behind the second caller's (taken at once, at its
+    // arrival). The holder, in the same process, releases while that refusal is on its way: the
+    // second caller, first in the server's queue and asleep, is the one to hand the lock to.
+    const collection = await freshCollection([{ _id: 'overtaken' }]);
+    let acquisitions = 0;
+    const slowFirstRefusal = delayedCollection(collection, { reply: (method, _n, args) => (isAcquisition(method, args) && ++acquisitions === 3 ? 1_500 : undefined) });
+    const lock = writeLock({ collection: slowFirstRefusal, locktimeout: 10_000, fair: true });
+    await (await lock.acquire({ _id: 'overtaken' })).release(); // acquisition 1: the server's clock is known, as in a running service
+    const holder = await lock.acquire({ _id: 'overtaken' }); // acquisition 2
+    const served: string[] = [];
+    let released = 0;
+    const callers = [1, 2].map(async (i) => {
+      const handle = await lock.acquire({ _id: 'overtaken' }, { wait: 10_000 }); // caller 1 sends acquisition 3, refused, its reply held back
+      served.push(`${i} at ${Math.round(realNow() - released)} ms`);
+      await sleep(300); // held a while: the read after the holder's release sees whom it was handed to
+      await handle.release();
+    });
+    await untilQueued(collection, 'overtaken', 1); // the second caller's ticket is in the queue
+    await sleep(100); // the second caller sleeps; the first one's refusal is on its way back
+    expect(liveTickets(await queueOf(collection, 'overtaken')), 'one ticket in the queue when the holder releases').to.equal(1);
+    released = realNow();
+    await holder.release();
+    const heldAfterRelease = (await liveEntries(collection, 'overtaken')).length;
+    await Promise.all(callers);
+    // Before 79b84fe: handed over in the release (served 2 at a few ms). At 79b84fe: the release woke
+    // the first caller (ranked by when it came, its refusal still on its way) and the lock stayed
+    // free while the second caller slept on to its poll (1 s while a lock was held here).
+    expect(heldAfterRelease, `the release handed the lock to the second caller (served ${served.join(', ')})`).to.equal(1);
+    expect(served.map((s) => s.split(' ')[0]), 'the order of the server\'s queue').to.deep.equal(['2', '1']);
+    expect(await queueOf(collection, 'overtaken'), 'every ticket was taken out').to.deep.equal([]);
   });
 });
