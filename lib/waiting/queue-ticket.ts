@@ -45,16 +45,6 @@ export class QueueTicket {
   }
 
   /**
-   * Where its waiter ranks among this process's fair waiters: by its ticket; before the ticket is
-   * taken (or while the take is on its way), if it `queues`, by when it came (where its ticket will
-   * be placed) and its count (the first 12 digits of that ticket's id); else undefined.
-   */
-  rank(queues: boolean): readonly [number, string] | undefined {
-    if (this.ticket) return [this.ticket.at.getTime(), this.ticket.id];
-    return queues && this.arrival?.at !== undefined ? [this.arrival.at, newTicketId(this.arrival.number).slice(0, 12)] : undefined;
-  }
-
-  /**
    * Takes a ticket in the queue of the first document `filter` matches, in the place of when its
    * waiter came: resolves it, that document's address and its queue (then {@link keep} it, or
    * {@link drop} it).

@@ -33,8 +33,6 @@ export class WaitingPlace {
   private behindOthers = false;
   /** Its filter is just `{ _id }`, and it has no owner: a look may stand for an attempt. */
   private plainFilter = false;
-  /** Fair, and its filter names its document's `_id`: it takes a ticket in that document's queue. */
-  private queues = false;
   /** What it asks for when a lock is handed over to it, if it accepts hand-overs. */
   private terms: GranteeTerms | undefined;
 
@@ -65,7 +63,6 @@ export class WaitingPlace {
   start(userFilter: Document, wait: number): Promise<void> | undefined {
     const id = idNamedBy(userFilter);
     if (id === undefined) return;
-    this.queues = this.fair;
     // Only waiters whose lock would block this one: a tag concurrent with theirs does not queue,
     // nor does a tag with a limit (its waiters may all fit: each tries, a release wakes as many as it freed).
     const behind = !this.limited && this.waiters.queued(id, this.blockedBy) > 0;
@@ -152,11 +149,13 @@ export class WaitingPlace {
     return this.fair ? { ticket: this.queue.ticket } : undefined;
   }
 
-  /** An attempt was refused and the call goes on waiting: joins the refusing document's local waiters, and in fair mode takes a ticket in its queue (once). */
+  /**
+   * An attempt was refused and the call goes on waiting: joins the refusing document's local
+   * waiters, and in fair mode takes a ticket in its queue (once).
+   */
   async refused(error: unknown, userFilter: Document): Promise<void> {
     if (this.left) return;
     const id = refusedDocumentOf(error);
-    this.queues ||= this.fair && idNamedBy(userFilter) !== undefined;
     if (id !== undefined) this.join(id);
     this.announce(userFilter);
     // A queue belongs to one document: a filter that does not name its `_id` could match another
@@ -190,8 +189,8 @@ export class WaitingPlace {
   private join(id: unknown): void {
     if (this.documentId !== undefined) return;
     this.documentId = id;
-    // Fair: by its ticket, or by when it came while its ticket is still to come, the others last; else the longest waiting first.
-    const rank = (): readonly [number, string] => (this.fair ? (this.queue.rank(this.queues) ?? [Infinity, '']) : [this.since, '']);
+    // Fair: the oldest ticket first, waiters still without one last; else the longest waiting first.
+    const rank = (): readonly [number, string] => (this.queue.ticket ? [this.queue.ticket.at.getTime(), this.queue.ticket.id] : [this.fair ? Infinity : this.since, '']);
     // A change elsewhere can be its turn only when, as last seen, at most one ticket came first (the one a release may have served).
     this.waiter = this.waiters.join(id, this.tag, this.blockedBy, rank, () => !this.queue.ticket || this.queue.position.waitersAhead <= 1);
     this.waiter.terms = this.terms;
@@ -202,7 +201,10 @@ export class WaitingPlace {
     return this.waiter?.takeWakeUp() ?? false;
   }
 
-  /** Sleeps between attempts: `ms` (a fair waiter with a ticket: as its place in the queue paces it), or until a wake-up ends the sleep. */
+  /**
+   * Sleeps between attempts: `ms` (a fair waiter with a ticket: as its place in the queue
+   * paces it), or until a local release wakes this waiter.
+   */
   readonly sleep = (ms: number, signal: AbortSignal | undefined, left = ms): Promise<void> => {
     const paced = this.queue.ticket ? Math.min(left, this.queue.position.pace(ms)) : ms;
     return this.waiter ? this.waiter.sleep(paced, signal, left) : delay(paced, signal);
