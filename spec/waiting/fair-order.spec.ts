@@ -138,7 +138,9 @@ describe('fair mode: callers that come together in one process are served in the
   // ticket is placed behind (the next test) the lock stayed free for about a second: reverted. A
   // fix must rank by arrival only while the ticket will be placed there, and not leave a free lock
   // to the next poll meanwhile.
-  it.skip('a release here while the first caller\'s ticket is still on its way is not handed to a later caller whose ticket came back first', async function () {
+  it('a release here while the first caller\'s ticket is still on its way is not handed to a later caller whose ticket came back first', async function () {
+    console.log('      skipped: a known gap (served 2, 1); its fix left the lock free for about a second in the next test, and was reverted');
+    this.skip();
     this.timeout(20_000);
     // The first caller's ticket is taken after its refused attempt, the second's at once (it queues
     // behind the first): the first one's take reaches the server 300 ms late, and the holder, in the
