@@ -16,6 +16,7 @@ import { collectionOptions } from './cli-options';
 import { LockPaths } from '../../protocol/stored-format';
 import { withdrawOperation } from '../../protocol/release';
 import { readLockStreams, renderStreams, streamWatcher } from './stream-listing';
+import { textTable } from './text-table';
 import { dropTicketOperation } from '../../protocol/tickets';
 
 const { EJSON } = BSON;
@@ -110,8 +111,7 @@ function render(rows: ListedLock[], json: boolean | undefined): string {
     row.holds === undefined ? '-' : String(row.holds),
     row.permits ? `${row.permits.taken} (${row.permits.used}/${row.permits.limit ?? '?'})` : '-',
   ]);
-  const widths = header.map((title, column) => Math.max(title.length, ...cells.map((line) => line[column]!.length)));
-  return [header, ...cells].map((line) => line.map((cell, column) => cell.padEnd(widths[column]!)).join('  ').trimEnd()).join('\n');
+  return textTable(header, cells).join('\n');
 }
 
 async function status(target: Target): Promise<void> {

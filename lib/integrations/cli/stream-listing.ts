@@ -7,6 +7,7 @@ import type { Collection, Document } from 'mongodb';
 import { helloOf } from '../../engine/deployment';
 import { withDeadline } from '../../engine/store';
 import { reason } from './doctor-checks';
+import { textTable } from './text-table';
 
 /** One of monglock's change streams on the collection: a waiting process's cursor. */
 export interface ListedStream {
@@ -152,8 +153,7 @@ export function renderStreams(report: StreamReport): string {
   if (streams.length === 0) return `change streams: no monglock waiter watches ${where}${scope}${others}`;
   const header = ['CURSOR ID', 'STATE', 'CLIENT', 'APP', 'DRIVER', 'OPENED', 'LAST USED'];
   const cells = streams.map((row) => [row.cursorId, row.state, row.client ?? '-', row.appName ?? '-', row.driver ?? '-', row.openedAt?.toISOString() ?? '-', row.lastUsedAt?.toISOString() ?? '-']);
-  const widths = header.map((title, column) => Math.max(title.length, ...cells.map((line) => line[column]!.length)));
-  const table = [header, ...cells].map((line) => line.map((cell, column) => cell.padEnd(widths[column]!)).join('  ').trimEnd());
+  const table = textTable(header, cells);
   const idle = streams.some((row) => row.state === 'idle') ? ['(an idle cursor names no client: the server reports one only while a getMore runs)'] : [];
   return [`change streams: monglock's waiters watch ${where} through ${streams.length} cursor(s)${scope}${others}:`, ...table, ...idle].join('\n');
 }
