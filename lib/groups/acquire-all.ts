@@ -171,7 +171,7 @@ async function takeTheRest(
 async function untilReleased(member: Located, ms: number, left: number, signal: AbortSignal | undefined): Promise<void> {
   const { waiters, engine } = member.core;
   const blockedBy = waitsFor(engine.rule(member.tag));
-  const release: WakeUpSource = { listen: (_sleep, wake) => waiters.watch(member.id, blockedBy, () => wake('release')) };
+  const release: WakeUpSource = { listen: (_sleep, wake) => waiters.watch(member.id, blockedBy, wake) };
   await firstWakeUp([new Polling(() => waiters.heldHere(member.id, blockedBy)), release], { ms, left }, signal);
 }
 

@@ -1,6 +1,6 @@
 import { FeedTap, SOME_DOCUMENT, type ChangeFeed } from './change-feed';
 import { keyOf } from './document-key';
-import { ranked, type Waiter } from './waiter';
+import { firstRanked, type Waiter } from './waiter';
 
 /**
  * How far a document's nudges back off: after `k` nudged attempts of this process on it were
@@ -77,7 +77,7 @@ export class RemoteWakeUps {
 
   private changed(id: unknown): void {
     for (const key of id === SOME_DOCUMENT ? [...this.waitersByDocument.keys()] : [keyOf(id)]) {
-      const first = ranked(this.waitersByDocument.get(key) ?? [])[0];
+      const first = firstRanked(this.waitersByDocument.get(key) ?? []);
       if (!first?.nudgeable()) continue;
       if (this.blockedHere(key, first)) {
         first.nudgeWithin(HELD_HERE_NUDGE_MS);

@@ -5,9 +5,9 @@ import { firstWakeUp, Latch, Polling } from './wake-up-source';
 /** One waiting acquisition: it sleeps between attempts until one of its wake-up sources (lib/waiting/wake-up-source.ts) says it may try again. */
 export class Waiter {
   /** Woken by a release in this process (or handed the lock by one). */
-  private readonly releases = new Latch('release');
+  private readonly releases = new Latch();
   /** Nudged by a change another process made (the change stream). */
-  private readonly changes = new Latch('change');
+  private readonly changes = new Latch();
   private readonly polling: Polling;
   /** Woken by a release since its last attempt: that attempt should say why, if it is refused. */
   private fresh = false;
@@ -139,6 +139,13 @@ export class Waiter {
     const [b, bId] = other.rank();
     return a < b || (a === b && aId < bId);
   }
+}
+
+/** The first-ranked of `waiters` (undefined for none), without sorting them all. */
+export function firstRanked(waiters: Iterable<Waiter>): Waiter | undefined {
+  let first: Waiter | undefined;
+  for (const waiter of waiters) if (!first || waiter.before(first)) first = waiter;
+  return first;
 }
 
 /** `waiters` in the order they are woken: the first-ranked first. */

@@ -5,9 +5,6 @@
  */
 export const HELD_HERE_SLEEP = 1_000;
 
-/** What ended a waiter's sleep between two attempts. */
-export type WakeUp = 'release' | 'change' | 'poll';
-
 /** A sleep between two attempts: `ms` asked (the retry delay), never past `left` (what is left of the wait). */
 export interface Sleep {
   readonly ms: number;
@@ -17,24 +14,22 @@ export interface Sleep {
 /**
  * One way a waiting acquisition learns that it may try again. There are three, and a sleep
  * between attempts ends when the first of them speaks ({@link firstWakeUp}):
- * - a release in this process ({@link Latch} `'release'`), which wakes the first waiter it
- *   blocked, or hands it the lock in the release's own write (lib/waiting/local-waiters.ts);
- * - a change another process made, heard on the collection's change stream ({@link Latch}
- *   `'change'`, lib/waiting/remote-wake-ups.ts);
+ * - a release in this process (a {@link Latch}), which wakes the first waiter it blocked, or
+ *   hands it the lock in the release's own write (lib/waiting/local-waiters.ts);
+ * - a change another process made, heard on the collection's change stream (another
+ *   {@link Latch}, lib/waiting/remote-wake-ups.ts);
  * - its poll ({@link Polling}): the retry delay, when neither spoke.
  * A wake-up is a hint: the waiter tries again, and the server decides.
  */
 export interface WakeUpSource {
   /** Calls `wake` once this source ends the sleep (at once if it already did); returns the function that stops listening. */
-  listen(sleep: Sleep, wake: (by: WakeUp) => void): () => void;
+  listen(sleep: Sleep, wake: () => void): () => void;
 }
 
 /** A wake-up that can come while its waiter is awake (between two sleeps): it is kept, and ends the next sleep at once. */
 export class Latch implements WakeUpSource {
   private rung = false;
-  private listener: ((by: WakeUp) => void) | undefined;
-
-  constructor(private readonly by: WakeUp) {}
+  private listener: (() => void) | undefined;
 
   /** True while a sleep listens to it. */
   get listening(): boolean {
@@ -43,7 +38,7 @@ export class Latch implements WakeUpSource {
 
   /** Ends the sleep that listens, or the next one. */
   ring(): void {
-    if (this.listener) this.listener(this.by);
+    if (this.listener) this.listener();
     else this.rung = true;
   }
 
@@ -52,10 +47,10 @@ export class Latch implements WakeUpSource {
     this.rung = false;
   }
 
-  listen(_sleep: Sleep, wake: (by: WakeUp) => void): () => void {
+  listen(_sleep: Sleep, wake: () => void): () => void {
     if (this.rung) {
       this.rung = false;
-      wake(this.by);
+      wake();
       return () => undefined;
     }
     this.listener = wake;
@@ -67,8 +62,8 @@ export class Latch implements WakeUpSource {
 export class Polling implements WakeUpSource {
   constructor(private readonly heldHere: () => boolean) {}
 
-  listen(sleep: Sleep, wake: (by: WakeUp) => void): () => void {
-    const timer = setTimeout(() => wake('poll'), pollDelay(sleep, this.heldHere()));
+  listen(sleep: Sleep, wake: () => void): () => void {
+    const timer = setTimeout(wake, pollDelay(sleep, this.heldHere()));
     return () => clearTimeout(timer);
   }
 }
@@ -78,8 +73,8 @@ function pollDelay(sleep: Sleep, heldHere: boolean): number {
   return Math.min(sleep.left, heldHere ? Math.max(sleep.ms, HELD_HERE_SLEEP) : sleep.ms);
 }
 
-/** Sleeps until the first of `sources` ends the sleep, and says which; rejects with the signal's reason as soon as it aborts. */
-export function firstWakeUp(sources: readonly WakeUpSource[], sleep: Sleep, signal: AbortSignal | undefined): Promise<WakeUp> {
+/** Sleeps until the first of `sources` ends the sleep; rejects with the signal's reason as soon as it aborts. */
+export function firstWakeUp(sources: readonly WakeUpSource[], sleep: Sleep, signal: AbortSignal | undefined): Promise<void> {
   return new Promise((resolve, reject) => {
     if (signal?.aborted) return reject(signal.reason);
     const stops: Array<() => void> = [];
@@ -93,10 +88,10 @@ export function firstWakeUp(sources: readonly WakeUpSource[], sleep: Sleep, sign
       end();
       reject(signal?.reason);
     };
-    const wake = (by: WakeUp): void => {
+    const wake = (): void => {
       if (over) return;
       end();
-      resolve(by);
+      resolve();
     };
     for (const source of sources) {
       const stop = source.listen(sleep, wake);

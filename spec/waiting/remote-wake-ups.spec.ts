@@ -147,10 +147,10 @@ describe('the nudges of a lone waiter of another process', function () {
     const waiters = new LocalWaiters(() => Date.now(), changeFeedOf(client.db(collection.dbName).collection(collection.collectionName), 'lock'));
     const blockedBy = new Set(['write']);
     const change = (value: unknown): Promise<unknown> => collection.updateOne({ _id: 1 } as Document, value === undefined ? { $unset: { lock: '' } } : { $set: { lock: value } });
-    /** ms until `sleep` ends (a nudge, or its whole 5 s). */
-    const sleeping = async (sleep: Promise<void>): Promise<number> => {
+    /** ms until `asleep` ends (a nudge, or its whole 5 s). */
+    const sleeping = async (asleep: Promise<void>): Promise<number> => {
       const start = performance.now();
-      await sleep;
+      await asleep;
       return performance.now() - start;
     };
     // Until the stream delivers: a waiter's sleep is ended by a change.
