@@ -144,6 +144,13 @@ describe('monglock status --streams', function () {
     expect(streamChanges(listed, later).map((line) => line.replace(/^\S+ /, ''))).to.deep.equal(['- stream 8462642181784669700 198.51.100.7:53412 orders-api', '+ stream 99 198.51.100.8:1200 orders-api']);
   });
 
+  it('a misspelled --streams is refused before anything is read, naming the option', async function () {
+    this.timeout(30_000);
+    const misspelled = await run(['status', '--uri', 'mongodb://127.0.0.1:1', '--db', 'd', '--collection', 'c', '--stream']);
+    expect(misspelled.code).to.equal(2);
+    expect(misspelled.err).to.match(/unknown option '--stream'[\s\S]*--streams/);
+  });
+
   describe('against the test backend', () => {
     let waiter: { child: ChildProcess; collection: Collection<Document>; cursorId?: string } | undefined;
     afterEach(async () => {
