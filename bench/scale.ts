@@ -11,10 +11,11 @@
  * locks held 6 s at a 10 s lease, 2 waiting processes with streams on; a window of 2 s), `--only waiters,held,processes`,
  * `--sizes 100,200` (N or P of the scenarios run), `--leases 2,10` (s), `--hold 20` (s),
  * `--streams on,off`, `--settle 3` (s), `--measure 5` (s), `--out <dir>`, `--name scale`,
- * `--label <text>` (put in the report's title). An unknown flag is refused (exit 2).
+ * `--label <text>` (put in the report's title); `--from <file>.json` writes `<file>.md` again from
+ * a run's results, running nothing. An unknown flag is refused (exit 2).
  */
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { MongoClient } from 'mongodb';
@@ -28,7 +29,7 @@ const SCENARIOS = ['waiters', 'held', 'processes'] as const;
 type Scenario = (typeof SCENARIOS)[number];
 
 /** Flags taking a value, and flags without one. */
-const VALUED = new Set(['only', 'sizes', 'leases', 'hold', 'streams', 'settle', 'measure', 'out', 'name', 'label']);
+const VALUED = new Set(['from', 'only', 'sizes', 'leases', 'hold', 'streams', 'settle', 'measure', 'out', 'name', 'label']);
 const BARE = new Set(['quick']);
 
 /** The run's settings, read from the command line (full run, or `--quick`), each default overridable by its flag. */
@@ -45,6 +46,8 @@ function readFlags(argv: readonly string[]): {
   out: string;
   name: string;
   label: string;
+  /** Re-render the markdown of this results file, without running anything. */
+  from: string | undefined;
 } {
   const values = new Map<string, string>();
   for (let i = 0; i < argv.length; i++) {
@@ -81,6 +84,7 @@ function readFlags(argv: readonly string[]): {
     out: values.get('out') ?? join(__dirname, 'results'),
     name: values.get('name') ?? 'scale',
     label: values.get('label') ?? '',
+    from: values.get('from'),
   };
 }
 
@@ -105,6 +109,10 @@ function commitOf(): string {
 
 async function main(): Promise<void> {
   const flags = readFlags(process.argv.slice(2));
+  if (flags.from !== undefined) {
+    writeFileSync(flags.from.replace(/\.json$/, '.md'), renderScale(JSON.parse(readFileSync(flags.from, 'utf8')) as ScaleResults));
+    return;
+  }
   const backend: MongoBackend = await startMongoBackend((line) => console.error(line));
   const stopEverything = (): void => {
     killAllWorkers();
