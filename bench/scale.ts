@@ -145,6 +145,7 @@ async function main(): Promise<void> {
     backend: backend.description,
     server: backend.server,
     label: flags.label,
+    args: process.argv.slice(2),
     date: new Date().toISOString(),
     commit: commitOf(),
     machine: `${cpus().length} cores (${cpus()[0]?.model.trim() ?? 'unknown'}), node ${process.version}`,
