@@ -1,7 +1,6 @@
 import de.bwaldvogel.mongo.MongoBackend;
 import de.bwaldvogel.mongo.MongoServer;
 import de.bwaldvogel.mongo.MongoVersion;
-import de.bwaldvogel.mongo.backend.memory.MemoryBackend;
 import de.bwaldvogel.mongo.MongoCollection;
 import de.bwaldvogel.mongo.bson.BsonTimestamp;
 import de.bwaldvogel.mongo.bson.Document;
@@ -10,8 +9,8 @@ import java.time.Instant;
 import java.util.List;
 
 /**
- * Starts mongo-java-server (in-memory backend, its oplog on for change streams) on 127.0.0.1 and the given port (0 = any free
- * port), prints "READY <port>", and stops when its standard input closes (the parent died or
+ * Starts mongo-java-server (in-memory backend, its oplog on for change streams, with mongod's
+ * event shapes: {@link RecordingBackend}) on 127.0.0.1 and the given port (0 = any free port), prints "READY <port>", and stops when its standard input closes (the parent died or
  * asked it to stop) or on SIGTERM. Test infrastructure only.
  *
  * It reports MongoDB 5.0 with 5.0's wire version (13). mongo-java-server's own MONGO_5_0
@@ -34,8 +33,9 @@ public class Launcher {
 
     public static void main(String[] args) throws Exception {
         int port = args.length > 0 ? Integer.parseInt(args[0]) : 0;
-        MongoBackend backend = new MemoryBackend().version(MONGO_5_0_WIRE_13);
-        // Change streams deliver only with the oplog on (and miss findAndModify writes: docs/backends.md);
+        MongoBackend backend = new RecordingBackend().version(MONGO_5_0_WIRE_13);
+        // Change streams deliver only with the oplog on: then events have mongod's shapes and
+        // findAndModify writes are recorded (RecordingBackend, MongodOplog; docs/backends.md).
         // MONGLOCK_JAVA_OPLOG=off runs the server as it ran before it had one (no change streams).
         if (!"off".equals(System.getenv("MONGLOCK_JAVA_OPLOG"))) {
             backend.enableOplog();
