@@ -1,0 +1,81 @@
+/**
+ * The test backend's change streams, as monglock's change feed needs them and mongod gives them:
+ * an update event names its document (`documentKey._id`) and says what changed
+ * (`updateDescription`), findAndModify writes are reported, and a server-side `$match` on
+ * `documentKey._id` selects one document's events. On mongo-java-server this is the launcher's
+ * doing (support/java: RecordingBackend, MongodOplog); on mongod, the server's own.
+ */
+import { expect } from 'chai';
+import type { ChangeStream, ChangeStreamDocument, Collection, Document } from 'mongodb';
+import { freshCollection, requireCapability } from '../support/fixture';
+
+/** A stream of `collection`'s changes through `pipeline`, opened on the server before it is returned. */
+async function watching(collection: Collection<Document>, pipeline: Document[] = []): Promise<ChangeStream<Document>> {
+  const stream = collection.watch(pipeline, { maxAwaitTimeMS: 50 });
+  await stream.tryNext(); // sends the aggregate: later writes are reported
+  return stream;
+}
+
+/** The events `stream` delivers until `count` came or 5 s passed. */
+async function eventsOf(stream: ChangeStream<Document>, count: number): Promise<ChangeStreamDocument<Document>[]> {
+  const events: ChangeStreamDocument<Document>[] = [];
+  const deadline = Date.now() + 5_000;
+  while (events.length < count && Date.now() < deadline) {
+    const event = await stream.tryNext();
+    if (event) events.push(event);
+  }
+  return events;
+}
+
+describe("the test backend's change streams", function () {
+  this.timeout(30_000);
+
+  it('an updateOne event carries documentKey._id and an updateDescription with the paths it set and unset', async function () {
+    requireCapability(this, 'changeStreams');
+    const collection = await freshCollection([{ _id: 'a', lock: { n: 1 }, gone: true }]);
+    const stream = await watching(collection);
+    try {
+      await collection.updateOne({ _id: 'a' }, { $set: { 'lock.n': 2 }, $unset: { gone: '' } });
+      const [event] = await eventsOf(stream, 1);
+      expect(event).to.include({ operationType: 'update' });
+      const update = event as ChangeStreamDocument<Document> & { documentKey: Document; updateDescription: Document };
+      expect(update.documentKey).to.deep.equal({ _id: 'a' });
+      expect(update.updateDescription.updatedFields).to.deep.equal({ 'lock.n': 2 });
+      expect(update.updateDescription.removedFields).to.deep.equal(['gone']);
+    } finally {
+      await stream.close();
+    }
+  });
+
+  it('findOneAndUpdate, its upsert and findOneAndDelete are reported, each with its document', async function () {
+    requireCapability(this, 'changeStreams');
+    const collection = await freshCollection([{ _id: 'a', n: 1 }]);
+    const stream = await watching(collection);
+    try {
+      await collection.findOneAndUpdate({ _id: 'a' }, { $inc: { n: 1 } });
+      await collection.findOneAndUpdate({ _id: 'b' }, { $set: { n: 1 } }, { upsert: true });
+      await collection.findOneAndDelete({ _id: 'b' });
+      const events = await eventsOf(stream, 3);
+      const seen = events.map((event) => [event.operationType, (event as { documentKey?: Document }).documentKey?._id]);
+      expect(seen).to.deep.equal([['update', 'a'], ['insert', 'b'], ['delete', 'b']]);
+      expect((events[0] as { updateDescription?: Document }).updateDescription?.updatedFields).to.deep.equal({ n: 2 });
+    } finally {
+      await stream.close();
+    }
+  });
+
+  it("a $match on documentKey._id selects one document's events, whatever command wrote them", async function () {
+    requireCapability(this, 'changeStreams');
+    const collection = await freshCollection([{ _id: 'a', n: 0 }, { _id: 'b', n: 0 }]);
+    const stream = await watching(collection, [{ $match: { 'documentKey._id': { $in: ['a', 'end'] } } }]);
+    try {
+      for (const _id of ['b', 'a', 'b']) await collection.updateOne({ _id }, { $inc: { n: 1 } });
+      for (const _id of ['b', 'a']) await collection.findOneAndUpdate({ _id }, { $inc: { n: 1 } });
+      await collection.insertOne({ _id: 'end' }); // selected too, after all the others: the stream has passed them
+      const events = await eventsOf(stream, 3);
+      expect(events.map((event) => (event as { documentKey?: Document }).documentKey?._id)).to.deep.equal(['a', 'a', 'end']);
+    } finally {
+      await stream.close();
+    }
+  });
+});
