@@ -22,7 +22,10 @@ export interface BackendCapabilities {
   readonly ttl: boolean;
   /** Sessions and multi-document transactions. */
   readonly transactions: boolean;
-  /** Change streams (mongo-java-server's, with its oplog on, miss findAndModify writes and name no document in update events). */
+  /**
+   * Change streams (mongo-java-server's only with its oplog on, as support/java starts it: then with
+   * mongod's event shapes, findAndModify writes included; its `getMore` answers at once: docs/backends.md).
+   */
   readonly changeStreams: boolean;
   /** A replica set, so that `w: 'majority'` waits for replication. */
   readonly replicaSet: boolean;
@@ -240,18 +243,20 @@ async function describeBackend(kind: BackendKind, uri: string, stop: () => Promi
     const replicaSet = typeof hello.setName === 'string';
     const java = server === 'mongo-java-server';
     const mongodLike = server === 'mongod' || server === 'mongos';
+    // mongo-java-server has change streams only with its oplog on (local.oplog.rs; MONGLOCK_JAVA_OPLOG=off starts it without)
+    const javaOplog = java && (await client.db('local').listCollections({}, { nameOnly: true }).toArray()).some((c) => c.name === 'oplog.rs');
     const capabilities: BackendCapabilities = {
       pipelineUpdates: !java,
       ttl: !java,
       transactions: mongodLike && (replicaSet || server === 'mongos'),
-      changeStreams: java || (mongodLike && (replicaSet || server === 'mongos')),
+      changeStreams: javaOplog || (mongodLike && (replicaSet || server === 'mongos')),
       replicaSet,
     };
     const reasons: Record<keyof BackendCapabilities, string> = {
       pipelineUpdates: 'mongo-java-server has no update pipelines',
       ttl: 'mongo-java-server never expires TTL indexes',
       transactions: mongodLike ? 'needs a replica set' : `${SERVER_NAMES[server]} is not a mongod replica set: no transactions are assumed`,
-      changeStreams: mongodLike ? 'needs a replica set' : java ? 'mongo-java-server change streams miss findAndModify writes' : `${SERVER_NAMES[server]} is not a mongod replica set: no change streams are assumed`,
+      changeStreams: mongodLike ? 'needs a replica set' : java ? 'mongo-java-server was started without its oplog (MONGLOCK_JAVA_OPLOG=off): its change streams deliver nothing' : `${SERVER_NAMES[server]} is not a mongod replica set: no change streams are assumed`,
       replicaSet: `this ${SERVER_NAMES[server]} is not a replica set`,
     };
     const topology = server === 'mongos' ? 'sharded cluster (mongos)' : replicaSet ? `replica set ${String(hello.setName)}` : 'standalone';

@@ -9,16 +9,24 @@ import { expect } from 'chai';
 import type { ChangeStream, ChangeStreamDocument, Collection, Document } from 'mongodb';
 import { freshCollection, requireCapability } from '../support/fixture';
 
+/** Documents named by a string `_id`. */
+type Named = { _id: string } & Document;
+
+/** A fresh collection holding `documents`. */
+async function collectionOf(documents: Named[]): Promise<Collection<Named>> {
+  return (await freshCollection(documents)) as unknown as Collection<Named>;
+}
+
 /** A stream of `collection`'s changes through `pipeline`, opened on the server before it is returned. */
-async function watching(collection: Collection<Document>, pipeline: Document[] = []): Promise<ChangeStream<Document>> {
+async function watching(collection: Collection<Named>, pipeline: Document[] = []): Promise<ChangeStream<Named>> {
   const stream = collection.watch(pipeline, { maxAwaitTimeMS: 50 });
   await stream.tryNext(); // sends the aggregate: later writes are reported
   return stream;
 }
 
 /** The events `stream` delivers until `count` came or 5 s passed. */
-async function eventsOf(stream: ChangeStream<Document>, count: number): Promise<ChangeStreamDocument<Document>[]> {
-  const events: ChangeStreamDocument<Document>[] = [];
+async function eventsOf(stream: ChangeStream<Named>, count: number): Promise<ChangeStreamDocument<Named>[]> {
+  const events: ChangeStreamDocument<Named>[] = [];
   const deadline = Date.now() + 5_000;
   while (events.length < count && Date.now() < deadline) {
     const event = await stream.tryNext();
@@ -32,13 +40,13 @@ describe("the test backend's change streams", function () {
 
   it('an updateOne event carries documentKey._id and an updateDescription with the paths it set and unset', async function () {
     requireCapability(this, 'changeStreams');
-    const collection = await freshCollection([{ _id: 'a', lock: { n: 1 }, gone: true }]);
+    const collection = await collectionOf([{ _id: 'a', lock: { n: 1 }, gone: true }]);
     const stream = await watching(collection);
     try {
       await collection.updateOne({ _id: 'a' }, { $set: { 'lock.n': 2 }, $unset: { gone: '' } });
       const [event] = await eventsOf(stream, 1);
       expect(event).to.include({ operationType: 'update' });
-      const update = event as ChangeStreamDocument<Document> & { documentKey: Document; updateDescription: Document };
+      const update = event as ChangeStreamDocument<Named> & { documentKey: Document; updateDescription: Document };
       expect(update.documentKey).to.deep.equal({ _id: 'a' });
       expect(update.updateDescription.updatedFields).to.deep.equal({ 'lock.n': 2 });
       expect(update.updateDescription.removedFields).to.deep.equal(['gone']);
@@ -49,7 +57,7 @@ describe("the test backend's change streams", function () {
 
   it('findOneAndUpdate, its upsert and findOneAndDelete are reported, each with its document', async function () {
     requireCapability(this, 'changeStreams');
-    const collection = await freshCollection([{ _id: 'a', n: 1 }]);
+    const collection = await collectionOf([{ _id: 'a', n: 1 }]);
     const stream = await watching(collection);
     try {
       await collection.findOneAndUpdate({ _id: 'a' }, { $inc: { n: 1 } });
@@ -66,7 +74,7 @@ describe("the test backend's change streams", function () {
 
   it("a $match on documentKey._id selects one document's events, whatever command wrote them", async function () {
     requireCapability(this, 'changeStreams');
-    const collection = await freshCollection([{ _id: 'a', n: 0 }, { _id: 'b', n: 0 }]);
+    const collection = await collectionOf([{ _id: 'a', n: 0 }, { _id: 'b', n: 0 }]);
     const stream = await watching(collection, [{ $match: { 'documentKey._id': { $in: ['a', 'end'] } } }]);
     try {
       for (const _id of ['b', 'a', 'b']) await collection.updateOne({ _id }, { $inc: { n: 1 } });
