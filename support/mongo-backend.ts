@@ -24,7 +24,8 @@ export interface BackendCapabilities {
   readonly transactions: boolean;
   /**
    * Change streams (mongo-java-server's only with its oplog on, as support/java starts it: then with
-   * mongod's event shapes, findAndModify writes included; its `getMore` answers at once: docs/backends.md).
+   * mongod's event shapes, findAndModify writes included, and a `getMore` that waits for an event;
+   * what still differs: docs/backends.md).
    */
   readonly changeStreams: boolean;
   /** A replica set, so that `w: 'majority'` waits for replication. */

@@ -7,7 +7,7 @@
  */
 import { expect } from 'chai';
 import type { ChangeStream, ChangeStreamDocument, Collection, Document } from 'mongodb';
-import { freshCollection, requireCapability } from '../support/fixture';
+import { freshCollection, mongoBackend, newClient, requireCapability } from '../support/fixture';
 
 /** Documents named by a string `_id`. */
 type Named = { _id: string } & Document;
@@ -84,6 +84,34 @@ describe("the test backend's change streams", function () {
       expect(events.map((event) => (event as { documentKey?: Document }).documentKey?._id)).to.deep.equal(['a', 'a', 'end']);
     } finally {
       await stream.close();
+    }
+  });
+
+  it("a change stream's getMore waits for an event (awaitData): an event written during the wait ends it, in that getMore's reply", async function () {
+    requireCapability(this, 'changeStreams');
+    if (mongoBackend().server === 'mongo-java-server' && process.env.MONGLOCK_JAVA_AWAIT === 'off') {
+      console.log('      skipped: MONGLOCK_JAVA_AWAIT=off, mongo-java-server answers a getMore at once');
+      this.skip();
+    }
+    const client = await newClient({ monitorCommands: true });
+    const plain = await collectionOf([{ _id: 'a', n: 0 }]);
+    const watched = client.db(plain.dbName).collection<Named>(plain.collectionName);
+    const stream = watched.watch([], { maxAwaitTimeMS: 10_000 });
+    let getMores = 0;
+    client.on('commandStarted', (event) => {
+      if (event.commandName !== 'getMore') return;
+      // the stream's cursor exists: an update written now is after its start, seen by this getMore
+      if (++getMores === 1) setTimeout(() => void watched.updateOne({ _id: 'a' }, { $inc: { n: 1 } }), 100);
+    });
+    try {
+      const started = Date.now();
+      const event = await stream.tryNext(); // the aggregate, then one getMore that may wait up to 10 s
+      expect(event?.operationType).to.equal('update');
+      expect(getMores, 'one getMore waited and brought the event').to.equal(1);
+      expect(Date.now() - started, 'it answered when the event came, not at its 10 s').to.be.below(9_000);
+    } finally {
+      await stream.close();
+      await client.close();
     }
   });
 });

@@ -33,7 +33,10 @@ public class Launcher {
 
     public static void main(String[] args) throws Exception {
         int port = args.length > 0 ? Integer.parseInt(args[0]) : 0;
-        MongoBackend backend = new RecordingBackend().version(MONGO_5_0_WIRE_13);
+        // A change stream's getMore waits for an event (awaitData) as on mongod, each connection on a
+        // thread of its own; MONGLOCK_JAVA_AWAIT=off answers at once on the server's shared I/O threads, as before.
+        boolean awaitData = !"off".equals(System.getenv("MONGLOCK_JAVA_AWAIT"));
+        MongoBackend backend = new RecordingBackend(awaitData).version(MONGO_5_0_WIRE_13);
         // Change streams deliver only with the oplog on: then events have mongod's shapes and
         // findAndModify writes are recorded (RecordingBackend, MongodOplog; docs/backends.md).
         // MONGLOCK_JAVA_OPLOG=off runs the server as it ran before it had one (no change streams).
@@ -41,16 +44,25 @@ public class Launcher {
             backend.enableOplog();
             trimOplog(backend);
         }
-        MongoServer server = new MongoServer(backend);
-        server.bind("127.0.0.1", port);
-        InetSocketAddress address = server.getLocalAddress();
-        Runtime.getRuntime().addShutdownHook(new Thread(server::shutdownNow));
+        InetSocketAddress address;
+        Runnable stop;
+        if (awaitData) {
+            ThreadPerConnectionServer server = new ThreadPerConnectionServer(backend);
+            address = server.bind("127.0.0.1", port);
+            stop = server::shutdownNow;
+        } else {
+            MongoServer server = new MongoServer(backend);
+            server.bind("127.0.0.1", port);
+            address = server.getLocalAddress();
+            stop = server::shutdownNow;
+        }
+        Runtime.getRuntime().addShutdownHook(new Thread(stop));
         System.out.println("READY " + address.getPort());
         System.out.flush();
         while (System.in.read() != -1) {
             // keep running until stdin closes
         }
-        server.shutdownNow();
+        stop.run();
         System.exit(0);
     }
 

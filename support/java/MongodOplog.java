@@ -13,6 +13,7 @@ import de.bwaldvogel.mongo.oplog.OplogCursor;
 import de.bwaldvogel.mongo.oplog.OplogPosition;
 import java.util.List;
 import java.util.UUID;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.stream.Stream;
 
@@ -36,6 +37,9 @@ final class MongodOplog implements Oplog {
     private final CursorRegistry cursors;
     private final UUID ui = UUID.randomUUID();
     private final AtomicInteger increment = new AtomicInteger();
+    /** Entries appended so far; waited on by getMores that wait for an event. */
+    private long appended;
+    private final Object signal = new Object();
 
     MongodOplog(MongoBackend backend, MongoCollection<Document> entries, CursorRegistry cursors) {
         this.backend = backend;
@@ -88,6 +92,36 @@ final class MongodOplog implements Oplog {
         synchronized (entries) {
             entry.put("ts", new BsonTimestamp(backend.getClock().instant(), increment.incrementAndGet()));
             entries.addDocument(entry);
+        }
+        synchronized (signal) {
+            appended++;
+            signal.notifyAll();
+        }
+    }
+
+    /** How many entries were appended so far (for {@link #awaitAppend}). */
+    long appended() {
+        synchronized (signal) {
+            return appended;
+        }
+    }
+
+    /** Waits until more than `seen` entries were appended, at most `nanos`. */
+    void awaitAppend(long seen, long nanos) throws InterruptedException {
+        long deadline = System.nanoTime() + nanos;
+        synchronized (signal) {
+            for (long left = nanos; appended == seen && left > 0; left = deadline - System.nanoTime()) {
+                TimeUnit.NANOSECONDS.timedWait(signal, left);
+            }
+        }
+    }
+
+    /** True when `cursorId` is a change stream's cursor of this oplog. */
+    boolean isStream(long cursorId) {
+        try {
+            return cursors.getCursor(cursorId) instanceof OplogCursor;
+        } catch (RuntimeException e) {
+            return false; // not found: the server's getMore says so
         }
     }
 

@@ -7,14 +7,56 @@ import de.bwaldvogel.mongo.backend.memory.MemoryCollection;
 import de.bwaldvogel.mongo.backend.memory.MemoryDatabase;
 import de.bwaldvogel.mongo.bson.Document;
 import de.bwaldvogel.mongo.oplog.Oplog;
+import java.util.List;
+import java.util.concurrent.TimeUnit;
 
 /**
  * mongo-java-server's in-memory backend whose oplog, once enabled, is a {@link MongodOplog} and
  * whose collections are {@link RecordingCollection}s: change streams with mongod's event shapes
- * that also see findAndModify writes. Without enableOplog() it runs as MemoryBackend does. Test
- * infrastructure only.
+ * that also see findAndModify writes, and whose getMore waits for an event as mongod's does. Without
+ * enableOplog() it runs as MemoryBackend does. Test infrastructure only.
  */
 final class RecordingBackend extends MemoryBackend {
+    /** How long a change stream's getMore waits for an event when it does not say (mongod's default, 1 s). */
+    static final long DEFAULT_AWAIT_MS = 1_000;
+    private final boolean awaitData;
+
+    /** With `awaitData`, a change stream's getMore waits for an event as mongod's does; without, it answers at once. */
+    RecordingBackend(boolean awaitData) {
+        this.awaitData = awaitData;
+    }
+
+    /**
+     * A change stream's getMore that finds no event waits, as mongod's does, until one is appended to
+     * the oplog and passes the stream's pipeline, or its `maxTimeMS` (the driver's `maxAwaitTimeMS`;
+     * 1 s when not given) passes; then answers what there is. Other getMores answer at once.
+     */
+    @Override
+    protected Document handleGetMore(String databaseName, String command, Document query) {
+        Oplog current = oplog;
+        long cursorId = ((Number) query.get(command)).longValue();
+        if (!awaitData || !(current instanceof MongodOplog) || !((MongodOplog) current).isStream(cursorId)) {
+            return super.handleGetMore(databaseName, command, query);
+        }
+        MongodOplog stream = (MongodOplog) current;
+        Object given = query.get("maxTimeMS");
+        long waitMs = given instanceof Number && ((Number) given).longValue() > 0 ? ((Number) given).longValue() : DEFAULT_AWAIT_MS;
+        long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(waitMs);
+        while (true) {
+            long seen = stream.appended();
+            Document reply = super.handleGetMore(databaseName, command, query);
+            Document cursor = (Document) reply.get("cursor");
+            long left = deadline - System.nanoTime();
+            if (!((List<?>) cursor.get("nextBatch")).isEmpty() || ((Number) cursor.get("id")).longValue() == 0 || left <= 0) return reply;
+            try {
+                stream.awaitAppend(seen, left);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                return reply;
+            }
+        }
+    }
+
     @Override
     public MemoryDatabase openOrCreateDatabase(String databaseName) {
         return new MemoryDatabase(databaseName, getCursorRegistry()) {
