@@ -1,9 +1,6 @@
-import de.bwaldvogel.mongo.MongoBackend;
 import de.bwaldvogel.mongo.MongoServer;
 import de.bwaldvogel.mongo.MongoVersion;
-import de.bwaldvogel.mongo.MongoCollection;
 import de.bwaldvogel.mongo.bson.BsonTimestamp;
-import de.bwaldvogel.mongo.bson.Document;
 import java.net.InetSocketAddress;
 import java.time.Instant;
 import java.util.List;
@@ -36,7 +33,8 @@ public class Launcher {
         // A change stream's getMore waits for an event (awaitData) as on mongod, each connection on a
         // thread of its own; MONGLOCK_JAVA_AWAIT=off answers at once on the server's shared I/O threads, as before.
         boolean awaitData = !"off".equals(System.getenv("MONGLOCK_JAVA_AWAIT"));
-        MongoBackend backend = new RecordingBackend(awaitData).version(MONGO_5_0_WIRE_13);
+        RecordingBackend backend = new RecordingBackend(awaitData);
+        backend.version(MONGO_5_0_WIRE_13);
         // Change streams deliver only with the oplog on: then events have mongod's shapes and
         // findAndModify writes are recorded (RecordingBackend, MongodOplog; docs/backends.md).
         // MONGLOCK_JAVA_OPLOG=off runs the server as it ran before it had one (no change streams).
@@ -70,15 +68,12 @@ public class Launcher {
     static final long OPLOG_WINDOW_MS = 1_000;
 
     /** Drops oplog entries older than {@link #OPLOG_WINDOW_MS}, five times a second, as a capped oplog would. */
-    static void trimOplog(MongoBackend backend) {
+    static void trimOplog(RecordingBackend backend) {
         Thread trimmer = new Thread(() -> {
             while (true) {
                 try {
                     Thread.sleep(200);
-                    MongoCollection<?> oplog = backend.resolveDatabase("local").resolveCollection("oplog.rs", false);
-                    if (oplog == null) continue;
-                    BsonTimestamp oldest = new BsonTimestamp(Instant.now().minusMillis(OPLOG_WINDOW_MS), 0);
-                    oplog.deleteDocuments(new Document("ts", new Document("$lt", oldest)), Integer.MAX_VALUE);
+                    backend.trimOplog(new BsonTimestamp(Instant.now().minusMillis(OPLOG_WINDOW_MS), 0));
                 } catch (InterruptedException e) {
                     return;
                 } catch (RuntimeException e) {

@@ -9,12 +9,12 @@ import de.bwaldvogel.mongo.backend.aggregation.Aggregation;
 import de.bwaldvogel.mongo.bson.BsonTimestamp;
 import de.bwaldvogel.mongo.bson.Document;
 import de.bwaldvogel.mongo.oplog.Oplog;
-import de.bwaldvogel.mongo.oplog.OplogCursor;
-import de.bwaldvogel.mongo.oplog.OplogPosition;
 import java.util.List;
+import java.util.concurrent.ConcurrentSkipListMap;
 import java.util.UUID;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.stream.Collectors;
 import java.util.stream.Stream;
 
 /**
@@ -37,6 +37,8 @@ final class MongodOplog implements Oplog {
     private final CursorRegistry cursors;
     private final UUID ui = UUID.randomUUID();
     private final AtomicInteger increment = new AtomicInteger();
+    /** The entries of local.oplog.rs by time stamp, for the streams to read what follows their position. */
+    private final ConcurrentSkipListMap<BsonTimestamp, Document> recent = new ConcurrentSkipListMap<>();
     /** Entries appended so far; waited on by getMores that wait for an event. */
     private long appended;
     private final Object signal = new Object();
@@ -87,11 +89,17 @@ final class MongodOplog implements Oplog {
             .append("ns", namespace).append("ui", ui).append("wall", backend.getClock().instant());
     }
 
-    /** The time stamp is taken under the oplog collection's lock, so entries land in time-stamp order. */
+    /**
+     * The time stamp is taken under the oplog collection's lock, and is above the last one (also if the
+     * clock steps back), so entries land in time-stamp order: a stream never passes one that lands later.
+     */
     private void append(Document entry) {
         synchronized (entries) {
-            entry.put("ts", new BsonTimestamp(backend.getClock().instant(), increment.incrementAndGet()));
+            BsonTimestamp ts = new BsonTimestamp(backend.getClock().instant(), increment.incrementAndGet());
+            if (!recent.isEmpty() && ts.compareTo(recent.lastKey()) <= 0) ts = new BsonTimestamp(recent.lastKey().getValue() + 1);
+            entry.put("ts", ts);
             entries.addDocument(entry);
+            recent.put(ts, entry);
         }
         synchronized (signal) {
             appended++;
@@ -116,17 +124,23 @@ final class MongodOplog implements Oplog {
         }
     }
 
+    /** Drops the entries older than `oldest`, as a capped oplog does. */
+    void trim(BsonTimestamp oldest) {
+        recent.headMap(oldest).clear();
+        entries.deleteDocuments(new Document("ts", new Document("$lt", oldest)), Integer.MAX_VALUE);
+    }
+
     /** True when `cursorId` is a change stream's cursor of this oplog. */
     boolean isStream(long cursorId) {
         try {
-            return cursors.getCursor(cursorId) instanceof OplogCursor;
+            return cursors.getCursor(cursorId) instanceof StreamCursor;
         } catch (RuntimeException e) {
             return false; // not found: the server's getMore says so
         }
     }
 
     private BsonTimestamp now() {
-        return new BsonTimestamp(backend.getClock().instant(), increment.get());
+        return recent.isEmpty() ? new BsonTimestamp(backend.getClock().instant(), increment.get()) : recent.lastKey();
     }
 
     @Override
@@ -134,29 +148,21 @@ final class MongodOplog implements Oplog {
         Document startAfter = (Document) changeStream.get("startAfter");
         Document resumeAfter = (Document) changeStream.get("resumeAfter");
         BsonTimestamp startAt = (BsonTimestamp) changeStream.get("startAtOperationTime");
-        OplogPosition position;
-        if (startAfter != null) {
-            position = OplogPosition.fromDocument(startAfter);
-        } else if (resumeAfter != null) {
-            position = OplogPosition.fromDocument(resumeAfter);
-            if (droppedBefore(namespace, position)) return invalidated(position);
-        } else if (startAt != null) {
-            position = new OplogPosition(startAt).inclusive();
-        } else {
-            position = new OplogPosition(now());
-        }
+        BsonTimestamp from = startAfter != null ? fromToken(startAfter) : resumeAfter != null ? fromToken(resumeAfter) : startAt != null ? startAt : now();
+        if (resumeAfter != null && droppedBefore(namespace, from)) return invalidated(from);
         boolean lookUp = "updateLookup".equals(changeStream.get("fullDocument"));
-        OplogCursor cursor = new OplogCursor(cursors.generateCursorId(), after -> stream(namespace, after, lookUp, aggregation), position);
+        StreamCursor cursor = new StreamCursor(cursors.generateCursorId(), recent, from, startAt != null && startAfter == null && resumeAfter == null,
+            entry -> !inNamespace(entry, namespace) ? List.of() : aggregation.runStagesAsStream(Stream.of(event(entry, lookUp))).collect(Collectors.toList()));
         cursors.add(cursor);
         return cursor;
     }
 
-    private Stream<Document> stream(String namespace, OplogPosition after, boolean lookUp, Aggregation aggregation) {
-        return aggregation.runStagesAsStream(entries.queryAllAsStream()
-            .filter(entry -> inNamespace(entry, namespace))
-            .filter(entry -> new OplogPosition(timestamp(entry)).isAfter(after))
-            .sorted((one, other) -> timestamp(one).compareTo(timestamp(other)))
-            .map(entry -> event(entry, lookUp)));
+    private static BsonTimestamp fromToken(Document token) {
+        return new BsonTimestamp(Long.parseLong((String) token.get("_data"), 16));
+    }
+
+    private static String token(BsonTimestamp ts) {
+        return Long.toHexString(ts.getValue());
     }
 
     private static boolean inNamespace(Document entry, String namespace) {
@@ -166,14 +172,14 @@ final class MongodOplog implements Oplog {
                 && Utils.getCollectionNameFromFullName(ns).equals("$cmd"));
     }
 
-    private boolean droppedBefore(String namespace, OplogPosition position) {
+    private boolean droppedBefore(String namespace, BsonTimestamp position) {
         Document drop = new Document("drop", Utils.getCollectionNameFromFullName(namespace));
         String commands = Utils.getDatabaseNameFromFullName(namespace) + ".$cmd";
-        return entries.queryAllAsStream().anyMatch(entry -> position.isAfter(new OplogPosition(timestamp(entry)).inclusive())
-            && "c".equals(entry.get("op")) && commands.equals(entry.get("ns")) && drop.equals(entry.get("o")));
+        return recent.headMap(position, true).values().stream()
+            .anyMatch(entry -> "c".equals(entry.get("op")) && commands.equals(entry.get("ns")) && drop.equals(entry.get("o")));
     }
 
-    private static Cursor invalidated(OplogPosition position) {
+    private static Cursor invalidated(BsonTimestamp position) {
         return new AbstractCursor(0) {
             @Override
             public boolean isEmpty() {
@@ -182,7 +188,7 @@ final class MongodOplog implements Oplog {
 
             @Override
             public List<Document> takeDocuments(int numberToReturn) {
-                return List.of(new Document("_id", new Document("_data", position.toHexString())).append("operationType", "invalidate"));
+                return List.of(new Document("_id", new Document("_data", token(position))).append("operationType", "invalidate"));
             }
         };
     }
@@ -192,7 +198,7 @@ final class MongodOplog implements Oplog {
         BsonTimestamp ts = timestamp(entry);
         String ns = (String) entry.get("ns");
         Document o = (Document) entry.get("o");
-        Document event = new Document("_id", new Document("_data", new OplogPosition(ts).toHexString()));
+        Document event = new Document("_id", new Document("_data", token(ts)));
         String op = (String) entry.get("op");
         if (op.equals("c")) {
             String command = o.keySet().iterator().next();

@@ -5,6 +5,7 @@ import de.bwaldvogel.mongo.backend.CursorRegistry;
 import de.bwaldvogel.mongo.backend.memory.MemoryBackend;
 import de.bwaldvogel.mongo.backend.memory.MemoryCollection;
 import de.bwaldvogel.mongo.backend.memory.MemoryDatabase;
+import de.bwaldvogel.mongo.bson.BsonTimestamp;
 import de.bwaldvogel.mongo.bson.Document;
 import de.bwaldvogel.mongo.oplog.Oplog;
 import java.util.List;
@@ -65,6 +66,12 @@ final class RecordingBackend extends MemoryBackend {
                 return new RecordingCollection(this, collectionName, options, cursorRegistry, RecordingBackend.this::currentOplog);
             }
         };
+    }
+
+    /** Drops the oplog's entries older than `oldest` (as a capped oplog does); nothing when the oplog is off. */
+    void trimOplog(BsonTimestamp oldest) {
+        Oplog current = oplog;
+        if (current instanceof MongodOplog) ((MongodOplog) current).trim(oldest);
     }
 
     private Oplog currentOplog() {
