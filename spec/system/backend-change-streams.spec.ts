@@ -6,7 +6,7 @@
  * doing (support/java: RecordingBackend, MongodOplog); on mongod, the server's own.
  */
 import { expect } from 'chai';
-import type { ChangeStream, ChangeStreamDocument, Collection, Document } from 'mongodb';
+import type { ChangeStream, ChangeStreamDocument, Collection, Document, UpdateFilter } from 'mongodb';
 import { freshCollection, mongoBackend, newClient, requireCapability } from '../support/fixture';
 
 /** Documents named by a string `_id`. */
@@ -16,6 +16,9 @@ type Named = { _id: string } & Document;
 async function collectionOf(documents: Named[]): Promise<Collection<Named>> {
   return (await freshCollection(documents)) as unknown as Collection<Named>;
 }
+
+/** `update` as the driver's types take it (they refuse operators on paths they cannot see in `Named`). */
+const operators = (update: Document): UpdateFilter<Named> => update as UpdateFilter<Named>;
 
 /** A stream of `collection`'s changes through `pipeline`, opened on the server before it is returned. */
 async function watching(collection: Collection<Named>, pipeline: Document[] = []): Promise<ChangeStream<Named>> {
@@ -82,6 +85,30 @@ describe("the test backend's change streams", function () {
       await collection.insertOne({ _id: 'end' }); // selected too, after all the others: the stream has passed them
       const events = await eventsOf(stream, 3);
       expect(events.map((event) => (event as { documentKey?: Document }).documentKey?._id)).to.deep.equal(['a', 'a', 'end']);
+    } finally {
+      await stream.close();
+    }
+  });
+
+  it('describes the kinds of update monglock makes as mongod does (the shapes spec/waiting/lock-changes.spec.ts lists)', async function () {
+    requireCapability(this, 'changeStreams');
+    const collection = await collectionOf([{ _id: 'a', lock: { tags: { write: [] }, queue: [{ id: 't1', exp: 1 }], until: 5 } }]);
+    const stream = await watching(collection);
+    try {
+      await collection.updateOne({ _id: 'a' }, operators({ $push: { 'lock.queue': { id: 't2', exp: 2 } }, $currentDate: { 'lock.now': true }, $max: { 'lock.until': 9 } }));
+      await collection.updateOne({ _id: 'a' }, { $set: { 'lock.queue.$[mine].exp': 7 } }, { arrayFilters: [{ 'mine.id': 't2' }] });
+      await collection.updateOne({ _id: 'a' }, operators({ $pull: { 'lock.queue': { id: 't1' } } }));
+      await collection.findOneAndUpdate({ _id: 'a' }, { $set: { 'lock.tags.write': [{ id: 'h' }] }, $unset: { 'lock.until': '' } });
+      const described = (await eventsOf(stream, 4)).map((event) => {
+        const { updatedFields, removedFields } = (event as { updateDescription: { updatedFields: Document; removedFields: string[] } }).updateDescription;
+        return { updated: Object.keys(updatedFields).sort(), removed: removedFields };
+      });
+      expect(described).to.deep.equal([
+        { updated: ['lock.now', 'lock.queue.1', 'lock.until'], removed: [] }, // a $push onto a non-empty array: its new element
+        { updated: ['lock.queue.1.exp'], removed: [] }, // a positional $set: the element's index
+        { updated: ['lock.queue'], removed: [] }, // a $pull: the whole array
+        { updated: ['lock.tags.write'], removed: ['lock.until'] },
+      ]);
     } finally {
       await stream.close();
     }
