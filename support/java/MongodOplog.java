@@ -39,8 +39,8 @@ final class MongodOplog implements Oplog {
     private final AtomicInteger increment = new AtomicInteger();
     /** The entries of local.oplog.rs by time stamp, for the streams to read what follows their position. */
     private final ConcurrentSkipListMap<BsonTimestamp, Document> recent = new ConcurrentSkipListMap<>();
-    /** Entries appended so far; waited on by getMores that wait for an event. */
-    private long appended;
+    /** Entries appended (and cursors killed) so far; waited on by getMores that wait for an event. */
+    private long progress;
     private final Object signal = new Object();
 
     MongodOplog(MongoBackend backend, MongoCollection<Document> entries, CursorRegistry cursors) {
@@ -101,24 +101,29 @@ final class MongodOplog implements Oplog {
             entries.addDocument(entry);
             recent.put(ts, entry);
         }
+        wake();
+    }
+
+    /** Wakes the getMores that wait (an entry was appended, or a cursor killed: each looks again). */
+    void wake() {
         synchronized (signal) {
-            appended++;
+            progress++;
             signal.notifyAll();
         }
     }
 
-    /** How many entries were appended so far (for {@link #awaitAppend}). */
-    long appended() {
+    /** How far the oplog went (for {@link #awaitProgress}). */
+    long progress() {
         synchronized (signal) {
-            return appended;
+            return progress;
         }
     }
 
-    /** Waits until more than `seen` entries were appended, at most `nanos`. */
-    void awaitAppend(long seen, long nanos) throws InterruptedException {
+    /** Waits until the oplog went further than `seen` ({@link #wake}), at most `nanos`. */
+    void awaitProgress(long seen, long nanos) throws InterruptedException {
         long deadline = System.nanoTime() + nanos;
         synchronized (signal) {
-            for (long left = nanos; appended == seen && left > 0; left = deadline - System.nanoTime()) {
+            for (long left = nanos; progress == seen && left > 0; left = deadline - System.nanoTime()) {
                 TimeUnit.NANOSECONDS.timedWait(signal, left);
             }
         }

@@ -30,7 +30,8 @@ final class RecordingBackend extends MemoryBackend {
     /**
      * A change stream's getMore that finds no event waits, as mongod's does, until one is appended to
      * the oplog and passes the stream's pipeline, or its `maxTimeMS` (the driver's `maxAwaitTimeMS`;
-     * 1 s when not given) passes; then answers what there is. Other getMores answer at once.
+     * 1 s when not given) passes, or its cursor is killed; then answers what there is. Other getMores
+     * answer at once.
      */
     @Override
     protected Document handleGetMore(String databaseName, String command, Document query) {
@@ -44,13 +45,13 @@ final class RecordingBackend extends MemoryBackend {
         long waitMs = given instanceof Number && ((Number) given).longValue() > 0 ? ((Number) given).longValue() : DEFAULT_AWAIT_MS;
         long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(waitMs);
         while (true) {
-            long seen = stream.appended();
+            long seen = stream.progress();
             Document reply = super.handleGetMore(databaseName, command, query);
             Document cursor = (Document) reply.get("cursor");
             long left = deadline - System.nanoTime();
             if (!((List<?>) cursor.get("nextBatch")).isEmpty() || ((Number) cursor.get("id")).longValue() == 0 || left <= 0) return reply;
             try {
-                stream.awaitAppend(seen, left);
+                stream.awaitProgress(seen, left);
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
                 return reply;
@@ -66,6 +67,15 @@ final class RecordingBackend extends MemoryBackend {
                 return new RecordingCollection(this, collectionName, options, cursorRegistry, RecordingBackend.this::currentOplog);
             }
         };
+    }
+
+    /** As mongod, a killCursors ends the getMore that waits on a killed cursor (with an error: cursor not found). */
+    @Override
+    protected Document handleKillCursors(Document query) {
+        Document reply = super.handleKillCursors(query);
+        Oplog current = oplog;
+        if (current instanceof MongodOplog) ((MongodOplog) current).wake();
+        return reply;
     }
 
     /** Drops the oplog's entries older than `oldest` (as a capped oplog does); nothing when the oplog is off. */
