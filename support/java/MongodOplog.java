@@ -153,21 +153,13 @@ final class MongodOplog implements Oplog {
         Document startAfter = (Document) changeStream.get("startAfter");
         Document resumeAfter = (Document) changeStream.get("resumeAfter");
         BsonTimestamp startAt = (BsonTimestamp) changeStream.get("startAtOperationTime");
-        BsonTimestamp from = startAfter != null ? fromToken(startAfter) : resumeAfter != null ? fromToken(resumeAfter) : startAt != null ? startAt : now();
+        BsonTimestamp from = startAfter != null ? StreamCursor.fromToken(startAfter) : resumeAfter != null ? StreamCursor.fromToken(resumeAfter) : startAt != null ? startAt : now();
         if (resumeAfter != null && droppedBefore(namespace, from)) return invalidated(from);
         boolean lookUp = "updateLookup".equals(changeStream.get("fullDocument"));
         StreamCursor cursor = new StreamCursor(cursors.generateCursorId(), recent, from, startAt != null && startAfter == null && resumeAfter == null,
             entry -> !inNamespace(entry, namespace) ? List.of() : aggregation.runStagesAsStream(Stream.of(event(entry, lookUp))).collect(Collectors.toList()));
         cursors.add(cursor);
         return cursor;
-    }
-
-    private static BsonTimestamp fromToken(Document token) {
-        return new BsonTimestamp(Long.parseLong((String) token.get("_data"), 16));
-    }
-
-    private static String token(BsonTimestamp ts) {
-        return Long.toHexString(ts.getValue());
     }
 
     private static boolean inNamespace(Document entry, String namespace) {
@@ -193,7 +185,7 @@ final class MongodOplog implements Oplog {
 
             @Override
             public List<Document> takeDocuments(int numberToReturn) {
-                return List.of(new Document("_id", new Document("_data", token(position))).append("operationType", "invalidate"));
+                return List.of(new Document("_id", new Document("_data", StreamCursor.token(position))).append("operationType", "invalidate"));
             }
         };
     }
@@ -203,7 +195,7 @@ final class MongodOplog implements Oplog {
         BsonTimestamp ts = timestamp(entry);
         String ns = (String) entry.get("ns");
         Document o = (Document) entry.get("o");
-        Document event = new Document("_id", new Document("_data", token(ts)));
+        Document event = new Document("_id", new Document("_data", StreamCursor.token(ts)));
         String op = (String) entry.get("op");
         if (op.equals("c")) {
             String command = o.keySet().iterator().next();

@@ -1,6 +1,7 @@
 import de.bwaldvogel.mongo.MongoCollection;
 import de.bwaldvogel.mongo.MongoDatabase;
 import de.bwaldvogel.mongo.backend.CollectionOptions;
+import de.bwaldvogel.mongo.backend.Cursor;
 import de.bwaldvogel.mongo.backend.CursorRegistry;
 import de.bwaldvogel.mongo.backend.memory.MemoryBackend;
 import de.bwaldvogel.mongo.backend.memory.MemoryCollection;
@@ -8,6 +9,7 @@ import de.bwaldvogel.mongo.backend.memory.MemoryDatabase;
 import de.bwaldvogel.mongo.bson.BsonTimestamp;
 import de.bwaldvogel.mongo.bson.Document;
 import de.bwaldvogel.mongo.oplog.Oplog;
+import io.netty.channel.Channel;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
 
@@ -38,7 +40,7 @@ final class RecordingBackend extends MemoryBackend {
         Oplog current = oplog;
         long cursorId = ((Number) query.get(command)).longValue();
         if (!awaitData || !(current instanceof MongodOplog) || !((MongodOplog) current).isStream(cursorId)) {
-            return super.handleGetMore(databaseName, command, query);
+            return withResumeToken(super.handleGetMore(databaseName, command, query));
         }
         MongodOplog stream = (MongodOplog) current;
         Object given = query.get("maxTimeMS");
@@ -49,12 +51,12 @@ final class RecordingBackend extends MemoryBackend {
             Document reply = super.handleGetMore(databaseName, command, query);
             Document cursor = (Document) reply.get("cursor");
             long left = deadline - System.nanoTime();
-            if (!((List<?>) cursor.get("nextBatch")).isEmpty() || ((Number) cursor.get("id")).longValue() == 0 || left <= 0) return reply;
+            if (!((List<?>) cursor.get("nextBatch")).isEmpty() || ((Number) cursor.get("id")).longValue() == 0 || left <= 0) return withResumeToken(reply);
             try {
                 stream.awaitProgress(seen, left);
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
-                return reply;
+                return withResumeToken(reply);
             }
         }
     }
@@ -67,6 +69,27 @@ final class RecordingBackend extends MemoryBackend {
                 return new RecordingCollection(this, collectionName, options, cursorRegistry, RecordingBackend.this::currentOplog);
             }
         };
+    }
+
+    /** A change stream's opening aggregate answers, as mongod's, with a `postBatchResumeToken`. */
+    @Override
+    public Document handleCommand(Channel channel, String databaseName, String command, Document query) {
+        Document reply = super.handleCommand(channel, databaseName, command, query);
+        return command.equalsIgnoreCase("aggregate") ? withResumeToken(reply) : reply;
+    }
+
+    /** `reply` with its stream cursor's `postBatchResumeToken` (mongod gives one with every batch of a change stream). */
+    private Document withResumeToken(Document reply) {
+        Object cursor = reply.get("cursor");
+        Object id = cursor instanceof Document ? ((Document) cursor).get("id") : null;
+        if (!(id instanceof Number) || ((Number) id).longValue() == 0) return reply;
+        try {
+            Cursor open = getCursorRegistry().getCursor(((Number) id).longValue());
+            if (open instanceof StreamCursor) ((Document) cursor).put("postBatchResumeToken", ((StreamCursor) open).resumeToken());
+        } catch (RuntimeException e) {
+            // killed meanwhile: no token
+        }
+        return reply;
     }
 
     /** As mongod, a killCursors ends the getMore that waits on a killed cursor (with an error: cursor not found). */

@@ -29,6 +29,28 @@ final class StreamCursor extends AbstractCursor {
         this.events = events;
     }
 
+    /**
+     * The stream's resume token at its position, as mongod's `postBatchResumeToken`: resuming after it
+     * gives the entries this cursor has not read.
+     */
+    synchronized Document resumeToken() {
+        return new Document("_data", token(inclusive ? new BsonTimestamp(position.getValue() - 1) : position));
+    }
+
+    /**
+     * The resume token's `_data` of an oplog time stamp: "82" and the time stamp in 16 hex digits, as
+     * mongod's begin (the rest of mongod's, which encodes the document key, is left out).
+     */
+    static String token(BsonTimestamp ts) {
+        return String.format("82%016X", ts.getValue());
+    }
+
+    /** The oplog time stamp of a resume token {@link #token} made. */
+    static BsonTimestamp fromToken(Document token) {
+        String data = (String) token.get("_data");
+        return new BsonTimestamp(Long.parseUnsignedLong(data.startsWith("82") && data.length() == 18 ? data.substring(2) : data, 16));
+    }
+
     @Override
     public boolean isEmpty() {
         return false; // tailable: open until killed
