@@ -1,6 +1,7 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { createHash } from 'node:crypto';
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync } from 'node:fs';
+import { delimiter, join, resolve } from 'node:path';
 import { MongoClient } from 'mongodb';
 
 /**
@@ -21,7 +22,11 @@ export interface BackendCapabilities {
   readonly ttl: boolean;
   /** Sessions and multi-document transactions. */
   readonly transactions: boolean;
-  /** Change streams (mongo-java-server's, with its oplog on, miss findAndModify writes and name no document in update events). */
+  /**
+   * Change streams (mongo-java-server's only with its oplog on, as support/java starts it: then with
+   * mongod's event shapes, findAndModify writes included, and a `getMore` that waits for an event;
+   * what still differs: docs/backends.md).
+   */
   readonly changeStreams: boolean;
   /** A replica set, so that `w: 'majority'` waits for replication. */
   readonly replicaSet: boolean;
@@ -48,8 +53,9 @@ export const JAVA_SERVER_VERSION = '1.47.0';
 
 const ROOT = resolve(__dirname, '..');
 const JAVA_CACHE = join(ROOT, '.cache', 'mongo-java-server', 'lib');
-const JAVA_POM = join(ROOT, 'support', 'java', 'pom.xml');
-const JAVA_LAUNCHER = join(ROOT, 'support', 'java', 'Launcher.java');
+const JAVA_CLASSES = join(ROOT, '.cache', 'mongo-java-server', 'classes');
+const JAVA_SOURCES = join(ROOT, 'support', 'java');
+const JAVA_POM = join(JAVA_SOURCES, 'pom.xml');
 
 /**
  * Starts (or connects to) the MongoDB backend. Never resolves a backend silently: `log` is told
@@ -131,7 +137,8 @@ async function startJavaServer(log: (line: string) => void): Promise<MongoBacken
     );
   }
   ensureJavaServerJars(log);
-  const child = spawn('java', ['-cp', join(JAVA_CACHE, '*'), JAVA_LAUNCHER, '0'], { stdio: ['pipe', 'pipe', 'pipe'] });
+  const classes = ensureLauncherClasses(log);
+  const child = spawn('java', ['-cp', [join(JAVA_CACHE, '*'), classes].join(delimiter), 'Launcher', '0'], { stdio: ['pipe', 'pipe', 'pipe'] });
   const port = await waitForReady(child);
   const uri = `mongodb://127.0.0.1:${port}/?directConnection=true`;
   const stop = (): Promise<void> =>
@@ -163,6 +170,33 @@ function ensureJavaServerJars(log: (line: string) => void): void {
         'Install Maven with access to Maven Central, or set MONGODB_URI to a running mongod 4.4+.',
     );
   }
+}
+
+/**
+ * The launcher's classes (support/java/*.java), compiled once per version of their sources into
+ * .cache/mongo-java-server/classes/<hash> (a launch then compiles nothing). Returns that folder.
+ */
+function ensureLauncherClasses(log: (line: string) => void): string {
+  const sources = readdirSync(JAVA_SOURCES).filter((name) => name.endsWith('.java')).sort();
+  const hash = createHash('sha256');
+  for (const name of sources) hash.update(name).update('\0').update(readFileSync(join(JAVA_SOURCES, name))).update('\0');
+  const folder = join(JAVA_CLASSES, hash.digest('hex').slice(0, 16));
+  if (existsSync(folder)) return folder;
+  log("resolving mongo-java-server's launcher: compiling support/java/*.java (once per change of them)");
+  const building = `${folder}.${process.pid}`;
+  mkdirSync(building, { recursive: true });
+  const javac = spawnSync('javac', ['-cp', join(JAVA_CACHE, '*'), '-d', building, ...sources.map((name) => join(JAVA_SOURCES, name))], { encoding: 'utf8' });
+  if (javac.error || javac.status !== 0) {
+    rmSync(building, { recursive: true, force: true });
+    throw new Error(`No MongoDB backend: the mongo-java-server launcher did not compile (${javac.error?.message ?? javac.stderr})`);
+  }
+  try {
+    renameSync(building, folder);
+  } catch (error) {
+    rmSync(building, { recursive: true, force: true }); // another process compiled the same sources first
+    if (!existsSync(folder)) throw error;
+  }
+  return folder;
 }
 
 function waitForReady(child: ChildProcess): Promise<number> {
@@ -210,18 +244,20 @@ async function describeBackend(kind: BackendKind, uri: string, stop: () => Promi
     const replicaSet = typeof hello.setName === 'string';
     const java = server === 'mongo-java-server';
     const mongodLike = server === 'mongod' || server === 'mongos';
+    // mongo-java-server has change streams only with its oplog on (local.oplog.rs; MONGLOCK_JAVA_OPLOG=off starts it without)
+    const javaOplog = java && (await client.db('local').listCollections({}, { nameOnly: true }).toArray()).some((c) => c.name === 'oplog.rs');
     const capabilities: BackendCapabilities = {
       pipelineUpdates: !java,
       ttl: !java,
       transactions: mongodLike && (replicaSet || server === 'mongos'),
-      changeStreams: java || (mongodLike && (replicaSet || server === 'mongos')),
+      changeStreams: javaOplog || (mongodLike && (replicaSet || server === 'mongos')),
       replicaSet,
     };
     const reasons: Record<keyof BackendCapabilities, string> = {
       pipelineUpdates: 'mongo-java-server has no update pipelines',
       ttl: 'mongo-java-server never expires TTL indexes',
       transactions: mongodLike ? 'needs a replica set' : `${SERVER_NAMES[server]} is not a mongod replica set: no transactions are assumed`,
-      changeStreams: mongodLike ? 'needs a replica set' : java ? 'mongo-java-server change streams miss findAndModify writes' : `${SERVER_NAMES[server]} is not a mongod replica set: no change streams are assumed`,
+      changeStreams: mongodLike ? 'needs a replica set' : java ? 'mongo-java-server was started without its oplog (MONGLOCK_JAVA_OPLOG=off): its change streams deliver nothing' : `${SERVER_NAMES[server]} is not a mongod replica set: no change streams are assumed`,
       replicaSet: `this ${SERVER_NAMES[server]} is not a replica set`,
     };
     const topology = server === 'mongos' ? 'sharded cluster (mongos)' : replicaSet ? `replica set ${String(hello.setName)}` : 'standalone';

@@ -25,7 +25,7 @@ const EVENTS: ReadonlyArray<readonly [string, Document, boolean]> = [
   ['a tag list shortened, as a pipeline update reports it (truncatedArrays)', { operationType: 'update', updateDescription: { updatedFields: { 'lock.now': now }, removedFields: [], truncatedArrays: [{ field: 'lock.tags.write', newSize: 0 }] } }, true],
   ['a deleted document', { operationType: 'delete' }, true],
   ['a replaced document', { operationType: 'replace' }, true],
-  ['an update event without a description (mongo-java-server)', { operationType: 'update' }, true],
+  ['an update event without a description (a server that gives none)', { operationType: 'update' }, true],
   ['a fair ticket renewal (positional $set of its exp)', update({ 'lock.queue.0.exp': now, 'lock.now': now, 'lock.until': now }), false],
   ['a fair ticket taken ($push onto the queue)', update({ 'lock.queue.3': { id: 't' }, 'lock.now': now, 'lock.until': now }), false],
   ['a lease extension (positional $set of the entry exp)', update({ 'lock.tags.write.0.exp': now, 'lock.now': now, 'lock.until': now }), false],

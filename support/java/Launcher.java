@@ -1,17 +1,13 @@
-import de.bwaldvogel.mongo.MongoBackend;
 import de.bwaldvogel.mongo.MongoServer;
 import de.bwaldvogel.mongo.MongoVersion;
-import de.bwaldvogel.mongo.backend.memory.MemoryBackend;
-import de.bwaldvogel.mongo.MongoCollection;
 import de.bwaldvogel.mongo.bson.BsonTimestamp;
-import de.bwaldvogel.mongo.bson.Document;
 import java.net.InetSocketAddress;
 import java.time.Instant;
 import java.util.List;
 
 /**
- * Starts mongo-java-server (in-memory backend, its oplog on for change streams) on 127.0.0.1 and the given port (0 = any free
- * port), prints "READY <port>", and stops when its standard input closes (the parent died or
+ * Starts mongo-java-server (in-memory backend, its oplog on for change streams, with mongod's
+ * event shapes: {@link RecordingBackend}) on 127.0.0.1 and the given port (0 = any free port), prints "READY <port>", and stops when its standard input closes (the parent died or
  * asked it to stop) or on SIGTERM. Test infrastructure only.
  *
  * It reports MongoDB 5.0 with 5.0's wire version (13). mongo-java-server's own MONGO_5_0
@@ -34,23 +30,37 @@ public class Launcher {
 
     public static void main(String[] args) throws Exception {
         int port = args.length > 0 ? Integer.parseInt(args[0]) : 0;
-        MongoBackend backend = new MemoryBackend().version(MONGO_5_0_WIRE_13);
-        // Change streams deliver only with the oplog on (and miss findAndModify writes: docs/backends.md);
+        // A change stream's getMore waits for an event (awaitData) as on mongod, each connection on a
+        // thread of its own; MONGLOCK_JAVA_AWAIT=off answers at once on the server's shared I/O threads, as before.
+        boolean awaitData = !"off".equals(System.getenv("MONGLOCK_JAVA_AWAIT"));
+        RecordingBackend backend = new RecordingBackend(awaitData);
+        backend.version(MONGO_5_0_WIRE_13);
+        // Change streams deliver only with the oplog on: then events have mongod's shapes and
+        // findAndModify writes are recorded (RecordingBackend, MongodOplog; docs/backends.md).
         // MONGLOCK_JAVA_OPLOG=off runs the server as it ran before it had one (no change streams).
         if (!"off".equals(System.getenv("MONGLOCK_JAVA_OPLOG"))) {
             backend.enableOplog();
             trimOplog(backend);
         }
-        MongoServer server = new MongoServer(backend);
-        server.bind("127.0.0.1", port);
-        InetSocketAddress address = server.getLocalAddress();
-        Runtime.getRuntime().addShutdownHook(new Thread(server::shutdownNow));
+        InetSocketAddress address;
+        Runnable stop;
+        if (awaitData) {
+            ThreadPerConnectionServer server = new ThreadPerConnectionServer(backend);
+            address = server.bind("127.0.0.1", port);
+            stop = server::shutdownNow;
+        } else {
+            MongoServer server = new MongoServer(backend);
+            server.bind("127.0.0.1", port);
+            address = server.getLocalAddress();
+            stop = server::shutdownNow;
+        }
+        Runtime.getRuntime().addShutdownHook(new Thread(stop));
         System.out.println("READY " + address.getPort());
         System.out.flush();
         while (System.in.read() != -1) {
             // keep running until stdin closes
         }
-        server.shutdownNow();
+        stop.run();
         System.exit(0);
     }
 
@@ -58,15 +68,12 @@ public class Launcher {
     static final long OPLOG_WINDOW_MS = 1_000;
 
     /** Drops oplog entries older than {@link #OPLOG_WINDOW_MS}, five times a second, as a capped oplog would. */
-    static void trimOplog(MongoBackend backend) {
+    static void trimOplog(RecordingBackend backend) {
         Thread trimmer = new Thread(() -> {
             while (true) {
                 try {
                     Thread.sleep(200);
-                    MongoCollection<?> oplog = backend.resolveDatabase("local").resolveCollection("oplog.rs", false);
-                    if (oplog == null) continue;
-                    BsonTimestamp oldest = new BsonTimestamp(Instant.now().minusMillis(OPLOG_WINDOW_MS), 0);
-                    oplog.deleteDocuments(new Document("ts", new Document("$lt", oldest)), Integer.MAX_VALUE);
+                    backend.trimOplog(new BsonTimestamp(Instant.now().minusMillis(OPLOG_WINDOW_MS), 0));
                 } catch (InterruptedException e) {
                     return;
                 } catch (RuntimeException e) {
