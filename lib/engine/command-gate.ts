@@ -1,6 +1,6 @@
 import type { Collection, Document } from 'mongodb';
 import type { CommandPriority } from '../common/options';
-import { deadlines, UnsentCommandError, withDeadline, type Watched } from './deadlines';
+import { DeadlineExceededError, deadlines, UnsentCommandError, type Watched } from './deadlines';
 
 /** A command waiting for a slot. */
 interface Queued extends Watched {
@@ -124,17 +124,45 @@ export class CommandGate {
     }
   }
 
-  /** Sends `operation` in a slot it holds, within what is left of `timeout` since `startedAt`; frees the slot when its caller is answered. */
+  /**
+   * Sends `operation` in a slot it holds, within what is left of `timeout` since `startedAt` (never
+   * once that passed); frees the slot when its caller is answered: by the reply, or by the
+   * client-side deadline (the driver's late outcome is then observed and dropped).
+   */
   #run<T>(name: string, timeout: number, startedAt: number, operation: () => Promise<T>): Promise<T> {
+    const endsAt = startedAt + timeout;
+    if (performance.now() >= endsAt) {
+      this.#free();
+      return Promise.reject(new UnsentCommandError(name, timeout));
+    }
     let pending: Promise<T>;
     try {
-      pending = performance.now() < startedAt + timeout ? withDeadline(name, timeout, operation, startedAt) : Promise.reject(new UnsentCommandError(name, timeout));
+      pending = operation();
     } catch (error) {
-      pending = Promise.reject(error);
+      this.#free();
+      return Promise.reject(error);
     }
-    const free = (): void => this.#free();
-    pending.then(free, free);
-    return pending;
+    return new Promise<T>((resolve, reject) => {
+      let answered = false;
+      const answer = (): boolean => {
+        if (answered) return false;
+        answered = true;
+        this.#free();
+        return true;
+      };
+      const entry: Watched = { endsAt, expire: () => answer() && reject(new DeadlineExceededError(name, timeout)) };
+      deadlines.add(entry);
+      pending.then(
+        (value) => {
+          deadlines.delete(entry);
+          if (answer()) resolve(value);
+        },
+        (error: unknown) => {
+          deadlines.delete(entry);
+          if (answer()) reject(error);
+        },
+      );
+    });
   }
 
   #enqueue(priority: CommandPriority | undefined, endsAt: number, start: () => void, fail: () => void): void {
