@@ -86,7 +86,7 @@ export async function settleCommit(settlement: CommitSettlement, target: Documen
     lockError('DbError', call.boom, { cause, detail: `${failure.message}; ${detail}`, data: { applied } });
   const failed = classifyWriteFailure(cause);
   if (failed === 'closed') throw fail(false, 'the update was not applied: the MongoDB client was closed before it was sent (the lock is held until its lease ends)');
-  if (failed === 'unsent') throw fail(false, 'the update was not applied: it waited past its deadline behind this client\'s other lock commands and was never sent (the lock is held until its lease ends)');
+  if (failed === 'unsent') throw fail(false, 'the update was not applied: it was never sent (the lock is held until its lease ends)');
 
   // When the lock's acquisition could land is unknown without a stamp: then an absent entry proves nothing.
   // A lock passed back as data: its stamp's widest window, and a command blocked for this call's timeout.

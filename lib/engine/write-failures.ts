@@ -75,7 +75,7 @@ export function describeWriteFailure(failure: WriteFailure, what: string): strin
     case 'closed':
       return `the MongoDB client is closed: nothing was sent`;
     case 'unsent':
-      return `it waited past its deadline behind this client's other lock commands, and was never sent: nothing was written`;
+      return `it was never sent: nothing was written`;
     case 'unknown':
       return `the ${what} may have been written`;
   }

@@ -5,7 +5,7 @@
  */
 import { expect } from 'chai';
 import type { Collection, CommandStartedEvent, Document, MongoClient } from 'mongodb';
-import { writeLock } from '../../lib';
+import { resourceLocks, writeLock } from '../../lib';
 import { capFor, commandGateOf } from '../../lib/engine/command-gate';
 import { delayedCollection } from '../../stress/delayed-collection';
 import { freshCollection, newClient, rejectionOf, sleep } from '../support/fixture';
@@ -136,10 +136,33 @@ describe('the queue of a client\'s lock commands', () => {
     await sleep(200); // a command sent late would have landed by now
     expect({ subtype: acquireError.subtype, cause: (acquireError.cause as Error).name, lock: acquireError.lock }).to.deep.equal({ subtype: 'DbError', cause: 'DeadlineExceededError', lock: undefined });
     expect(acquireError.message).to.match(/did not settle within 1000 ms .*never sent/);
+    expect(commitError.message).to.match(/not applied: it was never sent/);
     expect({ subtype: commitError.subtype, applied: (commitError.data as { applied?: unknown }).applied }).to.deep.equal({ subtype: 'DbError', applied: false });
     expect(naming(watched.started, 'late')).to.deep.equal([]);
     expect(naming(watched.started, 'acc')).to.deep.equal(['findAndModify']); // its acquisition only
     expect((await collection.findOne({ _id: 'acc' as never }))?.balance).to.equal(100);
+  });
+
+  it('queues resource locks\' commands in the same gate as document locks\' of their client', async function () {
+    this.timeout(30_000);
+    const { client, collection } = await oneAtATime([{ _id: 'blocker' }, { _id: 'warm' }]);
+    const resources = client.db(collection.dbName).collection(`${collection.collectionName}_resources`);
+    const watched = watchLockCommands(client, resources.collectionName);
+    const held = gate();
+    const { slow, holding } = withBlocker(collection, held.promise);
+    const locks = writeLock({ collection: slow, locktimeout: 10_000, timeout: 20_000, changeStreams: false });
+    await (await locks.acquire({ _id: 'warm' })).release();
+    const resourceLock = resourceLocks({ collection: resources, timeout: 1_000 });
+    await (await resourceLock.xlock('r', 'first')).release();
+    const sentBefore = watched.started.length;
+    const blocker = locks.acquire({ _id: 'blocker' });
+    await holding;
+    const error = await rejectionOf(resourceLock.xlock('r', 'second'));
+    const sentWhileBlocked = watched.started.length - sentBefore;
+    held.open();
+    await (await blocker).release();
+    expect({ subtype: error.subtype, cause: (error.cause as Error | undefined)?.name }).to.deep.equal({ subtype: 'DbError', cause: 'DeadlineExceededError' });
+    expect(sentWhileBlocked).to.equal(0);
   });
 
   it('stamps a write when it leaves the queue: one held 1.5 s behind another (beyond the stamp\'s tolerance) is not refused as late', async function () {
