@@ -230,6 +230,19 @@ export interface ResolvedCallOptions {
   readonly boom: BoomLike | undefined;
   /** A release's or an extension's session (the caller's transaction); never an acquisition's. */
   readonly session?: ClientSession;
+  /** Which class the call's commands queue in while its client's lock commands are at their cap (lib/engine/command-gate.ts); none: `attempt`. */
+  readonly priority?: CommandPriority;
+}
+
+/**
+ * The order in which a client's queued lock commands are sent: releases (commits among them),
+ * then extensions, then acquisition attempts and reads (`attempt`).
+ */
+export type CommandPriority = 'release' | 'extend' | 'attempt';
+
+/** `call` with its commands queued in class `priority` (the same object when it already is). */
+export function withPriority<T extends ResolvedCallOptions>(call: T, priority: CommandPriority): T {
+  return call.priority === priority ? call : { ...call, priority };
 }
 
 /** ms since the epoch that never jumps (wall-clock steps do not move it): what elapsed time is measured with. */

@@ -75,7 +75,8 @@ export function commitRecord(lockId: string, clock: ServerClock, timeout: number
  *      written), and never will: `applied: false`;
  *    - otherwise `applied: 'unknown'`.
  * A failure to reach MongoDB while settling is `applied: 'unknown'`; a client closed before the
- * commit was sent is `applied: false` (nothing was sent).
+ * commit was sent, or a commit whose deadline passed while it waited for a slot among its client's
+ * lock commands, is `applied: false` (nothing was sent).
  */
 export async function settleCommit(settlement: CommitSettlement, target: Document, commit: CommitAttempt, failure: Error, call: ResolvedCallOptions): Promise<void> {
   const { store, paths } = settlement;
@@ -83,7 +84,9 @@ export async function settleCommit(settlement: CommitSettlement, target: Documen
   const cause = failure.cause ?? failure;
   const fail = (applied: false | 'unknown', detail: string): Error =>
     lockError('DbError', call.boom, { cause, detail: `${failure.message}; ${detail}`, data: { applied } });
-  if (classifyWriteFailure(cause) === 'closed') throw fail(false, 'the update was not applied: the MongoDB client was closed before it was sent (the lock is held until its lease ends)');
+  const failed = classifyWriteFailure(cause);
+  if (failed === 'closed') throw fail(false, 'the update was not applied: the MongoDB client was closed before it was sent (the lock is held until its lease ends)');
+  if (failed === 'unsent') throw fail(false, 'the update was not applied: it was never sent (the lock is held until its lease ends)');
 
   // When the lock's acquisition could land is unknown without a stamp: then an absent entry proves nothing.
   // A lock passed back as data: its stamp's widest window, and a command blocked for this call's timeout.

@@ -167,7 +167,7 @@ export class DeploymentView {
       (known) => this.adopt(known),
       (error: unknown) => {
         const failure = classifyWriteFailure(error);
-        const said = failure === 'closed' || failure === 'not-sent' ? describeWriteFailure(failure, 'lock') : 'nothing was written';
+        const said = failure === 'closed' || failure === 'not-sent' || failure === 'unsent' ? describeWriteFailure(failure, 'lock') : 'nothing was written';
         throw lockError('DbError', call.boom, { cause: error, detail: `${error instanceof Error ? error.message : String(error)} (learning the deployment before the first write: ${said})` });
       },
     );

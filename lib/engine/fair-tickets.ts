@@ -71,9 +71,12 @@ export class FairTickets {
   /** Renew a ticket ({@link renewTicketOperation}) to `leaseMs` past a server-checked stamp; resolves the queue, or null when the ticket is gone. */
   async renew(target: Document, ticket: Ticket, leaseMs: number, call: ResolvedCallOptions): Promise<QueueView | null> {
     const { clock, paths, store } = this.settings;
-    const at = new Date(clock.stamp());
-    const operation = renewTicketOperation(paths, target, ticket.id, at, new Date(clock.expiry(at.getTime(), leaseMs)), clock.tolerance(leaseMs * 2, true));
-    const reply = await store.apply(operation, call, call.releaseW);
+    // Stamped as the renewal leaves its client's queue of lock commands, not when it joins it.
+    const reply = await store.admitted(call, () => {
+      const at = new Date(clock.stamp());
+      const operation = renewTicketOperation(paths, target, ticket.id, at, new Date(clock.expiry(at.getTime(), leaseMs)), clock.tolerance(leaseMs * 2, true));
+      return store.apply(operation, call, call.releaseW);
+    });
     return reply.value ? { lock: paths.read(reply.value), now: observeWrite(this.settings, reply.value, reply) } : null;
   }
 

@@ -56,14 +56,22 @@ export async function handOver(
 ): Promise<Acquired | undefined> {
   const { paths, clock, store } = settings;
   if (clock.excessSkew() !== undefined) return undefined;
-  const stamp = clock.stamp();
-  const tolerance = clock.tolerance(terms.lease);
-  const entry = { id: newLockId(), at: new Date(stamp), exp: new Date(clock.expiry(stamp, terms.lease)) };
-  const lock = { id: entry.id, tag: rule.tag, timestamp: stamp, fence: 0, expiresAt: entry.exp.getTime() };
-  const operation = handOverOperation({ paths, rule, tags, filter: target, entry, tolerance, fair: terms.fairness(), holder: holder.id });
+  let stamp = 0;
+  let tolerance = 0;
+  let lock = { id: newLockId(), tag: rule.tag, timestamp: 0, fence: 0, expiresAt: 0 };
   let reply;
   try {
-    reply = await withDbErrors(call.boom, () => store.applyForToken(operation, call, handOverConcern(terms.w, call.releaseW)));
+    // Stamped as the hand-over leaves its client's queue of lock commands, not when it joins it.
+    reply = await withDbErrors(call.boom, () =>
+      store.admitted(call, () => {
+        stamp = clock.stamp();
+        tolerance = clock.tolerance(terms.lease);
+        const entry = { id: lock.id, at: new Date(stamp), exp: new Date(clock.expiry(stamp, terms.lease)) };
+        lock = { ...lock, timestamp: stamp, expiresAt: entry.exp.getTime() };
+        const operation = handOverOperation({ paths, rule, tags, filter: target, entry, tolerance, fair: terms.fairness(), holder: holder.id });
+        return store.applyForToken(operation, call, handOverConcern(terms.w, call.releaseW));
+      }),
+    );
   } catch (error) {
     const cause = (error as { cause?: unknown }).cause ?? error;
     const written: Acquired = { lock, target, ...landing(stamp, tolerance, call) };

@@ -1,6 +1,6 @@
 import type { Document } from 'mongodb';
 import { isLockError, lockError, type ConflictSubtype } from '../common/errors';
-import type { ResolvedCallOptions } from '../common/options';
+import { withPriority, type ResolvedCallOptions } from '../common/options';
 import { acquireOperation, type AcquireExtension } from '../protocol/acquire';
 import { extendOperation } from '../protocol/extend';
 import { guardFilter } from '../protocol/guard';
@@ -156,21 +156,23 @@ export class LockEngine {
    * {@link releaseLock}.
    */
   release(target: Document, tag: string, proof: Proof | undefined, claimed: LockData | undefined, call: ResolvedCallOptions, write: ReleaseWrite = {}): Promise<void> {
-    return asTheTransactionSees(call, releaseLock(this.settings, this.rule(tag), { target, tag, proof, claimed, write }, call, () => this.readClock({}, call)));
+    const releasing = withPriority(call, 'release');
+    return asTheTransactionSees(call, releaseLock(this.settings, this.rule(tag), { target, tag, proof, claimed, write }, releasing, () => this.readClock({}, releasing)));
   }
 
   /** Hands `holder`'s lock over to a waiter of this process in one update ({@link handOver}); {@link withdrawHandOver} settles one that failed. */
   handOver(target: Document, holder: LockData, terms: GranteeTerms, call: ResolvedCallOptions): Promise<Acquired | undefined> {
-    return handOver(this.settings, this.tags, this.rule(holder.tag), target, holder, terms, call);
+    return handOver(this.settings, this.tags, this.rule(holder.tag), target, holder, terms, withPriority(call, 'release'));
   }
 
   withdrawHandOver(written: Acquired, terms: GranteeTerms, call: ResolvedCallOptions): Promise<boolean> {
-    return withdrawHandOver(this.settings, written, terms, call);
+    return withdrawHandOver(this.settings, written, terms, withPriority(call, 'release'));
   }
 
   /** Extend ({@link extendOperation}): resolves the lock with its new expiry, in its document (`{ _id }`). */
-  async extend(target: Document, lock: LockData, proof: Proof, lease: number, call: ResolvedCallOptions, extension?: (stamp: Date, exp: Date) => Document, write?: FinalWrite): Promise<Acquired> {
+  async extend(target: Document, lock: LockData, proof: Proof, lease: number, given: ResolvedCallOptions, extension?: (stamp: Date, exp: Date) => Document, write?: FinalWrite): Promise<Acquired> {
     const { paths, store, reportsReacquired } = this.settings;
+    const call = withPriority(given, 'extend');
     const rule = this.rule(lock.tag);
     const update = write?.update;
     const extending = this.stamped(call, {

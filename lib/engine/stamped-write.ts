@@ -16,7 +16,11 @@ export interface StampedWrite<T> {
   readonly target: Document;
   /** The lease the stamp's tolerance is derived from, in ms. */
   readonly lease: number;
-  /** Sends the write with `stamp` and `tolerance`; resolves undefined when it matched nothing. */
+  /**
+   * Sends the write with `stamp` and `tolerance`; resolves undefined when it matched nothing. It is
+   * called once the write may leave its client's queue of lock commands, and its first command
+   * must be sent before its first `await` ({@link Store.admitted}): that command carries the stamp.
+   */
   readonly write: (stamp: number, tolerance: number) => Promise<T | undefined>;
   /** Says why it matched nothing, from a read of the document; null: report `unexplained()` at once (no read). */
   readonly explain: ((seen: Inspection, stamp: number, tolerance: number) => Verdict) | null;
@@ -24,9 +28,10 @@ export interface StampedWrite<T> {
 }
 
 /**
- * Runs a stamped write: stamps from the lower bound of the server's clock, which the server checks
- * in the same update. When it matches nothing, reads the document and the server's clock (which
- * also tightens the bounds); `explain` says which error that is, or that the stamp was refused, in
+ * Runs a stamped write: stamps from the lower bound of the server's clock, as the write leaves its
+ * client's queue of lock commands (never while it waits there), and the server checks the stamp in
+ * the same update. When it matches nothing, reads the document and the server's clock (which also
+ * tightens the bounds); `explain` says which error that is, or that the stamp was refused, in
  * which case the write is tried again with a fresh stamp and the wide tolerance. Where a skew
  * between clocks is assumed, a stamp is never a guess ({@link observeBeforeStamping}), and a skew
  * beyond it that the replies show fails the write before every stamp ({@link skewError}).
@@ -37,10 +42,17 @@ export async function runStamped<T>(clock: ServerClock, store: Store, call: Reso
   let waited = 0;
   if (clock.skew > 0) await observeBeforeStamping(clock, store, call, stamped.target);
   for (let attempt = 1; ; attempt++) {
-    refuseExcessSkew(clock, call);
-    const stamp = Math.max(clock.stamp(), minStamp);
-    const tolerance = clock.tolerance(stamped.lease, relaxed);
-    const result = await withDbErrors(call.boom, () => stamped.write(stamp, tolerance));
+    let stamp = 0;
+    let tolerance = 0;
+    // Stamped as the write leaves its client's queue of lock commands, not when it joins it: time queued never eats into the tolerance.
+    const result = await withDbErrors(call.boom, () =>
+      store.admitted(call, () => {
+        refuseExcessSkew(clock, call);
+        stamp = Math.max(clock.stamp(), minStamp);
+        tolerance = clock.tolerance(stamped.lease, relaxed);
+        return stamped.write(stamp, tolerance);
+      }),
+    );
     if (result !== undefined) return result;
     if (!stamped.explain) throw stamped.unexplained?.() ?? new Error('refused');
     const seen = await readClock(clock, store, call, stamped.target);

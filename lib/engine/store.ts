@@ -4,15 +4,9 @@ import type { ResolvedCallOptions } from '../common/options';
 import { inTransaction } from '../common/write-params';
 import { LockPaths } from '../protocol/stored-format';
 import { replyProjection, withShardKey } from './reply-projection';
+import { commandGateOf, type CommandGate } from './command-gate';
 
-/** A database call that outlived its `timeout`: the client-side deadline fired first. */
-export class DeadlineExceededError extends Error {
-  override readonly name = 'DeadlineExceededError';
-
-  constructor(operation: string, ms: number) {
-    super(`${operation} did not settle within ${ms} ms`);
-  }
-}
+export { DeadlineExceededError, UnsentCommandError, withDeadline } from './deadlines';
 
 /** A reply, with the local times at which its request left and it arrived (for the clock bounds). */
 export interface Timed<T> {
@@ -39,6 +33,8 @@ export const SERVER_NOW = '__monglockServerNow';
  */
 export class Store {
   private readonly paths: LockPaths;
+  /** The cap on lock commands in flight of the collection's client, shared by every store on it. */
+  private readonly gate: CommandGate;
   /** The shard key fields a locked document is addressed by, with its `_id` (set once the deployment is known): every reply projects them. */
   #shardKey: readonly string[] = [];
 
@@ -48,6 +44,7 @@ export class Store {
     protected readonly localNow: () => number,
   ) {
     this.paths = new LockPaths(field);
+    this.gate = commandGateOf(collection);
   }
 
   /** The shard key fields that replies carry, so that the locked document can be addressed by them. */
@@ -97,7 +94,7 @@ export class Store {
 
   /** One atomic update of the first matching document, at write concern `w`; resolves whether one matched. */
   async updateOne(filter: Document, update: Document, call: ResolvedCallOptions, w: ResolvedCallOptions['w'] = call.w, arrayFilters?: Document[]): Promise<boolean> {
-    const result = await withDeadline('updateOne', call.timeout, () =>
+    const result = await this.send('updateOne', call, () =>
       this.collection.updateOne(filter, update as UpdateFilter<Document>, { maxTimeMS: call.timeout, ...writeOptions(call, w), ...(arrayFilters ? { arrayFilters } : {}) }),
     );
     return result.matchedCount > 0;
@@ -136,7 +133,7 @@ export class Store {
 
   /** The `_id`s of the first two documents `filter` matches, read on the primary: enough to tell none, one or several. */
   async idsMatching(filter: Document, call: ResolvedCallOptions): Promise<unknown[]> {
-    const docs = await withDeadline('find', call.timeout, () =>
+    const docs = await this.send('find', call, () =>
       this.collection.find(filter, { projection: { _id: 1 }, limit: 2, maxTimeMS: call.timeout, readPreference: 'primary' }).toArray(),
     );
     return docs.map((doc) => doc._id);
@@ -152,11 +149,33 @@ export class Store {
     return withShardKey(projection, this.#shardKey);
   }
 
-  /** Runs `operation` within the call's deadline and notes when it left and when its reply arrived. */
-  protected async timed<T>(name: string, call: ResolvedCallOptions, operation: () => Promise<T>): Promise<Timed<T>> {
-    const sentAt = this.localNow();
-    const value = await withDeadline(name, call.timeout, operation);
-    return { value, sentAt, arrivedAt: this.localNow() };
+  /**
+   * Runs `operation` in a slot of the client's lock commands ({@link CommandGate}), within the
+   * call's deadline (counted from when it asked for the slot), and notes when it left the queue
+   * and when its reply arrived.
+   */
+  protected timed<T>(name: string, call: ResolvedCallOptions, operation: () => Promise<T>): Promise<Timed<T>> {
+    let sentAt = 0;
+    return this.gate
+      .send(name, call.timeout, call.priority, () => {
+        sentAt = this.localNow();
+        return operation();
+      })
+      .then((value) => ({ value, sentAt, arrivedAt: this.localNow() }));
+  }
+
+  /** Runs `operation` in a slot of the client's lock commands, within the call's deadline (see {@link timed}). */
+  protected send<T>(name: string, call: ResolvedCallOptions, operation: () => Promise<T>): Promise<T> {
+    return this.gate.send(name, call.timeout, call.priority, operation);
+  }
+
+  /**
+   * Runs `then` once a slot of the client's lock commands is free, within the call's deadline:
+   * what it computes before the first command it sends (a time stamp) is computed as that command
+   * leaves the queue, never while it waits ({@link CommandGate.admitted}).
+   */
+  admitted<T>(call: ResolvedCallOptions, then: () => Promise<T>): Promise<T> {
+    return this.gate.admitted(call.timeout, call.priority, then);
   }
 }
 
@@ -173,74 +192,4 @@ export function writeConcern(call: ResolvedCallOptions, w: ResolvedCallOptions['
 export function writeOptions(call: ResolvedCallOptions, w: ResolvedCallOptions['w'] = call.w): { writeConcern?: WriteConcernSettings; session?: ClientSession } {
   if (!call.session) return { writeConcern: writeConcern(call, w) };
   return inTransaction(call) ? { session: call.session } : { writeConcern: writeConcern(call, w), session: call.session };
-}
-
-/** A command in flight: when its deadline passes, and how to fail it then. */
-interface Watched {
-  readonly endsAt: number;
-  readonly expire: () => void;
-}
-
-/**
- * One timer for every command in flight, instead of one per command: it fires at the earliest
- * deadline, fails the commands whose deadline passed, and waits for the next one. Commands
- * usually share one `timeout`, so a new command's deadline is rarely earlier than the armed one.
- */
-class DeadlineWatch {
-  private readonly watched = new Set<Watched>();
-  private timer: NodeJS.Timeout | undefined;
-  private armedFor = Infinity;
-
-  add(entry: Watched): void {
-    this.watched.add(entry);
-    if (entry.endsAt < this.armedFor) this.arm(entry.endsAt);
-  }
-
-  delete(entry: Watched): void {
-    this.watched.delete(entry);
-  }
-
-  private arm(at: number): void {
-    clearTimeout(this.timer);
-    this.armedFor = at;
-    this.timer = setTimeout(() => this.fire(), Math.max(0, at - performance.now()));
-    this.timer.unref(); // a command in flight keeps its own socket, and so the process, alive
-  }
-
-  private fire(): void {
-    this.armedFor = Infinity;
-    const now = performance.now();
-    let next = Infinity;
-    for (const entry of this.watched) {
-      if (entry.endsAt <= now) {
-        this.watched.delete(entry);
-        entry.expire();
-      } else if (entry.endsAt < next) next = entry.endsAt;
-    }
-    if (next < Infinity) this.arm(next);
-  }
-}
-
-const deadlines = new DeadlineWatch();
-
-/**
- * Runs `operation` and settles within `ms`: the driver's promise keeps running if the deadline
- * passes first, but its late outcome is observed (no unhandled rejection) and dropped.
- */
-export function withDeadline<T>(name: string, ms: number, operation: () => Promise<T>): Promise<T> {
-  const pending = operation();
-  return new Promise<T>((resolve, reject) => {
-    const entry: Watched = { endsAt: performance.now() + ms, expire: () => reject(new DeadlineExceededError(name, ms)) };
-    deadlines.add(entry);
-    pending.then(
-      (value) => {
-        deadlines.delete(entry);
-        resolve(value);
-      },
-      (error: unknown) => {
-        deadlines.delete(entry);
-        reject(error);
-      },
-    );
-  });
 }

@@ -1,3 +1,4 @@
+import { UnsentCommandError } from './deadlines';
 import { lockError, type BoomLike } from '../common/errors';
 
 /**
@@ -14,13 +15,15 @@ import { lockError, type BoomLike } from '../common/errors';
  * - `not-sent`: the driver refused it before sending (an invalid argument, a value BSON cannot
  *   serialize).
  * - `closed`: the client was closed before the call (`MongoNotConnectedError`): nothing was sent.
+ * - `unsent`: its deadline passed while it waited for one of its client's lock command slots
+ *   ({@link UnsentCommandError}): it was never handed to the driver, so nothing can land.
  * - `unknown`: a network error, a lost or late reply (the client-side deadline), a write concern
  *   error (the write was applied but not confirmed as asked), an error that may come from the
  *   driver's retry of a write whose first reply was lost, or a client closed while the command
  *   awaited its reply or its retry (`MongoClientClosedError`, `MongoTopologyClosedError`,
  *   `MongoPoolClosedError`: the server may have applied the first attempt).
  */
-export type WriteFailure = 'refused' | 'not-sent' | 'closed' | 'unknown';
+export type WriteFailure = 'refused' | 'not-sent' | 'closed' | 'unsent' | 'unknown';
 
 /** Driver errors thrown before a command is sent. */
 const NOT_SENT = new Set(['MongoInvalidArgumentError', 'MongoAPIError', 'MongoParseError', 'MongoCompatibilityError', 'MongoMissingDependencyError', 'BSONError', 'BSONVersionError']);
@@ -47,6 +50,7 @@ const REFUSED_CODES = new Set([2, 9, 14, 15, 16, 22, 28, 30, 40, 52, 53, 54, 55,
 /** Classifies a failed write (see {@link WriteFailure}). */
 export function classifyWriteFailure(error: unknown): WriteFailure {
   if (!(error instanceof Error)) return 'unknown';
+  if (error instanceof UnsentCommandError) return 'unsent';
   if (NOT_SENT.has(error.name) || error instanceof TypeError || error instanceof RangeError) return 'not-sent';
   if (CLOSED.has(error.name)) return 'closed';
   if (error.name !== 'MongoServerError') return 'unknown';
@@ -70,6 +74,8 @@ export function describeWriteFailure(failure: WriteFailure, what: string): strin
       return `the driver refused the command before sending it: nothing was written`;
     case 'closed':
       return `the MongoDB client is closed: nothing was sent`;
+    case 'unsent':
+      return `it was never sent: nothing was written`;
     case 'unknown':
       return `the ${what} may have been written`;
   }

@@ -13,7 +13,7 @@ export class ResourceStore extends Store {
   /** Sends {@link createResourceOperation} (an upsert); resolves whether it created the document. */
   async ensureResource(operation: LockOperation, call: ResolvedCallOptions): Promise<boolean> {
     try {
-      const result = await withDeadline('updateOne', call.timeout, () =>
+      const result = await this.send('updateOne', call, () =>
         this.collection.updateOne(operation.filter, operation.update as UpdateFilter<Document>, { upsert: true, maxTimeMS: call.timeout, writeConcern: writeConcern(call) }),
       );
       return result.upsertedCount > 0;
@@ -44,7 +44,7 @@ export class ResourceStore extends Store {
 
   /** Every document matching `filter`, with the server's clock at the time of the read, on the primary. */
   async readAll(filter: Document, call: ResolvedCallOptions): Promise<{ docs: Document[]; serverNow: Date | undefined }> {
-    const docs = await withDeadline('aggregate', call.timeout, () =>
+    const docs = await this.send('aggregate', call, () =>
       this.collection
         .aggregate([{ $match: filter }, { $addFields: { [SERVER_NOW]: '$$NOW' } }], { maxTimeMS: call.timeout, readPreference: 'primary' })
         .toArray(),
@@ -55,7 +55,7 @@ export class ResourceStore extends Store {
 
   /** One atomic update of the document matching `filter`, resolving it as it was before (or null). */
   async updateReturningBefore(operation: LockOperation, call: ResolvedCallOptions): Promise<Document | null> {
-    return withDeadline('findOneAndUpdate', call.timeout, () =>
+    return this.send('findOneAndUpdate', call, () =>
       this.collection.findOneAndUpdate(operation.filter, operation.update as UpdateFilter<Document>, {
         returnDocument: 'before',
         maxTimeMS: call.timeout,
@@ -66,7 +66,7 @@ export class ResourceStore extends Store {
 
   /** Sends `operation` as an `updateMany`; resolves how many documents changed. */
   async updateMany(operation: LockOperation, call: ResolvedCallOptions): Promise<number> {
-    const result = await withDeadline('updateMany', call.timeout, () =>
+    const result = await this.send('updateMany', call, () =>
       this.collection.updateMany(operation.filter, operation.update as UpdateFilter<Document>, { maxTimeMS: call.timeout, writeConcern: writeConcern(call) }),
     );
     return result.modifiedCount;
@@ -74,7 +74,7 @@ export class ResourceStore extends Store {
 
   /** Deletes every matching document; resolves how many. */
   async deleteMany(filter: Document, call: ResolvedCallOptions): Promise<number> {
-    const result = await withDeadline('deleteMany', call.timeout, () =>
+    const result = await this.send('deleteMany', call, () =>
       this.collection.deleteMany(filter, { maxTimeMS: call.timeout, writeConcern: writeConcern(call) }),
     );
     return result.deletedCount;

@@ -1,0 +1,233 @@
+import type { Collection, Document } from 'mongodb';
+import type { CommandPriority } from '../common/options';
+import { DeadlineExceededError, deadlines, UnsentCommandError, type Watched } from './deadlines';
+
+/** A command waiting for a slot. */
+interface Queued extends Watched {
+  /** Sends it, in the slot it was given. */
+  readonly start: () => void;
+  /** Fails it, unsent (its deadline passed). */
+  readonly fail: () => void;
+  /** Set once it left the queue (started or expired): the queue skips it. */
+  gone: boolean;
+}
+
+/** A slot handed to the first command sent synchronously inside {@link CommandGate.admitted}; `expired`: none came in time. */
+interface Baton {
+  readonly startedAt: number;
+  readonly expired: boolean;
+}
+
+/** Queue index of each priority: releases first, then extensions, then attempts and reads. */
+const RANK: Readonly<Record<CommandPriority, number>> = { release: 0, extend: 1, attempt: 2 };
+
+/** The driver's `maxPoolSize` when the client's options do not say (its documented default). */
+const DRIVER_POOL_DEFAULT = 100;
+/** The cap with `maxPoolSize: 0` (no limit in the driver): what its default pool gets. */
+const UNLIMITED_POOL_CAP = capFor(DRIVER_POOL_DEFAULT);
+
+/**
+ * The most lock commands a client with `maxPoolSize` connections sends at once:
+ * `max(1, min(maxPoolSize - 4, floor(maxPoolSize * 3 / 4)))` (75 of the default 100; 6 of 10; 1
+ * below 6). The rest of the pool stays free for what does not queue here: each open change feed
+ * holds a connection for its `getMore` (lib/waiting/change-feed.ts, one per namespace and field),
+ * and the application's own commands share the client. A quarter, and at least 4, leaves a stream's
+ * `getMore` a connection even when every lock command slot is taken, so that the wake-ups it carries
+ * are not queued behind the attempts they would spare. With `maxPoolSize: 0` (no limit in the
+ * driver) the cap is the default pool's, 75: more at once only lengthens the server's own queue.
+ */
+export function capFor(maxPoolSize: number): number {
+  if (maxPoolSize === 0) return UNLIMITED_POOL_CAP;
+  return Math.max(1, Math.min(maxPoolSize - 4, Math.floor((maxPoolSize * 3) / 4)));
+}
+
+/**
+ * Caps a client's lock commands in flight ({@link capFor}): past the cap, a command waits here, not
+ * in the driver's connection pool, so that what depends on when it is sent is decided when it
+ * leaves: its time stamp ({@link admitted}) and its `sentAt`. Releases (commits among them) leave
+ * first, then extensions, then acquisition attempts and reads, first come first served within a
+ * class. Time queued counts within the call's `timeout`: a command whose deadline passes here is
+ * never sent, and fails with an {@link UnsentCommandError}. A slot is freed when the command's
+ * caller is answered (the reply, or its client-side deadline). Below the cap a command costs a
+ * counter; only a queued one is watched for its deadline (on the one shared timer).
+ */
+export class CommandGate {
+  #inFlight = 0;
+  readonly #queues: Queued[][] = [[], [], []];
+  readonly #heads = [0, 0, 0];
+  #queued = 0;
+  #baton: Baton | undefined;
+
+  constructor(readonly cap: number) {}
+
+  /** Lock commands in flight now (sent, or admitted and about to be). */
+  get inFlight(): number {
+    return this.#inFlight;
+  }
+
+  /** Lock commands waiting for a slot now. */
+  get waiting(): number {
+    return this.#queued;
+  }
+
+  /**
+   * Sends `operation` once a slot is free (at once below the cap), within `timeout` ms counted from
+   * now; rejects with an {@link UnsentCommandError} when that passes first without sending it.
+   */
+  send<T>(name: string, timeout: number, priority: CommandPriority | undefined, operation: () => Promise<T>): Promise<T> {
+    const baton = this.#baton;
+    if (baton) {
+      this.#baton = undefined;
+      return baton.expired ? Promise.reject(new UnsentCommandError(name, timeout)) : this.#run(name, timeout, baton.startedAt, operation);
+    }
+    const startedAt = performance.now();
+    if (this.#inFlight < this.cap) {
+      this.#inFlight++;
+      return this.#run(name, timeout, startedAt, operation);
+    }
+    return new Promise<T>((resolve, reject) => {
+      this.#enqueue(priority, startedAt + timeout, () => void this.#run(name, timeout, startedAt, operation).then(resolve, reject), () => reject(new UnsentCommandError(name, timeout)));
+    });
+  }
+
+  /**
+   * Waits for a slot (within `timeout` ms from now), then runs `then` in it: the first command
+   * `then` sends synchronously (before its first `await`) takes the slot, so that what `then`
+   * computes first (a time stamp) is computed when the command leaves the queue. A slot `then`
+   * leaves unused is freed when it returns. When the deadline passes in the queue, `then` still
+   * runs, and its first command fails at once with an {@link UnsentCommandError}, never sent.
+   */
+  admitted<T>(timeout: number, priority: CommandPriority | undefined, then: () => Promise<T>): Promise<T> {
+    const startedAt = performance.now();
+    if (this.#inFlight < this.cap) {
+      this.#inFlight++;
+      return this.#handOver({ startedAt, expired: false }, then);
+    }
+    return new Promise<T>((resolve, reject) => {
+      const admit = (expired: boolean) => () => void this.#handOver({ startedAt, expired }, then).then(resolve, reject);
+      this.#enqueue(priority, startedAt + timeout, admit(false), admit(true));
+    });
+  }
+
+  /** Runs `then` with `baton` for its first command; frees a live slot it did not use. */
+  #handOver<T>(baton: Baton, then: () => Promise<T>): Promise<T> {
+    this.#baton = baton;
+    try {
+      return then();
+    } catch (error) {
+      return Promise.reject(error);
+    } finally {
+      if (this.#baton === baton) {
+        this.#baton = undefined;
+        if (!baton.expired) this.#free();
+      }
+    }
+  }
+
+  /**
+   * Sends `operation` in a slot it holds, within what is left of `timeout` since `startedAt` (never
+   * once that passed); frees the slot when its caller is answered: by the reply, or by the
+   * client-side deadline (the driver's late outcome is then observed and dropped).
+   */
+  #run<T>(name: string, timeout: number, startedAt: number, operation: () => Promise<T>): Promise<T> {
+    const endsAt = startedAt + timeout;
+    if (performance.now() >= endsAt) {
+      this.#free();
+      return Promise.reject(new UnsentCommandError(name, timeout));
+    }
+    let pending: Promise<T>;
+    try {
+      pending = operation();
+    } catch (error) {
+      this.#free();
+      return Promise.reject(error);
+    }
+    return new Promise<T>((resolve, reject) => {
+      let answered = false;
+      const answer = (): boolean => {
+        if (answered) return false;
+        answered = true;
+        this.#free();
+        return true;
+      };
+      const entry: Watched = { endsAt, expire: () => answer() && reject(new DeadlineExceededError(name, timeout)) };
+      deadlines.add(entry);
+      pending.then(
+        (value) => {
+          deadlines.delete(entry);
+          if (answer()) resolve(value);
+        },
+        (error: unknown) => {
+          deadlines.delete(entry);
+          if (answer()) reject(error);
+        },
+      );
+    });
+  }
+
+  #enqueue(priority: CommandPriority | undefined, endsAt: number, start: () => void, fail: () => void): void {
+    const entry: Queued = {
+      endsAt,
+      start,
+      fail,
+      gone: false,
+      expire: () => {
+        if (entry.gone) return;
+        entry.gone = true;
+        this.#queued--;
+        fail();
+      },
+    };
+    this.#queues[RANK[priority ?? 'attempt']]!.push(entry);
+    this.#queued++;
+    deadlines.add(entry);
+  }
+
+  /** A slot was freed: the first queued command of the best class takes it (one whose deadline passed fails instead, unsent), or it is returned. */
+  #free(): void {
+    for (let next = this.#next(); next; next = this.#next()) {
+      next.gone = true;
+      this.#queued--;
+      deadlines.delete(next);
+      if (performance.now() < next.endsAt) return next.start();
+      next.fail();
+    }
+    this.#inFlight--;
+  }
+
+  /** The first live entry of the best class, or undefined. */
+  #next(): Queued | undefined {
+    if (this.#queued === 0) return undefined;
+    for (let rank = 0; rank < this.#queues.length; rank++) {
+      const queue = this.#queues[rank]!;
+      let head = this.#heads[rank]!;
+      while (head < queue.length && queue[head]!.gone) head++;
+      if (head === queue.length) {
+        queue.length = 0;
+        this.#heads[rank] = 0;
+        continue;
+      }
+      const entry = queue[head]!;
+      this.#heads[rank] = head + 1;
+      if (head + 1 > 1_024 && head * 2 > queue.length) {
+        queue.splice(0, head + 1);
+        this.#heads[rank] = 0;
+      }
+      return entry;
+    }
+    return undefined;
+  }
+}
+
+const gates = new WeakMap<object, CommandGate>();
+
+/** The gate of `collection`'s driver client (one per client, as the change feeds are), its cap from the client's `maxPoolSize`. */
+export function commandGateOf(collection: Collection<Document>): CommandGate {
+  const client: object = (collection as unknown as { db?: { client?: object } }).db?.client ?? collection;
+  let gate = gates.get(client);
+  if (!gate) {
+    const maxPoolSize = (client as { options?: { maxPoolSize?: unknown } }).options?.maxPoolSize;
+    gates.set(client, (gate = new CommandGate(capFor(typeof maxPoolSize === 'number' ? maxPoolSize : DRIVER_POOL_DEFAULT))));
+  }
+  return gate;
+}

@@ -1,0 +1,186 @@
+/**
+ * A client's lock commands wait in its own queue, not in the driver's connection pool: at most
+ * the cap is in flight, releases and extensions leave before attempts, time queued counts within
+ * `timeout` (a command past its deadline is never sent), and a stamp is taken as its command leaves.
+ */
+import { expect } from 'chai';
+import type { Collection, CommandStartedEvent, Document, MongoClient } from 'mongodb';
+import { resourceLocks, writeLock } from '../../lib';
+import { capFor, commandGateOf } from '../../lib/engine/command-gate';
+import { delayedCollection } from '../../stress/delayed-collection';
+import { freshCollection, newClient, rejectionOf, sleep } from '../support/fixture';
+import { gate } from '../support/lock-commands';
+
+/** Lock commands (not a change stream's) a client sent on `name`, in the order they started; `inFlight` at most at once. */
+function watchLockCommands(client: MongoClient, name: string): { started: CommandStartedEvent[]; maxInFlight: () => number } {
+  const started: CommandStartedEvent[] = [];
+  const open = new Set<number>();
+  let max = 0;
+  const ours = (event: CommandStartedEvent): boolean => event.command[event.commandName] === name && !JSON.stringify(event.command).includes('$changeStream');
+  client.on('commandStarted', (event) => {
+    if (!ours(event)) return;
+    started.push(event);
+    open.add(event.requestId);
+    max = Math.max(max, open.size);
+  });
+  const done = ({ requestId }: { requestId: number }): void => void open.delete(requestId);
+  client.on('commandSucceeded', done);
+  client.on('commandFailed', done);
+  return { started, maxInFlight: () => max };
+}
+
+/** The commands among `started` that name the document `_id: id`. */
+const naming = (started: readonly CommandStartedEvent[], id: string): string[] => started.filter((event) => JSON.stringify(event.command).includes(`"${id}"`)).map((event) => event.commandName);
+
+/** A client whose gate lets one lock command through at a time (`maxPoolSize` 5), and its lock collection. */
+async function oneAtATime(docs: Document[]): Promise<{ client: MongoClient; collection: Collection<Document> }> {
+  const client = await newClient({ maxPoolSize: 5, monitorCommands: true });
+  const shared = await freshCollection(docs);
+  const collection = client.db(shared.dbName).collection(shared.collectionName);
+  expect(commandGateOf(collection).cap).to.equal(1);
+  return { client, collection };
+}
+
+/**
+ * The same collection, with the request of the acquisition of `{ _id: 'blocker' }` held until
+ * `held` resolves: it holds its slot meanwhile. `holding` resolves once it does.
+ */
+function withBlocker(collection: Collection<Document>, held: Promise<void>): { slow: Collection<Document>; holding: Promise<void> } {
+  let holds!: () => void;
+  const holding = new Promise<void>((resolve) => (holds = resolve));
+  const slow = delayedCollection(collection, {
+    request: (method, _n, args) => {
+      if (method !== 'findOneAndUpdate' || !JSON.stringify(args[0]).includes('"blocker"')) return 0;
+      holds();
+      return held;
+    },
+  });
+  return { slow, holding };
+}
+
+/** Resolves once `collection`'s gate has `waiting` commands queued. */
+async function untilQueued(collection: Collection<Document>, waiting: number): Promise<void> {
+  const commandGate = commandGateOf(collection);
+  for (let i = 0; i < 1_000 && commandGate.waiting < waiting; i++) await sleep(5);
+  expect(commandGate.waiting).to.equal(waiting);
+}
+
+describe('the queue of a client\'s lock commands', () => {
+  it('caps a pool of n at max(1, min(n - 4, 3n/4)) lock commands, 75 for the default 100 and for an unlimited pool', () => {
+    expect([1, 4, 5, 8, 10, 100, 0].map(capFor)).to.deep.equal([1, 1, 1, 4, 6, 75, 75]);
+  });
+
+  it('with maxPoolSize 10, 300 using() bodies with a 2 s lease: never more than 6 lock commands in flight, and no acquisition\'s stamp is refused as late', async function () {
+    this.timeout(120_000);
+    const client = await newClient({ maxPoolSize: 10, monitorCommands: true });
+    const ids = Array.from({ length: 300 }, (_, i) => `job${i}`);
+    const shared = await freshCollection(ids.map((_id) => ({ _id })));
+    const collection = client.db(shared.dbName).collection(shared.collectionName);
+    const watched = watchLockCommands(client, collection.collectionName);
+    const jobs = writeLock({ collection, locktimeout: 2_000, changeStreams: false });
+    const outcomes = await Promise.all(
+      ids.map((_id) =>
+        jobs.using({ _id }, {}, async () => {
+          await sleep(1_000);
+          return 'held';
+        }).catch((error: Error & { subtype?: string }) => `${error.subtype ?? error.name}: ${error.message}`),
+      ),
+    );
+    const tally = outcomes.reduce<Record<string, number>>((counts, outcome) => ({ ...counts, [outcome.replace(/\d+/g, '#')]: (counts[outcome.replace(/\d+/g, '#')] ?? 0) + 1 }), {});
+    console.log(`      ${JSON.stringify(tally)}; at most ${watched.maxInFlight()} lock commands in flight`);
+    // On a loaded machine a lease can be lost, or a call time out in the queue; a stamp is never refused for the time it waited there.
+    expect(outcomes.filter((outcome) => /time stamp|too late/.test(outcome))).to.deep.equal([]);
+    expect(watched.maxInFlight()).to.be.within(1, 6);
+  });
+
+  it('sends a release, then an extension, before the attempts queued ahead of them', async function () {
+    this.timeout(30_000);
+    const { client, collection } = await oneAtATime(['blocker', 'rel', 'ext', 'a1', 'a2', 'a3'].map((_id) => ({ _id })));
+    const watched = watchLockCommands(client, collection.collectionName);
+    const held = gate();
+    const { slow, holding } = withBlocker(collection, held.promise);
+    const locks = writeLock({ collection: slow, locktimeout: 10_000, timeout: 20_000, changeStreams: false });
+    const releasing = await locks.acquire({ _id: 'rel' });
+    const extending = await locks.acquire({ _id: 'ext' });
+    const blocker = locks.acquire({ _id: 'blocker' });
+    await holding;
+    const attempts = ['a1', 'a2', 'a3'].map((_id) => locks.acquire({ _id }));
+    await untilQueued(collection, 3);
+    const released = releasing.release();
+    const extended = extending.extend(10_000);
+    await untilQueued(collection, 5);
+    const from = watched.started.length;
+    held.open();
+    await Promise.all([blocker, released, extended, ...attempts]);
+    const order = watched.started.slice(from).map((event) => ['rel', 'ext', 'a1', 'a2', 'a3', 'blocker'].find((id) => JSON.stringify(event.command).includes(`"${id}"`)));
+    expect(order).to.deep.equal(['blocker', 'rel', 'ext', 'a1', 'a2', 'a3']);
+  });
+
+  it('never sends a command whose deadline passed while it was queued: an acquisition fails with its timeout, a commit with applied: false', async function () {
+    this.timeout(30_000);
+    const { client, collection } = await oneAtATime([{ _id: 'blocker' }, { _id: 'late' }, { _id: 'acc', balance: 100 }, { _id: 'warm' }]);
+    const watched = watchLockCommands(client, collection.collectionName);
+    const held = gate();
+    const { slow, holding } = withBlocker(collection, held.promise);
+    const blocking = writeLock({ collection: slow, locktimeout: 10_000, timeout: 20_000, changeStreams: false });
+    const locks = writeLock({ collection: slow, locktimeout: 10_000, timeout: 1_000, changeStreams: false });
+    await (await blocking.acquire({ _id: 'warm' })).release(); // its deployment is known: the blocker's first command is its acquisition
+    const account = await locks.acquire({ _id: 'acc' });
+    const blocker = blocking.acquire({ _id: 'blocker' });
+    await holding;
+    const acquisition = rejectionOf(locks.acquire({ _id: 'late' }));
+    const committing = rejectionOf(account.release({ update: { $inc: { balance: -30 } } }));
+    await untilQueued(collection, 2);
+    const [acquireError, commitError] = await Promise.all([acquisition, committing]);
+    held.open();
+    await (await blocker).release();
+    await sleep(200); // a command sent late would have landed by now
+    expect({ subtype: acquireError.subtype, cause: (acquireError.cause as Error).name, lock: acquireError.lock }).to.deep.equal({ subtype: 'DbError', cause: 'DeadlineExceededError', lock: undefined });
+    expect(acquireError.message).to.match(/did not settle within 1000 ms .*never sent/);
+    expect(commitError.message).to.match(/not applied: it was never sent/);
+    expect({ subtype: commitError.subtype, applied: (commitError.data as { applied?: unknown }).applied }).to.deep.equal({ subtype: 'DbError', applied: false });
+    expect(naming(watched.started, 'late')).to.deep.equal([]);
+    expect(naming(watched.started, 'acc')).to.deep.equal(['findAndModify']); // its acquisition only
+    expect((await collection.findOne({ _id: 'acc' as never }))?.balance).to.equal(100);
+  });
+
+  it('queues resource locks\' commands in the same gate as document locks\' of their client', async function () {
+    this.timeout(30_000);
+    const { client, collection } = await oneAtATime([{ _id: 'blocker' }, { _id: 'warm' }]);
+    const resources = client.db(collection.dbName).collection(`${collection.collectionName}_resources`);
+    const watched = watchLockCommands(client, resources.collectionName);
+    const held = gate();
+    const { slow, holding } = withBlocker(collection, held.promise);
+    const locks = writeLock({ collection: slow, locktimeout: 10_000, timeout: 20_000, changeStreams: false });
+    await (await locks.acquire({ _id: 'warm' })).release();
+    const resourceLock = resourceLocks({ collection: resources, timeout: 1_000 });
+    await (await resourceLock.xlock('r', 'first')).release();
+    const sentBefore = watched.started.length;
+    const blocker = locks.acquire({ _id: 'blocker' });
+    await holding;
+    const error = await rejectionOf(resourceLock.xlock('r', 'second'));
+    const sentWhileBlocked = watched.started.length - sentBefore;
+    held.open();
+    await (await blocker).release();
+    expect({ subtype: error.subtype, cause: (error.cause as Error | undefined)?.name }).to.deep.equal({ subtype: 'DbError', cause: 'DeadlineExceededError' });
+    expect(sentWhileBlocked).to.equal(0);
+  });
+
+  it('stamps a write when it leaves the queue: one held 1.5 s behind another (beyond the stamp\'s tolerance) is not refused as late', async function () {
+    this.timeout(30_000);
+    const { client, collection } = await oneAtATime([{ _id: 'blocker' }, { _id: 'queued' }, { _id: 'warm' }]);
+    const watched = watchLockCommands(client, collection.collectionName);
+    const held = gate();
+    const { slow, holding } = withBlocker(collection, held.promise);
+    const locks = writeLock({ collection: slow, locktimeout: 10_000, timeout: 20_000, changeStreams: false });
+    await (await locks.acquire({ _id: 'warm' })).release(); // the clock's bounds and round trip are known: the tight tolerance applies
+    const blocker = locks.acquire({ _id: 'blocker' });
+    await holding;
+    const queued = locks.acquire({ _id: 'queued' });
+    await untilQueued(collection, 1);
+    await sleep(1_500);
+    held.open();
+    await Promise.all([blocker, queued]);
+    expect(naming(watched.started, 'queued')).to.deep.equal(['findAndModify']); // no refusal, no read to explain it, no second try
+  });
+});
