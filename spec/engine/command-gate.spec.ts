@@ -5,9 +5,10 @@
  */
 import { expect } from 'chai';
 import type { Collection, CommandStartedEvent, Document, MongoClient } from 'mongodb';
-import { resourceLocks, writeLock } from '../../lib';
+import { multiLock, resourceLocks, writeLock } from '../../lib';
 import { capFor, commandGateOf } from '../../lib/engine/command-gate';
 import { delayedCollection } from '../../stress/delayed-collection';
+import { simulatedCluster } from '../../stress/simulated-cluster';
 import { freshCollection, newClient, rejectionOf, sleep } from '../support/fixture';
 import { gate } from '../support/lock-commands';
 
@@ -181,5 +182,34 @@ describe('the queue of a client\'s lock commands', () => {
     held.open();
     await Promise.all([blocker, queued]);
     expect(naming(watched.started, 'queued')).to.deep.equal(['findAndModify']); // no refusal, no read to explain it, no second try
+  });
+
+  it('settles every queued stamped write that fails before sending (5,000 queued when a sharded cluster\'s clocks show a skew beyond maxClockSkew), and frees the slot', async function () {
+    this.timeout(60_000);
+    const queued = 5_000;
+    const client = await newClient({ maxPoolSize: 5 });
+    const shared = await freshCollection([{ _id: 'doc' }]);
+    let ahead = 0;
+    const cluster = simulatedCluster(client.db(shared.dbName).collection(shared.collectionName), { routers: [{ offsetMs: () => ahead }] });
+    const held = gate();
+    // The read that will show the router 15 s ahead holds the only slot until `held` opens.
+    const slow = delayedCollection(cluster, { request: (method) => (method === 'aggregate' && ahead > 0 ? held.promise : 0) });
+    const commandGate = commandGateOf(slow);
+    expect(commandGate.cap).to.equal(1);
+    const locks = multiLock({ collection: slow, timeout: 30_000, maxClockSkew: 100, locktimeouts: { read: 10_000 }, lockRelationships: { read: { cooperative: [] } } });
+    await (await locks.acquire({ _id: 'doc' }, { tag: 'read' })).release(); // both clocks seen: no read before a stamp
+    ahead = 15_000;
+    const reading = locks.inspect({ _id: 'doc' }).then(() => 'resolved', (error: Error) => error.message);
+    for (let i = 0; i < 400 && commandGate.inFlight < 1; i++) await sleep(5);
+    let settled = 0;
+    const outcomes = Array.from({ length: queued }, () => locks.acquire({ _id: 'doc' }, { tag: 'read' }).then(() => 'acquired', (error: Error) => error.message).finally(() => settled++));
+    for (let i = 0; i < 2_000 && commandGate.waiting < queued; i++) await sleep(10);
+    expect(commandGate.waiting).to.equal(queued);
+    held.open();
+    expect(await reading).to.match(/clocks are at least \d+ ms apart/);
+    for (let i = 0; i < 200 && settled < queued; i++) await sleep(50);
+    // Each queued write is admitted, finds the skew before stamping, and sends nothing: each must fail at once, and its slot pass on.
+    expect({ settled, inFlight: commandGate.inFlight, waiting: commandGate.waiting }).to.deep.equal({ settled: queued, inFlight: 0, waiting: 0 });
+    expect(new Set((await Promise.all(outcomes)).map((outcome) => outcome.replace(/\d+ ms/, 'n ms').slice(0, 60)))).to.have.lengthOf(1);
   });
 });
