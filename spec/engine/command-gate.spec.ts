@@ -212,4 +212,26 @@ describe('the queue of a client\'s lock commands', () => {
     expect({ settled, inFlight: commandGate.inFlight, waiting: commandGate.waiting }).to.deep.equal({ settled: queued, inFlight: 0, waiting: 0 });
     expect(new Set((await Promise.all(outcomes)).map((outcome) => outcome.replace(/\d+ ms/, 'n ms').slice(0, 60)))).to.have.lengthOf(1);
   });
+
+  it('keeps a waiting acquisition waiting when its attempt was never sent (queued past its timeout): it acquires once the slot comes back, within its wait', async function () {
+    this.timeout(30_000);
+    const { client, collection } = await oneAtATime([{ _id: 'blocker' }, { _id: 'free' }, { _id: 'warm' }]);
+    const watched = watchLockCommands(client, collection.collectionName);
+    const held = gate();
+    const { slow, holding } = withBlocker(collection, held.promise);
+    const blocking = writeLock({ collection: slow, locktimeout: 10_000, timeout: 20_000, changeStreams: false });
+    const locks = writeLock({ collection: slow, locktimeout: 10_000, timeout: 1_000, changeStreams: false });
+    await (await blocking.acquire({ _id: 'warm' })).release();
+    const blocker = blocking.acquire({ _id: 'blocker' });
+    await holding;
+    const waiting = locks.acquire({ _id: 'free' }, { wait: 10_000 }).then((handle) => handle, (error: Error) => error);
+    await untilQueued(collection, 1);
+    await sleep(1_500); // its first attempt's 1 s passed in the queue: never sent, nothing written
+    held.open();
+    await (await blocker).release();
+    const outcome = await waiting;
+    // The document was free all along and 8.5 s of the wait are left: an attempt that was never sent is no reason to stop waiting.
+    expect(outcome instanceof Error ? outcome.message : 'acquired').to.equal('acquired');
+    expect(naming(watched.started, 'free')[0]).to.equal('findAndModify');
+  });
 });
