@@ -234,4 +234,25 @@ describe('the queue of a client\'s lock commands', () => {
     expect(outcome instanceof Error ? outcome.message : 'acquired').to.equal('acquired');
     expect(naming(watched.started, 'free')[0]).to.equal('findAndModify');
   });
+
+  it('sends a command that waited in the queue with what is left of its timeout as maxTimeMS: the server gives up when its caller does, and its slot is not freed while it still runs', async function () {
+    this.timeout(30_000);
+    const { client, collection } = await oneAtATime([{ _id: 'blocker' }, { _id: 'queued' }, { _id: 'warm' }]);
+    const watched = watchLockCommands(client, collection.collectionName);
+    const held = gate();
+    const { slow, holding } = withBlocker(collection, held.promise);
+    const blocking = writeLock({ collection: slow, locktimeout: 10_000, timeout: 20_000, changeStreams: false });
+    const locks = writeLock({ collection: slow, locktimeout: 10_000, timeout: 3_000, changeStreams: false });
+    await (await blocking.acquire({ _id: 'warm' })).release();
+    const blocker = blocking.acquire({ _id: 'blocker' });
+    await holding;
+    const queued = locks.acquire({ _id: 'queued' });
+    await untilQueued(collection, 1);
+    await sleep(1_500);
+    held.open();
+    await Promise.all([blocker.then((handle) => handle.release()), queued.then((handle) => handle.release())]);
+    const sent = watched.started.find((event) => JSON.stringify(event.command).includes('"queued"'));
+    // It waited at least 1.5 s of its 3 s: the server must not be told it has 3 s more (the caller's deadline frees the slot 1.5 s before that).
+    expect(sent?.command.maxTimeMS).to.be.at.most(1_500);
+  });
 });
