@@ -255,4 +255,29 @@ describe('the queue of a client\'s lock commands', () => {
     // It waited at least 1.5 s of its 3 s: the server must not be told it has 3 s more (the caller's deadline frees the slot 1.5 s before that).
     expect(sent?.command.maxTimeMS).to.be.at.most(1_500);
   });
+
+  it('sends a resource unlock(lockId), a release, before the attempts queued ahead of it', async function () {
+    this.timeout(30_000);
+    const { client, collection } = await oneAtATime([{ _id: 'blocker' }, { _id: 'warm' }]);
+    const resources = client.db(collection.dbName).collection(`${collection.collectionName}_resources`);
+    const watched = watchLockCommands(client, resources.collectionName);
+    const held = gate();
+    const { slow, holding } = withBlocker(collection, held.promise);
+    const locks = writeLock({ collection: slow, locktimeout: 10_000, timeout: 20_000, changeStreams: false });
+    await (await locks.acquire({ _id: 'warm' })).release();
+    const resourceLock = resourceLocks({ collection: resources, timeout: 20_000 });
+    await resourceLock.xlock('held', 'g1');
+    await (await resourceLock.xlock('other', 'g2')).release();
+    const blocker = locks.acquire({ _id: 'blocker' });
+    await holding;
+    const attempt = resourceLock.xlock('other', 'g3');
+    await untilQueued(collection, 1);
+    const unlocking = resourceLock.unlock('g1');
+    await untilQueued(collection, 2);
+    const from = watched.started.length;
+    held.open();
+    await Promise.all([blocker, attempt, unlocking]);
+    const order = watched.started.slice(from).map((event) => (JSON.stringify(event.command).includes('"g1"') ? 'unlock' : 'attempt'));
+    expect(order[0]).to.equal('unlock');
+  });
 });
