@@ -256,28 +256,34 @@ describe('the queue of a client\'s lock commands', () => {
     expect(sent?.command.maxTimeMS).to.be.at.most(1_500);
   });
 
-  it('sends a resource unlock(lockId), a release, before the attempts queued ahead of it', async function () {
-    this.timeout(30_000);
-    const { client, collection } = await oneAtATime([{ _id: 'blocker' }, { _id: 'warm' }]);
-    const resources = client.db(collection.dbName).collection(`${collection.collectionName}_resources`);
-    const watched = watchLockCommands(client, resources.collectionName);
-    const held = gate();
-    const { slow, holding } = withBlocker(collection, held.promise);
-    const locks = writeLock({ collection: slow, locktimeout: 10_000, timeout: 20_000, changeStreams: false });
-    await (await locks.acquire({ _id: 'warm' })).release();
-    const resourceLock = resourceLocks({ collection: resources, timeout: 20_000 });
-    await resourceLock.xlock('held', 'g1');
-    await (await resourceLock.xlock('other', 'g2')).release();
-    const blocker = locks.acquire({ _id: 'blocker' });
-    await holding;
-    const attempt = resourceLock.xlock('other', 'g3');
-    await untilQueued(collection, 1);
-    const unlocking = resourceLock.unlock('g1');
-    await untilQueued(collection, 2);
-    const from = watched.started.length;
-    held.open();
-    await Promise.all([blocker, attempt, unlocking]);
-    const order = watched.started.slice(from).map((event) => (JSON.stringify(event.command).includes('"g1"') ? 'unlock' : 'attempt'));
-    expect(order[0]).to.equal('unlock');
-  });
+  const GROUP_CALLS = [
+    { name: 'unlock(lockId), a release', call: (locks: ReturnType<typeof resourceLocks>) => locks.unlock('g1') },
+    { name: 'renew(lockId), an extension', call: (locks: ReturnType<typeof resourceLocks>) => locks.renew('g1', 10_000) },
+  ];
+  for (const { name, call } of GROUP_CALLS) {
+    it(`sends a resource ${name}, before the attempts queued ahead of it`, async function () {
+      this.timeout(30_000);
+      const { client, collection } = await oneAtATime([{ _id: 'blocker' }, { _id: 'warm' }]);
+      const resources = client.db(collection.dbName).collection(`${collection.collectionName}_resources`);
+      const watched = watchLockCommands(client, resources.collectionName);
+      const held = gate();
+      const { slow, holding } = withBlocker(collection, held.promise);
+      const locks = writeLock({ collection: slow, locktimeout: 10_000, timeout: 20_000, changeStreams: false });
+      await (await locks.acquire({ _id: 'warm' })).release();
+      const resourceLock = resourceLocks({ collection: resources, timeout: 20_000 });
+      await resourceLock.xlock('held', 'g1');
+      await (await resourceLock.xlock('other', 'g2')).release();
+      const blocker = locks.acquire({ _id: 'blocker' });
+      await holding;
+      const attempt = resourceLock.xlock('other', 'g3');
+      await untilQueued(collection, 1);
+      const grouped = call(resourceLock);
+      await untilQueued(collection, 2);
+      const from = watched.started.length;
+      held.open();
+      await Promise.all([blocker, attempt, grouped]);
+      const order = watched.started.slice(from).map((event) => (JSON.stringify(event.command).includes('"g3"') ? 'attempt' : 'group'));
+      expect(order[0]).to.equal('group');
+    });
+  }
 });
