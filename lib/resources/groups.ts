@@ -74,7 +74,8 @@ export async function unlock(site: ResourceSite, lockId: unknown): Promise<LockS
 export async function renew(site: ResourceSite, lockId: unknown, ttl: unknown): Promise<LockStatus[]> {
   const group = expectLockId('lockId', lockId);
   const lease = expectMs('ttl', ttl);
-  const call = site.defaults;
+  // An extension: its read of the group leaves the client's queue of lock commands with extensions, before attempts.
+  const call = withPriority(site.defaults, 'extend');
   const { docs, serverNow } = await withDbErrors(call.boom, () => site.store.readAll(groupFilter(site, group), call));
   const held = docs.flatMap((doc) =>
     RESOURCE_TAGS.flatMap((tag) =>
