@@ -57,6 +57,9 @@ export class CommandGate {
   readonly #heads = [0, 0, 0];
   #queued = 0;
   #baton: Baton | undefined;
+  /** Slots freed and not yet passed on, while {@link free} passes one on. */
+  #frees = 0;
+  #freeing = false;
 
   constructor(readonly cap: number) {}
 
@@ -183,8 +186,24 @@ export class CommandGate {
     deadlines.add(entry);
   }
 
-  /** A slot was freed: the first queued command of the best class takes it (one whose deadline passed fails instead, unsent), or it is returned. */
+  /**
+   * A slot was freed: passed on ({@link passOn}). A slot freed while one is being passed on (an
+   * admitted `then` that sent nothing, a write that failed before sending) is passed on by the same
+   * loop, never by a nested call: a queue of thousands such would otherwise overflow the stack.
+   */
   #free(): void {
+    this.#frees++;
+    if (this.#freeing) return;
+    this.#freeing = true;
+    try {
+      for (; this.#frees > 0; this.#frees--) this.#passOn();
+    } finally {
+      this.#freeing = false;
+    }
+  }
+
+  /** The first queued command of the best class takes a freed slot (one whose deadline passed fails instead, unsent), or it is returned. */
+  #passOn(): void {
     for (let next = this.#next(); next; next = this.#next()) {
       next.gone = true;
       this.#queued--;

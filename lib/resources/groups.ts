@@ -1,7 +1,7 @@
 import type { Document } from 'mongodb';
 import { isLockError, lockError, withDbErrors, type BoomLike } from '../common/errors';
 import { classifyWriteFailure, describeWriteFailure } from '../engine/write-failures';
-import { type ResolvedCallOptions } from '../common/options';
+import { withPriority, type ResolvedCallOptions } from '../common/options';
 import { expectFunction, expectMs } from '../common/validation';
 import type { LockEngine } from '../engine/lock-engine';
 import { extensionOf, Handle, type LockData } from '../locks/lock-handle';
@@ -54,7 +54,8 @@ export async function createIndexes(site: ResourceSite): Promise<string[]> {
 /** Unlocks every lock of `lockId` (a lock group); resolves those that were live (an expired one had ended already), newest first. */
 export async function unlock(site: ResourceSite, lockId: unknown): Promise<LockStatus[]> {
   const group = expectLockId('lockId', lockId);
-  const call = site.defaults;
+  // A release: its commands leave the client's queue of lock commands with releases, before attempts.
+  const call = withPriority(site.defaults, 'release');
   const { docs, serverNow } = await withDbErrors(call.boom, () => site.store.readAll(groupFilter(site, group), call));
   const now = serverNow?.getTime() ?? site.clock.lower();
   const released = await Promise.all(
@@ -73,7 +74,8 @@ export async function unlock(site: ResourceSite, lockId: unknown): Promise<LockS
 export async function renew(site: ResourceSite, lockId: unknown, ttl: unknown): Promise<LockStatus[]> {
   const group = expectLockId('lockId', lockId);
   const lease = expectMs('ttl', ttl);
-  const call = site.defaults;
+  // An extension: its read of the group leaves the client's queue of lock commands with extensions, before attempts.
+  const call = withPriority(site.defaults, 'extend');
   const { docs, serverNow } = await withDbErrors(call.boom, () => site.store.readAll(groupFilter(site, group), call));
   const held = docs.flatMap((doc) =>
     RESOURCE_TAGS.flatMap((tag) =>

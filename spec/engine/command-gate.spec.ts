@@ -5,9 +5,10 @@
  */
 import { expect } from 'chai';
 import type { Collection, CommandStartedEvent, Document, MongoClient } from 'mongodb';
-import { resourceLocks, writeLock } from '../../lib';
+import { multiLock, resourceLocks, writeLock } from '../../lib';
 import { capFor, commandGateOf } from '../../lib/engine/command-gate';
 import { delayedCollection } from '../../stress/delayed-collection';
+import { simulatedCluster } from '../../stress/simulated-cluster';
 import { freshCollection, newClient, rejectionOf, sleep } from '../support/fixture';
 import { gate } from '../support/lock-commands';
 
@@ -183,4 +184,107 @@ describe('the queue of a client\'s lock commands', () => {
     await Promise.all([blocker, queued]);
     expect(naming(watched.started, 'queued')).to.deep.equal(['findAndModify']); // no refusal, no read to explain it, no second try
   });
+
+  it('settles every queued stamped write that fails before sending (5,000 queued when a sharded cluster\'s clocks show a skew beyond maxClockSkew), and frees the slot', async function () {
+    this.timeout(60_000);
+    const queued = 5_000;
+    const client = await newClient({ maxPoolSize: 5 });
+    const shared = await freshCollection([{ _id: 'doc' }]);
+    let ahead = 0;
+    const cluster = simulatedCluster(client.db(shared.dbName).collection(shared.collectionName), { routers: [{ offsetMs: () => ahead }] });
+    const held = gate();
+    // The read that will show the router 15 s ahead holds the only slot until `held` opens.
+    const slow = delayedCollection(cluster, { request: (method) => (method === 'aggregate' && ahead > 0 ? held.promise : 0) });
+    const commandGate = commandGateOf(slow);
+    expect(commandGate.cap).to.equal(1);
+    const locks = multiLock({ collection: slow, timeout: 30_000, maxClockSkew: 100, locktimeouts: { read: 10_000 }, lockRelationships: { read: { cooperative: [] } } });
+    await (await locks.acquire({ _id: 'doc' }, { tag: 'read' })).release(); // both clocks seen: no read before a stamp
+    ahead = 15_000;
+    const reading = locks.inspect({ _id: 'doc' }).then(() => 'resolved', (error: Error) => error.message);
+    for (let i = 0; i < 400 && commandGate.inFlight < 1; i++) await sleep(5);
+    let settled = 0;
+    const outcomes = Array.from({ length: queued }, () => locks.acquire({ _id: 'doc' }, { tag: 'read' }).then(() => 'acquired', (error: Error) => error.message).finally(() => settled++));
+    for (let i = 0; i < 2_000 && commandGate.waiting < queued; i++) await sleep(10);
+    expect(commandGate.waiting).to.equal(queued);
+    held.open();
+    expect(await reading).to.match(/clocks are at least \d+ ms apart/);
+    for (let i = 0; i < 200 && settled < queued; i++) await sleep(50);
+    // Each queued write is admitted, finds the skew before stamping, and sends nothing: each must fail at once, and its slot pass on.
+    expect({ settled, inFlight: commandGate.inFlight, waiting: commandGate.waiting }).to.deep.equal({ settled: queued, inFlight: 0, waiting: 0 });
+    expect(new Set((await Promise.all(outcomes)).map((outcome) => outcome.replace(/\d+ ms/, 'n ms').slice(0, 60)))).to.have.lengthOf(1);
+  });
+
+  it('keeps a waiting acquisition waiting when its attempt was never sent (queued past its timeout): it acquires once the slot comes back, within its wait', async function () {
+    this.timeout(30_000);
+    const { client, collection } = await oneAtATime([{ _id: 'blocker' }, { _id: 'free' }, { _id: 'warm' }]);
+    const watched = watchLockCommands(client, collection.collectionName);
+    const held = gate();
+    const { slow, holding } = withBlocker(collection, held.promise);
+    const blocking = writeLock({ collection: slow, locktimeout: 10_000, timeout: 20_000, changeStreams: false });
+    const locks = writeLock({ collection: slow, locktimeout: 10_000, timeout: 1_000, changeStreams: false });
+    await (await blocking.acquire({ _id: 'warm' })).release();
+    const blocker = blocking.acquire({ _id: 'blocker' });
+    await holding;
+    const waiting = locks.acquire({ _id: 'free' }, { wait: 10_000 }).then((handle) => handle, (error: Error) => error);
+    await untilQueued(collection, 1);
+    await sleep(1_500); // its first attempt's 1 s passed in the queue: never sent, nothing written
+    held.open();
+    await (await blocker).release();
+    const outcome = await waiting;
+    // The document was free all along and 8.5 s of the wait are left: an attempt that was never sent is no reason to stop waiting.
+    expect(outcome instanceof Error ? outcome.message : 'acquired').to.equal('acquired');
+    expect(naming(watched.started, 'free')[0]).to.equal('findAndModify');
+  });
+
+  it('sends a command that waited in the queue with what is left of its timeout as maxTimeMS: the server gives up when its caller does, and its slot is not freed while it still runs', async function () {
+    this.timeout(30_000);
+    const { client, collection } = await oneAtATime([{ _id: 'blocker' }, { _id: 'queued' }, { _id: 'warm' }]);
+    const watched = watchLockCommands(client, collection.collectionName);
+    const held = gate();
+    const { slow, holding } = withBlocker(collection, held.promise);
+    const blocking = writeLock({ collection: slow, locktimeout: 10_000, timeout: 20_000, changeStreams: false });
+    const locks = writeLock({ collection: slow, locktimeout: 10_000, timeout: 3_000, changeStreams: false });
+    await (await blocking.acquire({ _id: 'warm' })).release();
+    const blocker = blocking.acquire({ _id: 'blocker' });
+    await holding;
+    const queued = locks.acquire({ _id: 'queued' });
+    await untilQueued(collection, 1);
+    await sleep(1_500);
+    held.open();
+    await Promise.all([blocker.then((handle) => handle.release()), queued.then((handle) => handle.release())]);
+    const sent = watched.started.find((event) => JSON.stringify(event.command).includes('"queued"'));
+    // It waited at least 1.5 s of its 3 s: the server must not be told it has 3 s more (the caller's deadline frees the slot 1.5 s before that).
+    expect(sent?.command.maxTimeMS).to.be.at.most(1_500);
+  });
+
+  const GROUP_CALLS = [
+    { name: 'unlock(lockId), a release', call: (locks: ReturnType<typeof resourceLocks>) => locks.unlock('g1') },
+    { name: 'renew(lockId), an extension', call: (locks: ReturnType<typeof resourceLocks>) => locks.renew('g1', 10_000) },
+  ];
+  for (const { name, call } of GROUP_CALLS) {
+    it(`sends a resource ${name}, before the attempts queued ahead of it`, async function () {
+      this.timeout(30_000);
+      const { client, collection } = await oneAtATime([{ _id: 'blocker' }, { _id: 'warm' }]);
+      const resources = client.db(collection.dbName).collection(`${collection.collectionName}_resources`);
+      const watched = watchLockCommands(client, resources.collectionName);
+      const held = gate();
+      const { slow, holding } = withBlocker(collection, held.promise);
+      const locks = writeLock({ collection: slow, locktimeout: 10_000, timeout: 20_000, changeStreams: false });
+      await (await locks.acquire({ _id: 'warm' })).release();
+      const resourceLock = resourceLocks({ collection: resources, timeout: 20_000 });
+      await resourceLock.xlock('held', 'g1');
+      await (await resourceLock.xlock('other', 'g2')).release();
+      const blocker = locks.acquire({ _id: 'blocker' });
+      await holding;
+      const attempt = resourceLock.xlock('other', 'g3');
+      await untilQueued(collection, 1);
+      const grouped = call(resourceLock);
+      await untilQueued(collection, 2);
+      const from = watched.started.length;
+      held.open();
+      await Promise.all([blocker, attempt, grouped]);
+      const order = watched.started.slice(from).map((event) => (JSON.stringify(event.command).includes('"g3"') ? 'attempt' : 'group'));
+      expect(order[0]).to.equal('group');
+    });
+  }
 });
