@@ -76,8 +76,10 @@ export class CommandGate {
   /**
    * Sends `operation` once a slot is free (at once below the cap), within `timeout` ms counted from
    * now; rejects with an {@link UnsentCommandError} when that passes first without sending it.
+   * `operation` is given what is left of `timeout` (ms) as it leaves: its limit on the server
+   * (`maxTimeMS`, `wtimeoutMS`), so that the server gives up when its caller does.
    */
-  send<T>(name: string, timeout: number, priority: CommandPriority | undefined, operation: () => Promise<T>): Promise<T> {
+  send<T>(name: string, timeout: number, priority: CommandPriority | undefined, operation: (leftMs: number) => Promise<T>): Promise<T> {
     const baton = this.#baton;
     if (baton) {
       this.#baton = undefined;
@@ -132,7 +134,7 @@ export class CommandGate {
    * once that passed); frees the slot when its caller is answered: by the reply, or by the
    * client-side deadline (the driver's late outcome is then observed and dropped).
    */
-  #run<T>(name: string, timeout: number, startedAt: number, operation: () => Promise<T>): Promise<T> {
+  #run<T>(name: string, timeout: number, startedAt: number, operation: (leftMs: number) => Promise<T>): Promise<T> {
     const endsAt = startedAt + timeout;
     if (performance.now() >= endsAt) {
       this.#free();
@@ -140,7 +142,7 @@ export class CommandGate {
     }
     let pending: Promise<T>;
     try {
-      pending = operation();
+      pending = operation(Math.max(1, Math.ceil(endsAt - performance.now())));
     } catch (error) {
       this.#free();
       return Promise.reject(error);

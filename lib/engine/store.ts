@@ -81,12 +81,12 @@ export class Store {
   }
 
   private sendFindAndModify(filter: Document, update: Document, call: ResolvedCallOptions, arrayFilters: Document[] | undefined, projection: { projection: Document }, w: ResolvedCallOptions['w']): Promise<Timed<Document | null>> {
-    return this.timed('findOneAndUpdate', call, () =>
+    return this.timed('findOneAndUpdate', call, (sent) =>
       this.collection.findOneAndUpdate(filter, update as UpdateFilter<Document>, {
         returnDocument: 'after',
         ...projection,
-        maxTimeMS: call.timeout,
-        ...writeOptions(call, w),
+        maxTimeMS: sent.timeout,
+        ...writeOptions(sent, w),
         ...(arrayFilters ? { arrayFilters } : {}),
       }),
     );
@@ -94,8 +94,8 @@ export class Store {
 
   /** One atomic update of the first matching document, at write concern `w`; resolves whether one matched. */
   async updateOne(filter: Document, update: Document, call: ResolvedCallOptions, w: ResolvedCallOptions['w'] = call.w, arrayFilters?: Document[]): Promise<boolean> {
-    const result = await this.send('updateOne', call, () =>
-      this.collection.updateOne(filter, update as UpdateFilter<Document>, { maxTimeMS: call.timeout, ...writeOptions(call, w), ...(arrayFilters ? { arrayFilters } : {}) }),
+    const result = await this.send('updateOne', call, (sent) =>
+      this.collection.updateOne(filter, update as UpdateFilter<Document>, { maxTimeMS: sent.timeout, ...writeOptions(sent, w), ...(arrayFilters ? { arrayFilters } : {}) }),
     );
     return result.matchedCount > 0;
   }
@@ -115,10 +115,10 @@ export class Store {
    * the primary; at read concern `majority` when asked (a read that a failover cannot roll back).
    */
   async inspect(filter: Document, call: ResolvedCallOptions, readConcern?: 'majority'): Promise<Inspection> {
-    const reply = await this.timed('aggregate', call, () =>
+    const reply = await this.timed('aggregate', call, (sent) =>
       this.collection
         .aggregate([{ $match: filter }, { $limit: 1 }, { $project: { ...this.withShardKey({ [this.field]: 1 }), [SERVER_NOW]: '$$NOW' } }], {
-          maxTimeMS: call.timeout,
+          maxTimeMS: sent.timeout,
           readPreference: 'primary',
           // Inside the caller's transaction, the read joins it (its snapshot; a read concern is the transaction's).
           ...(call.session && { session: call.session }),
@@ -133,8 +133,8 @@ export class Store {
 
   /** The `_id`s of the first two documents `filter` matches, read on the primary: enough to tell none, one or several. */
   async idsMatching(filter: Document, call: ResolvedCallOptions): Promise<unknown[]> {
-    const docs = await this.send('find', call, () =>
-      this.collection.find(filter, { projection: { _id: 1 }, limit: 2, maxTimeMS: call.timeout, readPreference: 'primary' }).toArray(),
+    const docs = await this.send('find', call, (sent) =>
+      this.collection.find(filter, { projection: { _id: 1 }, limit: 2, maxTimeMS: sent.timeout, readPreference: 'primary' }).toArray(),
     );
     return docs.map((doc) => doc._id);
   }
@@ -152,21 +152,25 @@ export class Store {
   /**
    * Runs `operation` in a slot of the client's lock commands ({@link CommandGate}), within the
    * call's deadline (counted from when it asked for the slot), and notes when it left the queue
-   * and when its reply arrived.
+   * and when its reply arrived. `operation` is given the call with what is left of its `timeout`
+   * (see {@link send}).
    */
-  protected timed<T>(name: string, call: ResolvedCallOptions, operation: () => Promise<T>): Promise<Timed<T>> {
+  protected timed<T>(name: string, call: ResolvedCallOptions, operation: (sent: ResolvedCallOptions) => Promise<T>): Promise<Timed<T>> {
     let sentAt = 0;
-    return this.gate
-      .send(name, call.timeout, call.priority, () => {
-        sentAt = this.localNow();
-        return operation();
-      })
-      .then((value) => ({ value, sentAt, arrivedAt: this.localNow() }));
+    return this.send(name, call, (sent) => {
+      sentAt = this.localNow();
+      return operation(sent);
+    }).then((value) => ({ value, sentAt, arrivedAt: this.localNow() }));
   }
 
-  /** Runs `operation` in a slot of the client's lock commands, within the call's deadline (see {@link timed}). */
-  protected send<T>(name: string, call: ResolvedCallOptions, operation: () => Promise<T>): Promise<T> {
-    return this.gate.send(name, call.timeout, call.priority, operation);
+  /**
+   * Runs `operation` in a slot of the client's lock commands, within the call's deadline (see
+   * {@link timed}). It is given the call as it leaves the queue: its `timeout` is what is left,
+   * the command's `maxTimeMS` and `wtimeoutMS`, so that the server gives up when its caller does
+   * (and the slot, freed then, is not freed while the command may still run).
+   */
+  protected send<T>(name: string, call: ResolvedCallOptions, operation: (sent: ResolvedCallOptions) => Promise<T>): Promise<T> {
+    return this.gate.send(name, call.timeout, call.priority, (leftMs) => operation(leftMs === call.timeout ? call : { ...call, timeout: leftMs }));
   }
 
   /**

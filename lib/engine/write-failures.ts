@@ -60,6 +60,11 @@ export function classifyWriteFailure(error: unknown): WriteFailure {
   return typeof failed.code === 'number' && REFUSED_CODES.has(failed.code) ? 'refused' : 'unknown';
 }
 
+/** True when `error` (a lock call's `DbError`, or the driver's) says its command was never sent: it waited past its deadline in its client's queue, and nothing was written. */
+export function neverSent(error: unknown): boolean {
+  return classifyWriteFailure(error) === 'unsent' || (error instanceof Error && error.cause !== undefined && classifyWriteFailure(error.cause) === 'unsent');
+}
+
 /** True when a failed write may have been applied, or may still be: the caller may hold what it wrote. */
 export function mayHaveWritten(error: unknown): boolean {
   return classifyWriteFailure(error) === 'unknown';

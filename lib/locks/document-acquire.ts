@@ -9,6 +9,7 @@ import type { TagRule } from '../protocol/lock-data';
 import type { Cancellation } from '../common/promise-library';
 import { AssertivePending, lockWrittenBy, type Acquired } from '../engine/acquired';
 import { isUnexplained } from '../engine/refusals';
+import { neverSent } from '../engine/write-failures';
 import type { LockEngine } from '../engine/lock-engine';
 import type { ServerClock } from '../protocol/server-clock';
 import type { LocalWaiters } from '../waiting/local-waiters';
@@ -140,8 +141,10 @@ export async function acquireOnDocument(
     }
     return outcome instanceof AssertivePending ? asserting(outcome, continuing) : outcome;
   };
+  // An attempt that waited out its `timeout` in the client's queue was never sent: a congested client delays the wait, it does not fail it.
   const retryable = (error: unknown): boolean =>
     isLockError(error, site.engine.conflict) ||
+    (waiting.wait > 0 && neverSent(error)) ||
     isLockError(error, 'AssertiveLock') ||
     (isLockError(error, 'LockNotFound') && resumed === undefined);
   let won: Acquired | undefined;

@@ -13,8 +13,8 @@ export class ResourceStore extends Store {
   /** Sends {@link createResourceOperation} (an upsert); resolves whether it created the document. */
   async ensureResource(operation: LockOperation, call: ResolvedCallOptions): Promise<boolean> {
     try {
-      const result = await this.send('updateOne', call, () =>
-        this.collection.updateOne(operation.filter, operation.update as UpdateFilter<Document>, { upsert: true, maxTimeMS: call.timeout, writeConcern: writeConcern(call) }),
+      const result = await this.send('updateOne', call, (sent) =>
+        this.collection.updateOne(operation.filter, operation.update as UpdateFilter<Document>, { upsert: true, maxTimeMS: sent.timeout, writeConcern: writeConcern(sent) }),
       );
       return result.upsertedCount > 0;
     } catch (error) {
@@ -29,12 +29,12 @@ export class ResourceStore extends Store {
    */
   async serverTime(metaId: Document, call: ResolvedCallOptions): Promise<Timed<Date>> {
     const clockReading = clockReadOperation(metaId);
-    const reply = await this.timed('findOneAndUpdate', call, () =>
+    const reply = await this.timed('findOneAndUpdate', call, (sent) =>
       this.collection.findOneAndUpdate(clockReading.filter, clockReading.update, {
         upsert: true,
         returnDocument: 'after',
-        maxTimeMS: call.timeout,
-        writeConcern: writeConcern(call),
+        maxTimeMS: sent.timeout,
+        writeConcern: writeConcern(sent),
       }),
     );
     const serverNow: unknown = reply.value?.now;
@@ -44,9 +44,9 @@ export class ResourceStore extends Store {
 
   /** Every document matching `filter`, with the server's clock at the time of the read, on the primary. */
   async readAll(filter: Document, call: ResolvedCallOptions): Promise<{ docs: Document[]; serverNow: Date | undefined }> {
-    const docs = await this.send('aggregate', call, () =>
+    const docs = await this.send('aggregate', call, (sent) =>
       this.collection
-        .aggregate([{ $match: filter }, { $addFields: { [SERVER_NOW]: '$$NOW' } }], { maxTimeMS: call.timeout, readPreference: 'primary' })
+        .aggregate([{ $match: filter }, { $addFields: { [SERVER_NOW]: '$$NOW' } }], { maxTimeMS: sent.timeout, readPreference: 'primary' })
         .toArray(),
     );
     const serverNow: unknown = docs[0]?.[SERVER_NOW];
@@ -55,27 +55,27 @@ export class ResourceStore extends Store {
 
   /** One atomic update of the document matching `filter`, resolving it as it was before (or null). */
   async updateReturningBefore(operation: LockOperation, call: ResolvedCallOptions): Promise<Document | null> {
-    return this.send('findOneAndUpdate', call, () =>
+    return this.send('findOneAndUpdate', call, (sent) =>
       this.collection.findOneAndUpdate(operation.filter, operation.update as UpdateFilter<Document>, {
         returnDocument: 'before',
-        maxTimeMS: call.timeout,
-        writeConcern: writeConcern(call),
+        maxTimeMS: sent.timeout,
+        writeConcern: writeConcern(sent),
       }),
     );
   }
 
   /** Sends `operation` as an `updateMany`; resolves how many documents changed. */
   async updateMany(operation: LockOperation, call: ResolvedCallOptions): Promise<number> {
-    const result = await this.send('updateMany', call, () =>
-      this.collection.updateMany(operation.filter, operation.update as UpdateFilter<Document>, { maxTimeMS: call.timeout, writeConcern: writeConcern(call) }),
+    const result = await this.send('updateMany', call, (sent) =>
+      this.collection.updateMany(operation.filter, operation.update as UpdateFilter<Document>, { maxTimeMS: sent.timeout, writeConcern: writeConcern(sent) }),
     );
     return result.modifiedCount;
   }
 
   /** Deletes every matching document; resolves how many. */
   async deleteMany(filter: Document, call: ResolvedCallOptions): Promise<number> {
-    const result = await this.send('deleteMany', call, () =>
-      this.collection.deleteMany(filter, { maxTimeMS: call.timeout, writeConcern: writeConcern(call) }),
+    const result = await this.send('deleteMany', call, (sent) =>
+      this.collection.deleteMany(filter, { maxTimeMS: sent.timeout, writeConcern: writeConcern(sent) }),
     );
     return result.deletedCount;
   }
