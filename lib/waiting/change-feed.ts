@@ -3,6 +3,7 @@ import { keyOf } from './document-key';
 import { publish } from '../common/diagnostics';
 import { awaitOptions, documentsMatch, lockChanges } from './lock-changes';
 import { WatchedIds, type Scope } from './watched-ids';
+import { clientClusterTime, tokenTime } from './stream-progress';
 
 export { awaitOptions, lockChanges } from './lock-changes';
 
@@ -80,8 +81,8 @@ export class ChangeFeed {
   /** The deployment has no change streams for this client: never tried again. */
   private unavailable = false;
   private readonly ids = new WatchedIds();
-  /** Told once a read sent at or after `since` (local ms) has answered. */
-  private readonly readWaiters = new Set<{ readonly since: number; readonly then: () => void }>();
+  /** Told once a read sent at or after `since` (local ms) has answered, with a resume token at or past `clusterTime` where the server gives both. */
+  private readonly readWaiters = new Set<{ readonly since: number; readonly clusterTime: bigint | undefined; readonly then: () => void }>();
   private readonly lossListeners = new Set<() => void>();
 
   constructor(
@@ -129,9 +130,15 @@ export class ChangeFeed {
     return this.opened?.live === true && this.ids.covers(key, at);
   }
 
-  /** Calls `then` once a read of the stream sent at or after local time `since` has answered (the server made progress since); returns the function that stops waiting. */
+  /**
+   * Calls `then` once the stream has made progress past now: where the server gives both times
+   * (mongod), a read answered whose resume token has passed the cluster time the client has seen
+   * now (so a stream that lags behind its majority commit point is not relied on; a `getMore`
+   * already waiting may answer for it); elsewhere, a read sent at or after local time `since` has
+   * answered. Returns the function that stops waiting.
+   */
   afterRead(since: number, then: () => void): () => void {
-    const waiting = { since, then };
+    const waiting = { since, clusterTime: clientClusterTime(this.collection), then };
     this.readWaiters.add(waiting);
     return () => this.readWaiters.delete(waiting);
   }
@@ -218,7 +225,7 @@ export class ChangeFeed {
           const id: unknown = (event.documentKey as Document | undefined)?._id;
           this.changed(id === undefined || id === null ? SOME_DOCUMENT : id);
         }
-        this.answered(asked);
+        this.answered(asked, tokenTime(stream.resumeToken));
         if (!event && performance.now() - asked < EMPTY_PACE_MS.first) {
           await new Promise((resolve) => setTimeout(resolve, pause).unref());
           pause = Math.min(EMPTY_PACE_MS.longest, pause * 2);
@@ -239,10 +246,12 @@ export class ChangeFeed {
     this.rescopeSoon();
   }
 
-  /** A read sent at local time `asked` answered: the server made progress since. */
-  private answered(asked: number): void {
+  /** A read sent at local time `asked` answered, the stream's token at cluster time `read` (if known): the server made progress since. */
+  private answered(asked: number, read: bigint | undefined): void {
     for (const waiting of [...this.readWaiters]) {
-      if (waiting.since > asked) continue;
+      // Past the refusal by the token where the server gives both times (a getMore already waiting may answer for it); else, sent after it.
+      const known = read !== undefined && waiting.clusterTime !== undefined;
+      if (known ? read < waiting.clusterTime! : waiting.since > asked) continue;
       this.readWaiters.delete(waiting);
       waiting.then();
     }

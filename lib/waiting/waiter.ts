@@ -37,6 +37,8 @@ export class Waiter {
   private attemptSince: number | undefined;
   /** When the leases of the entries that last refused it end (server ms), if a read told. */
   private leaseEnd: number | undefined;
+  /** Its last refusal is known to be a conflict (a read explained it, or a lock held here refused it): only then may it sleep long. */
+  private knowsWhy = false;
 
   constructor(
     private readonly rank: () => readonly [number, string],
@@ -58,16 +60,23 @@ export class Waiter {
 
   private watch(stream: WaiterStream): StreamWatch {
     return {
-      covering: () => stream.reliedOn() && this.attemptSince !== undefined && stream.covers(this.attemptSince),
+      covering: () => this.knowsWhy && stream.reliedOn() && this.attemptSince !== undefined && stream.covers(this.attemptSince),
       afterRead: (since, then) => stream.afterRead(since, then),
       onLoss: (lost) => stream.onLoss(lost),
       leaseEndsIn: () => (this.leaseEnd === undefined ? undefined : this.leaseEnd - stream.serverNow()),
     };
   }
 
-  /** Its last refusal was explained by a read: the blocking leases end at `serverMs` (undefined: not known). */
-  blockedUntil(serverMs: number | undefined): void {
-    this.leaseEnd = serverMs;
+  /**
+   * It was refused: `known` when that is known to be a conflict (a read explained it, or a lock
+   * held here refused it), the blocking leases then ending at `leaseEnd` (server ms) if the read
+   * said. A refusal nobody explained (the document may be gone, the clock off) is not slept on
+   * long: the next attempt explains it, and the waiter keeps the short schedule until then.
+   */
+  refused(known: boolean, leaseEnd: number | undefined): void {
+    this.knowsWhy = known;
+    if (known) this.leaseEnd = leaseEnd;
+    else if (this.stream?.reliedOn()) this.fresh = true;
   }
 
   /** The stream heard a change it could not place (an event without `_id`): its sleep keeps to the short schedule (see Polling.shorten). */

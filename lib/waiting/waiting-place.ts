@@ -158,8 +158,8 @@ export class WaitingPlace {
     if (this.left) return;
     const id = refusedDocumentOf(error);
     if (id !== undefined) this.join(id);
-    // A refusal a read explained tells when the blocking leases end (or that none does): the waiter sleeps no longer.
-    if (error !== undefined && !isUnexplained(error)) this.waiter?.blockedUntil(blockingLeaseEnd(error));
+    // Known to be a conflict when a read explained it (it tells when the blocking leases end, if they do) or a lock held here refused it.
+    if (error !== undefined) this.waiter?.refused(!isUnexplained(error) || this.refusalIsConflict, isUnexplained(error) ? undefined : blockingLeaseEnd(error));
     this.announce(userFilter);
     // A queue belongs to one document: a filter that does not name its `_id` could match another
     // one next time, so it waits without a ticket (as without fair mode).

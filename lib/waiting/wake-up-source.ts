@@ -20,7 +20,8 @@ export interface Sleep {
  *   hands it the lock in the release's own write (lib/waiting/local-waiters.ts);
  * - a change another process made, heard on the collection's change stream (another
  *   {@link Latch}, lib/waiting/remote-wake-ups.ts);
- * - its poll ({@link Polling}): the retry delay, when neither spoke.
+ * - its poll ({@link Polling}): the retry delay, when neither spoke; while the change stream is
+ *   healthy for the waiter, a safety poll of seconds or the blocking leases' end instead.
  * A wake-up is a hint: the waiter tries again, and the server decides.
  */
 export interface WakeUpSource {
@@ -64,9 +65,10 @@ export class Latch implements WakeUpSource {
  * The safety poll of a waiter that relies on a healthy change stream, in ms: it sleeps about this
  * long (±{@link SAFETY_POLL_JITTER}, so that waiters spread out) when nothing wakes it. It bounds
  * what a change the stream lost without breaking (no error, no gap the server reports) costs: the
- * waiter's next attempt comes at most this late. 3 s keeps a waiter's refused attempts, with the
- * read that explains one in 8, near 0.4 commands a second (about 10 on the polling schedule),
- * and a lost release costs one long TCP retransmission, not a stalled wait.
+ * waiter's next attempt comes at most this late. 3 s keeps a waiter at about two commands per
+ * safety poll (an attempt and the read that explains its refusal: about 0.7 a second, against
+ * about 10 on the polling schedule) while a lost release still costs seconds, not the wait;
+ * shorter would spend polling's cost on a rare loss, longer would make that loss a stall.
  */
 export const SAFETY_POLL = 3_000;
 /** The jitter of {@link SAFETY_POLL}: a fraction of it, either way. */
@@ -78,7 +80,7 @@ const AFTER_EXPIRY = 5;
 export interface StreamWatch {
   /** True when the stream tells the waiter of every change to its document since its last attempt was sent. */
   covering(): boolean;
-  /** Calls `then` once a read of the stream sent at or after local time `since` has answered; returns the function that stops waiting. */
+  /** Calls `then` once the stream made progress past local time `since` (a read sent after it answered, or a token past the client's cluster time then); returns the function that stops waiting. */
   afterRead(since: number, then: () => void): () => void;
   /** Calls `lost` when the stream stops covering (it broke, or reopened without continuity); returns the function that stops listening. */
   onLoss(lost: () => void): () => void;
@@ -88,8 +90,8 @@ export interface StreamWatch {
 
 /**
  * A waiter's poll: its sleep ends after the retry delay, or later while a lock that blocks it is
- * held here ({@link pollDelay}). With a `stream` that covers the waiter's document, once a read of
- * it sent after the sleep began has answered (the server made progress since the refusal), the
+ * held here ({@link pollDelay}). With a `stream` that covers the waiter's document, once it has
+ * made progress since the sleep began (the server answered after the refusal: StreamWatch.afterRead), the
  * sleep lasts until the blocking leases end if that is known, else a {@link SAFETY_POLL}: a change
  * will wake the waiter. The stream's loss, or {@link shorten}, brings the short schedule back at once.
  */
