@@ -37,8 +37,10 @@ export class Waiter {
   private attemptSince: number | undefined;
   /** When the leases of the entries that last refused it end (server ms), if a read told. */
   private leaseEnd: number | undefined;
-  /** Its last refusal is known to be a conflict (a read explained it, or a lock held here refused it): only then may it sleep long. */
+  /** Its refusals are known to be conflicts (a read explained the last one it could, or a lock held here refused it): only then may it sleep long. */
   private knowsWhy = false;
+  /** A wake-up (a release here, a change elsewhere) came since its last refusal known to be a conflict. */
+  private heardSinceKnown = false;
 
   constructor(
     private readonly rank: () => readonly [number, string],
@@ -70,17 +72,25 @@ export class Waiter {
   /**
    * It was refused: `known` when that is known to be a conflict (a read explained it, or a lock
    * held here refused it), the blocking leases then ending at `leaseEnd` (server ms) if the read
-   * said. A refusal nobody explained (the document may be gone, the clock off) is not slept on
-   * long: the next attempt explains it, and the waiter keeps the short schedule until then.
+   * said. A refusal nobody explained after a wake-up (the document may be gone, the clock off) is
+   * not slept on long: the next attempt explains it, and the waiter keeps the short schedule until
+   * then. Without a wake-up since the last known conflict, nothing was heard to change: it is
+   * that conflict still (a deletion or a release is a change the stream tells).
    */
   refused(known: boolean, leaseEnd: number | undefined): void {
-    this.knowsWhy = known;
-    if (known) this.leaseEnd = leaseEnd;
-    else if (this.stream?.reliedOn()) this.fresh = true;
+    if (known) {
+      this.knowsWhy = true;
+      this.heardSinceKnown = false;
+      this.leaseEnd = leaseEnd;
+    } else if (this.heardSinceKnown || !this.knowsWhy) {
+      this.knowsWhy = false;
+      if (this.stream?.reliedOn()) this.fresh = true;
+    }
   }
 
   /** The stream heard a change it could not place (an event without `_id`): its sleep keeps to the short schedule (see Polling.shorten). */
   shorten(): void {
+    this.heardSinceKnown = true;
     this.polling.shorten();
   }
 
@@ -146,6 +156,7 @@ export class Waiter {
 
   /** A release here wakes it now; one that comes while it is not asleep ends its next sleep at once. */
   wake(): void {
+    this.heardSinceKnown = true;
     this.cancelLaterNudge();
     this.changes.clear();
     this.nudged = false;
@@ -156,6 +167,7 @@ export class Waiter {
 
   /** A change made elsewhere wakes it: like {@link wake}, but its next refusal is not explained (the change may be anyone's acquisition). */
   nudge(): void {
+    this.heardSinceKnown = true;
     this.cancelLaterNudge();
     this.releases.clear();
     this.nudged = true;

@@ -18,6 +18,8 @@ export interface StreamProcess {
   readonly events: Document[];
   /** Lock commands it sent so far (not the change streams' aggregate, getMore and killCursors, nor the driver's own). */
   lockCommands(): number;
+  /** The same, by command name. */
+  readonly lockCommandNames: Map<string, number>;
   /** From now on, every read of its streams waits until `resume` is called (a stream whose getMore hangs). */
   hang(): { resume: () => void };
 }
@@ -26,8 +28,11 @@ export interface StreamProcess {
 export async function streamProcess(collection: Collection<Document>, opened: (stream: ChangeStream) => ChangeStream = (stream) => stream): Promise<StreamProcess> {
   const client = await newClient({ monitorCommands: true });
   let commands = 0;
+  const lockCommandNames = new Map<string, number>();
   client.on('commandStarted', (event: CommandStartedEvent) => {
-    if (!isChangeStreamCommand(event) && !['isMaster', 'ismaster', 'hello', 'endSessions'].includes(event.commandName)) commands++;
+    if (isChangeStreamCommand(event) || ['isMaster', 'ismaster', 'hello', 'endSessions'].includes(event.commandName)) return;
+    commands++;
+    lockCommandNames.set(event.commandName, (lockCommandNames.get(event.commandName) ?? 0) + 1);
   });
   const streams: ChangeStream[] = [];
   const events: Document[] = [];
@@ -55,6 +60,7 @@ export async function streamProcess(collection: Collection<Document>, opened: (s
     streams,
     events,
     lockCommands: () => commands,
+    lockCommandNames,
     hang: () => {
       let resume!: () => void;
       hung = new Promise<void>((resolve) => (resume = resolve));
