@@ -51,6 +51,13 @@ export class LocalWaiters {
     return false;
   }
 
+  /** When the leases of the locks held here on document `id` of one of `tags` end, as they were won (server ms; the last of them), if any is held. */
+  heldUntil(id: unknown, tags: ReadonlySet<string>): number | undefined {
+    let until: number | undefined;
+    for (const lock of this.held.get(keyOf(id))?.values() ?? []) if (tags.has(lock.tag)) until = Math.max(until ?? 0, lock.expiresAt);
+    return until;
+  }
+
   /** The tickets of this process's fair waiters of document `id` (their ids). */
   localTickets(id: unknown): Set<string> {
     const ids = new Set<string>();

@@ -158,8 +158,9 @@ export class WaitingPlace {
     if (this.left) return;
     const id = refusedDocumentOf(error);
     if (id !== undefined) this.join(id);
-    // Known to be a conflict when a read explained it (it tells when the blocking leases end, if they do) or a lock held here refused it.
-    if (error !== undefined) this.waiter?.refused(!isUnexplained(error) || this.refusalIsConflict, isUnexplained(error) ? undefined : blockingLeaseEnd(error));
+    // Known to be a conflict when a read explained it (it tells when the blocking leases end, if they do) or a lock held here refused it (whose lease end is known here).
+    if (error !== undefined && !isUnexplained(error)) this.waiter?.refused(true, blockingLeaseEnd(error));
+    else if (error !== undefined) this.waiter?.refused(this.refusalIsConflict, this.refusalIsConflict ? this.waiters.heldUntil(this.documentId, this.blockedBy) : undefined);
     this.announce(userFilter);
     // A queue belongs to one document: a filter that does not name its `_id` could match another
     // one next time, so it waits without a ticket (as without fair mode).
