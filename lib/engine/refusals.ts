@@ -53,7 +53,11 @@ export function explainRefusedAcquisition(context: AcquireContext, seen: Inspect
     if (!verdict.retry) ownerRetries.add(verdict.error);
     return verdict;
   }
-  if (holders.length > 0) return refused(`held by tag ${holders.join(', ')}`);
+  if (holders.length > 0) {
+    const verdict = refused(`held by tag ${holders.join(', ')}`);
+    if (!verdict.retry) blockingLeases.set(verdict.error, Math.max(...holders.flatMap((other) => liveEntries(lock, other, now).map((entry) => entry.exp.getTime()))));
+    return verdict;
+  }
   const upgrade = pendingUpgrade(lock, now);
   if (upgrade && rule.yieldsToUpgradesOf?.includes(upgrade.tag)) return refused(`a holder's upgrade to ${upgrade.tag} is pending (writer preference)`);
   const used = isLimited(rule) ? usedPermits(lock, rule.tag, now) : 0;
@@ -65,6 +69,18 @@ export function explainRefusedAcquisition(context: AcquireContext, seen: Inspect
   if (latest > stamp) return laterStampVerdict(seen, latest, lockError(conflict, boom, { detail: 'held when the update ran' }));
   if (stampRefused(seen, stamp, tolerance)) return { retry: true, why: stampLag(seen, stamp, tolerance, context.lease) };
   return refused(context.refusal?.(lock, now) ?? 'held when the update ran');
+}
+
+/** Refusals by held locks, explained by a read: when the last of the entries that refused ends (server ms), unless extended. */
+const blockingLeases = new WeakMap<object, number>();
+
+/**
+ * When the leases of the entries that refused the acquisition `error` reports end (server ms, as
+ * read by the explaining read), if known: a holder that crashed sends no change, so a waiter sleeps
+ * no longer than this (its holder may have extended them since: the waiter's next refusal is explained again).
+ */
+export function blockingLeaseEnd(error: unknown): number | undefined {
+  return typeof error === 'object' && error !== null ? blockingLeases.get(error) : undefined;
 }
 
 /** Refusals reported without the read that explains them (retries while waiting). */

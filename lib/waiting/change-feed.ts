@@ -1,11 +1,18 @@
-import type { ChangeStream, Collection, Document } from 'mongodb';
+import type { ChangeStream, Collection, Document, ResumeToken } from 'mongodb';
 import { keyOf } from './document-key';
 import { publish } from '../common/diagnostics';
+import { awaitOptions, documentsMatch, lockChanges } from './lock-changes';
+import { WatchedIds, type Scope } from './watched-ids';
+import { clientClusterTime, tokenTime } from './stream-progress';
+
+export { awaitOptions, lockChanges } from './lock-changes';
 
 /** A change whose event does not say which document it touched (mongo-java-server's update events). */
 export const SOME_DOCUMENT: unique symbol = Symbol('some document');
+/** The stream broke or restarted without continuity: any document may have changed unheard. */
+export const ANY_DOCUMENT: unique symbol = Symbol('any document');
 
-/** Told of each change to the lock field of a document: its `_id`, or {@link SOME_DOCUMENT}. */
+/** Told of each change to the lock field of a document: its `_id`, {@link SOME_DOCUMENT} or {@link ANY_DOCUMENT}. */
 export type ChangeListener = (id: unknown) => void;
 
 /** What a feed does now: `streaming` (a change stream is open), `polling` (none could be had), `idle` (nobody listens). */
@@ -13,8 +20,6 @@ export type FeedState = 'streaming' | 'polling' | 'idle';
 
 /** How long a stream stays open after its last listener left, for the next waiter (ms). */
 const LINGER_MS = 1_000;
-/** How long a `getMore` waits on the server for a change (ms): an idle feed costs one command per this. */
-const AWAIT_MS = 1_000;
 /**
  * The pauses after an empty batch that came back at once, from a server that does not wait for
  * changes (mongo-java-server), in ms: from the first, doubling while nothing comes, back to it
@@ -24,8 +29,14 @@ const EMPTY_PACE_MS = { first: 4, longest: 8 };
 /** How long after a stream broke it is opened again, while someone listens (ms): doubling while it breaks before delivering anything, up to the longest. */
 const REOPEN_MS = { first: 1_000, longest: 60_000 };
 /**
+ * The shortest time between two reopenings for a changed set of documents (ms): a spike of new
+ * waiters reopens the stream about once per this, not once per waiter; a new waiter polls on its
+ * short schedule meanwhile.
+ */
+export const RESCOPE_MS = 150;
+/**
  * The smallest connection pool (`maxPoolSize`) a feed takes a connection of: a `getMore` holds its
- * connection for up to {@link AWAIT_MS} on a server that waits for changes, so in a smaller pool
+ * connection for up to AWAIT_MS (lib/waiting/lock-changes.ts) on a server that waits for changes, so in a smaller pool
  * the lock calls (a lease's extensions among them) would queue behind it. Below it, waiters poll.
  */
 const SMALLEST_POOL = 4;
@@ -34,32 +45,54 @@ const NO_STREAMS: ReadonlySet<number> = new Set([40573, 13]);
 /** Driver errors that say the client was closed: its feeds stop for good. */
 const CLIENT_GONE: ReadonlySet<string> = new Set(['MongoClientClosedError', 'MongoTopologyClosedError', 'MongoNotConnectedError']);
 
+/** A stream of the feed: what it watches, the token it started after, and whether its opening answered. */
+interface Opened {
+  readonly stream: ChangeStream;
+  readonly scope: Scope;
+  readonly startAfter: ResumeToken | undefined;
+  live: boolean;
+}
+
 /**
  * One change stream per process and collection, open while a waiter of this process waits on
- * it, shared by all of them: tells each listener of every change to the lock field of a
- * document (filtered on the server), so that a release in another process wakes a waiter here at
- * once. A wake-up is only a hint (the woken waiter tries again and the server decides); without a
- * stream (a standalone server, no privilege, a broken or lagging one) waiters poll as they would
- * anyway. The driver resumes the stream after a network error or a failover; a stream that ends
- * otherwise (an invalidate, a resume token that fell off the oplog) is opened again, and every
- * listener is told once, for what it may have missed.
+ * it, shared by all of them: tells each listener of every change to the lock field of the
+ * documents waited on (filtered on the server: {@link documentsMatch}, or the whole collection
+ * above MOST_IDS), so that a release in another process wakes a waiter here at once. When the set
+ * of documents changes, the stream is reopened (at most once per {@link RESCOPE_MS}) after the last
+ * resume token, so that no event is lost. It also says how far the server has answered
+ * ({@link afterRead}, {@link covers}, {@link onLoss}): a waiter relies on it to sleep long only
+ * while it is sure to hear a change (lib/waiting/wake-up-source.ts). A wake-up is only a hint (the
+ * woken waiter tries again and the server decides); without a stream (a standalone server, no
+ * privilege, a broken or lagging one) waiters poll as they would anyway. The driver resumes the
+ * stream after a network error or a failover; a stream that ends otherwise (an invalidate, a resume
+ * token that fell off the oplog) is opened again, and every listener is told once ({@link ANY_DOCUMENT}).
  */
 export class ChangeFeed {
   private readonly listeners = new Set<ChangeListener>();
-  private stream: ChangeStream | undefined;
+  private opened: Opened | undefined;
   private lingering: NodeJS.Timeout | undefined;
   private reopening: NodeJS.Timeout | undefined;
+  private rescoping: NodeJS.Timeout | undefined;
+  private rescopedAt = -Infinity;
   /** Streams with a read (the opening aggregate, a getMore) on its way. */
   private readonly reading = new Set<ChangeStream>();
   /** How long after the next break the stream is opened again. */
   private reopenMs = REOPEN_MS.first;
   /** The deployment has no change streams for this client: never tried again. */
   private unavailable = false;
+  private readonly ids = new WatchedIds();
+  /** Told once a read sent at or after `since` (local ms) has answered, with a resume token at or past `clusterTime` where the server gives both. */
+  private readonly readWaiters = new Set<{ readonly since: number; readonly clusterTime: bigint | undefined; readonly then: () => void }>();
+  private readonly lossListeners = new Set<() => void>();
 
   constructor(
     private readonly collection: Collection<Document>,
     private readonly field: string,
   ) {}
+
+  private get stream(): ChangeStream | undefined {
+    return this.opened?.stream;
+  }
 
   /** What the feed does now. */
   get state(): FeedState {
@@ -72,37 +105,101 @@ export class ChangeFeed {
     this.listeners.add(listener);
     clearTimeout(this.lingering);
     this.lingering = undefined;
-    this.open();
+    this.open(undefined);
     return () => {
       if (!this.listeners.delete(listener) || this.listeners.size > 0) return;
       this.lingering = setTimeout(() => this.close(), LINGER_MS).unref();
     };
   }
 
+  /** A waiter here waits on document `id`: the stream is to carry its changes (reopened for it soon); returns its key and the function that ends that. */
+  want(id: unknown): { readonly key: string; readonly unwant: () => void } {
+    const wanted = this.ids.want(id);
+    this.rescopeSoon();
+    return {
+      key: wanted.key,
+      unwant: () => {
+        wanted.unwant();
+        this.rescopeSoon();
+      },
+    };
+  }
+
+  /** True while the live stream tells of every change to document `key` made after local time `at` (its opening answered before). */
+  covers(key: string, at: number): boolean {
+    return this.opened?.live === true && this.ids.covers(key, at);
+  }
+
+  /**
+   * Calls `then` once the stream has made progress past now: where the server gives both times
+   * (mongod), a read answered whose resume token has passed the cluster time the client has seen
+   * now (so a stream that lags behind its majority commit point is not relied on; a `getMore`
+   * already waiting may answer for it); elsewhere, a read sent at or after local time `since` has
+   * answered. Returns the function that stops waiting.
+   */
+  afterRead(since: number, then: () => void): () => void {
+    const waiting = { since, clusterTime: clientClusterTime(this.collection), then };
+    this.readWaiters.add(waiting);
+    return () => this.readWaiters.delete(waiting);
+  }
+
+  /** Calls `lost` whenever the stream stops covering what it covered (it broke, closed, or restarted without continuity); returns the function that stops listening. */
+  onLoss(lost: () => void): () => void {
+    this.lossListeners.add(lost);
+    return () => this.lossListeners.delete(lost);
+  }
+
   /** Closes the stream (the feed opens it again for its next listener). */
   close(): void {
     clearTimeout(this.lingering);
     clearTimeout(this.reopening);
-    this.lingering = this.reopening = undefined;
+    clearTimeout(this.rescoping);
+    this.lingering = this.reopening = this.rescoping = undefined;
+    this.drop();
+  }
+
+  /** Stops reading the stream of the feed (none is live then); with `continued`, its successor starts after its last token, and what it covered stays covered once that one is live. */
+  private drop(continued = false): void {
     const stream = this.stream;
-    this.stream = undefined;
+    this.opened = undefined;
+    if (!continued) this.lose();
     // A stream with a read on its way is closed when the read returns (see follow): closed before
     // its opening aggregate answered, the driver would leave the cursor the answer opens on the server.
     if (stream && !this.reading.has(stream)) void stream.close().catch(() => undefined);
   }
 
-  private open(): void {
+  private lose(): void {
+    this.ids.lost();
+    for (const lost of [...this.lossListeners]) lost();
+  }
+
+  private open(startAfter: ResumeToken | undefined): void {
     if (this.stream || this.reopening || this.unavailable || this.listeners.size === 0) return;
     const client = (this.collection as unknown as { db?: { client?: { options?: { maxPoolSize?: number } } } }).db?.client;
     const poolSize = client?.options?.maxPoolSize;
     if (poolSize !== undefined && poolSize > 0 && poolSize < SMALLEST_POOL) return this.unavailableBecause(new Error(`maxPoolSize ${poolSize}: a stream would hold one of its connections`));
+    const scope = this.ids.next();
+    const pipeline = scope === 'all' ? lockChanges(this.field) : [documentsMatch(scope.ids), ...lockChanges(this.field)];
     try {
-      const stream = this.collection.watch(lockChanges(this.field), awaitOptions(this.collection));
-      this.stream = stream;
-      void this.follow(stream);
+      const stream = this.collection.watch(pipeline, { ...awaitOptions(this.collection), ...(startAfter === undefined ? {} : { startAfter }) });
+      this.opened = { stream, scope, startAfter, live: false };
+      this.rescopedAt = performance.now();
+      void this.follow(this.opened);
     } catch (error) {
       this.unavailableBecause(error); // the driver refused the stream's options
     }
+  }
+
+  /** The set of documents changed: the stream is reopened for it, at most once per {@link RESCOPE_MS}, once its current opening answered. */
+  private rescopeSoon(): void {
+    if (this.rescoping || !this.opened?.live || !this.ids.stale) return;
+    this.rescoping = setTimeout(() => {
+      this.rescoping = undefined;
+      if (!this.opened?.live || !this.ids.stale) return;
+      const token = this.stream?.resumeToken ?? undefined;
+      this.drop(token !== undefined);
+      this.open(token);
+    }, Math.max(0, this.rescopedAt + RESCOPE_MS - performance.now())).unref();
   }
 
   /** No stream can be had with this client: its waiters poll for good. */
@@ -111,47 +208,72 @@ export class ChangeFeed {
     publish.feedBroke(() => ({ namespace: this.collection.namespace, error, polling: 'for good' }));
   }
 
-  /** Reads `stream` while it is this feed's, telling the listeners of each change (the driver resumes it after a network error or a failover). */
-  private async follow(stream: ChangeStream): Promise<void> {
+  /** Reads `opened` while it is this feed's, telling the listeners of each change (the driver resumes it after a network error or a failover). */
+  private async follow(opened: Opened): Promise<void> {
+    const { stream } = opened;
     try {
       let pause = EMPTY_PACE_MS.first;
-      while (this.stream === stream && !stream.closed) {
+      while (this.opened === opened && !stream.closed) {
         const asked = performance.now();
         this.reading.add(stream);
         const event: Document | null = await stream.tryNext().finally(() => this.reading.delete(stream));
-        if (this.stream !== stream) break;
+        if (this.opened !== opened) break;
         this.reopenMs = REOPEN_MS.first; // it read: a later break is a new one
+        if (!opened.live) this.wentLive(opened);
         if (event) {
           pause = EMPTY_PACE_MS.first;
           const id: unknown = (event.documentKey as Document | undefined)?._id;
           this.changed(id === undefined || id === null ? SOME_DOCUMENT : id);
-        } else if (performance.now() - asked < EMPTY_PACE_MS.first) {
+        }
+        this.answered(asked, tokenTime(stream.resumeToken));
+        if (!event && performance.now() - asked < EMPTY_PACE_MS.first) {
           await new Promise((resolve) => setTimeout(resolve, pause).unref());
           pause = Math.min(EMPTY_PACE_MS.longest, pause * 2);
         }
       }
-      this.broke(stream, undefined); // closed by the server (an invalidate), or no longer this feed's
+      this.broke(opened, undefined); // closed by the server (an invalidate), or no longer this feed's
     } catch (error) {
-      this.broke(stream, error);
+      this.broke(opened, error);
     } finally {
-      if (this.stream !== stream) void stream.close().catch(() => undefined); // closed while reading: its cursor is killed now
+      if (this.opened !== opened) void stream.close().catch(() => undefined); // closed while reading: its cursor is killed now
     }
   }
 
-  /** `stream` ended: opened again later while someone listens, and everyone is told once of what it may have missed. */
-  private broke(stream: ChangeStream, error: unknown): void {
-    if (this.stream !== stream) return;
-    this.stream = undefined;
-    void stream.close().catch(() => undefined);
+  /** `opened` answered its opening: it covers what it watches, since before if it continues its predecessor. */
+  private wentLive(opened: Opened): void {
+    opened.live = true;
+    this.ids.live(opened.scope, performance.now(), opened.startAfter !== undefined);
+    this.rescopeSoon();
+  }
+
+  /** A read sent at local time `asked` answered, the stream's token at cluster time `read` (if known): the server made progress since. */
+  private answered(asked: number, read: bigint | undefined): void {
+    for (const waiting of [...this.readWaiters]) {
+      // Past the refusal by the token where the server gives both times (a getMore already waiting may answer for it); else, sent after it.
+      const known = read !== undefined && waiting.clusterTime !== undefined;
+      if (known ? read < waiting.clusterTime! : waiting.since > asked) continue;
+      this.readWaiters.delete(waiting);
+      waiting.then();
+    }
+  }
+
+  /** `opened` ended: opened again later while someone listens, and everyone is told once of what it may have missed. */
+  private broke(opened: Opened, error: unknown): void {
+    if (this.opened !== opened) return;
+    this.opened = undefined;
+    void opened.stream.close().catch(() => undefined);
+    this.lose();
+    this.tell(ANY_DOCUMENT);
+    // A server that refuses `startAfter` (the token unknown to it): opened again at once, without it.
+    if (opened.startAfter !== undefined && !opened.live && error !== undefined) return this.open(undefined);
     const code = (error as { code?: unknown } | undefined)?.code;
     const name = (error as { name?: unknown } | undefined)?.name;
     if ((typeof code === 'number' && NO_STREAMS.has(code)) || CLIENT_GONE.has(String(name))) this.unavailable = true;
     publish.feedBroke(() => ({ namespace: this.collection.namespace, error, polling: this.unavailable ? 'for good' : 'until reopened' }));
-    this.tell(SOME_DOCUMENT);
     if (this.unavailable || this.listeners.size === 0) return;
     this.reopening = setTimeout(() => {
       this.reopening = undefined;
-      this.open();
+      this.open(undefined);
     }, this.reopenMs).unref();
     this.reopenMs = Math.min(REOPEN_MS.longest, this.reopenMs * 2);
   }
@@ -169,7 +291,7 @@ export class ChangeFeed {
     const changed = this.pending;
     this.pending = new Map();
     if (changed.has('')) this.tell(SOME_DOCUMENT);
-    else for (const id of changed.values()) this.tell(id);
+    for (const [key, id] of changed) if (key !== '') this.tell(id);
   }
 
   private tell(id: unknown): void {
@@ -177,92 +299,4 @@ export class ChangeFeed {
   }
 }
 
-/**
- * The server-side filter of a feed: deletes, replacements, and updates that set or remove what
- * says who holds the lock — the field itself, its `tags` or one tag's list or entry, a pending
- * `upgrade`, `limits`, v2's `active`/`timestamp`, or the fair `queue` as a whole (a ticket taken
- * out) — not its bookkeeping (`now`, `until`, `fence`, one ticket, an entry's `exp`: so a
- * waiter's own ticket renewals and a holder's extensions wake nobody). An update event without a description, as mongo-java-server sends them, passes
- * too. Only the document's key and the resume token come back.
- */
-export function lockChanges(field: string): Document[] {
-  // A path's parts: the field; then `tags` with at most a tag and an index, `upgrade` or `limits` with anything, or `active`/`timestamp` alone.
-  const holds = (path: string): Document => {
-    const parts = { $split: [path, '.'] };
-    const part = (n: number): Document => ({ $arrayElemAt: [parts, n] });
-    const size = { $size: parts };
-    return {
-      $and: [
-        { $eq: [part(0), field] },
-        {
-          $or: [
-            { $eq: [size, 1] },
-            { $and: [{ $eq: [part(1), 'tags'] }, { $lte: [size, 4] }] },
-            { $in: [part(1), ['upgrade', 'limits']] },
-            { $and: [{ $eq: [size, 2] }, { $eq: [part(1), 'queue'] }] }, // a ticket taken out (pulled: the whole array), so the next may go
-            { $and: [{ $eq: [size, 2] }, { $in: [part(1), ['active', 'timestamp']] }] },
-          ],
-        },
-      ],
-    };
-  };
-  const any = (input: Document, path: string): Document => ({ $gt: [{ $size: { $filter: { input, cond: holds(path) } } }, 0] });
-  const updated = any({ $objectToArray: { $ifNull: ['$updateDescription.updatedFields', {}] } }, '$$this.k');
-  const removed = any({ $ifNull: ['$updateDescription.removedFields', []] }, '$$this');
-  const truncated = any({ $ifNull: ['$updateDescription.truncatedArrays', []] }, '$$this.field');
-  return [
-    {
-      $match: {
-        $or: [
-          { operationType: { $in: ['delete', 'replace'] } },
-          { operationType: 'update', updateDescription: { $exists: false } },
-          { operationType: 'update', $expr: { $or: [updated, removed, truncated] } },
-        ],
-      },
-    },
-    { $project: { documentKey: 1 } },
-  ];
-}
-
-/**
- * How long a stream's `getMore` waits: `awaitMs` ({@link AWAIT_MS}), below the collection's client-side
- * operation timeout (`timeoutMS`; the driver refuses a wait that is not below it, and with 0, no
- * timeout, any explicit wait: the server's default, 1 s, then).
- */
-export function awaitOptions(collection: Collection<Document>, awaitMs = AWAIT_MS): { maxAwaitTimeMS?: number } {
-  const timeoutMS = (collection as unknown as { timeoutMS?: number }).timeoutMS;
-  if (timeoutMS === undefined) return { maxAwaitTimeMS: awaitMs };
-  return timeoutMS === 0 ? {} : { maxAwaitTimeMS: Math.max(1, Math.min(awaitMs, Math.floor(timeoutMS / 2))) };
-}
-
-/** One listener's connection to a feed: open while it needs the feed (idempotent both ways). */
-export class FeedTap {
-  private unlisten: (() => void) | undefined;
-
-  constructor(
-    private readonly feed: ChangeFeed,
-    private readonly listener: ChangeListener,
-  ) {}
-
-  open(): void {
-    this.unlisten ??= this.feed.listen(this.listener);
-  }
-
-  close(): void {
-    this.unlisten?.();
-    this.unlisten = undefined;
-  }
-}
-
-const feeds = new WeakMap<object, Map<string, ChangeFeed>>();
-
-/** The feed of `collection`'s lock field `field`, one per driver client, namespace and field. */
-export function changeFeedOf(collection: Collection<Document>, field: string): ChangeFeed {
-  const client: object = (collection as unknown as { db?: { client?: object } }).db?.client ?? collection;
-  let byNamespace = feeds.get(client);
-  if (!byNamespace) feeds.set(client, (byNamespace = new Map()));
-  const key = `${collection.namespace}\u0000${field}`;
-  let feed = byNamespace.get(key);
-  if (!feed) byNamespace.set(key, (feed = new ChangeFeed(collection, field)));
-  return feed;
-}
+export { changeFeedOf, FeedTap } from './feed-tap';

@@ -51,6 +51,13 @@ export class LocalWaiters {
     return false;
   }
 
+  /** When the leases of the locks held here on document `id` of one of `tags` end, as they were won (server ms; the last of them), if any is held. */
+  heldUntil(id: unknown, tags: ReadonlySet<string>): number | undefined {
+    let until: number | undefined;
+    for (const lock of this.held.get(keyOf(id))?.values() ?? []) if (tags.has(lock.tag)) until = Math.max(until ?? 0, lock.expiresAt);
+    return until;
+  }
+
   /** The tickets of this process's fair waiters of document `id` (their ids). */
   localTickets(id: unknown): Set<string> {
     const ids = new Set<string>();
@@ -168,10 +175,11 @@ export class LocalWaiters {
   /**
    * Joins the waiters of document `id` for a lock of `tag`. `blockedBy` are the tags whose locks it waits for;
    * `rank` orders the waiters (lowest woken first): the time since they came, or in fair mode
-   * their ticket. Returns the waiter: `sleep(ms, signal, left)` resolves after `ms` or when woken;
+   * their ticket; `reliesOnStream` says whether it may sleep long while the change stream covers
+   * its document (see Polling). Returns the waiter: `sleep(ms, signal, left)` resolves after `ms` or when woken;
    * `leave()` when done.
    */
-  join(id: unknown, tag: string, blockedBy: ReadonlySet<string>, rank: () => readonly [number, string], nudgeable: () => boolean = () => true): Waiter {
+  join(id: unknown, tag: string, blockedBy: ReadonlySet<string>, rank: () => readonly [number, string], nudgeable: () => boolean = () => true, reliesOnStream: () => boolean = () => true): Waiter {
     const key = keyOf(id);
     let waiters = this.byDocument.get(key);
     if (!waiters) this.byDocument.set(key, (waiters = new Set()));
@@ -192,9 +200,10 @@ export class LocalWaiters {
       () => this.heldHere(id, blockedBy),
       nudgeable,
       () => this.remote?.missed(key),
+      this.remote?.streamOf(id, this.serverNow, reliesOnStream),
     );
     waiters.add(waiter);
-    this.remote?.open();
+    this.remote?.open(id);
     return waiter;
   }
 

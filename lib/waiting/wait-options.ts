@@ -80,6 +80,7 @@ export async function retryWithin<T>(
   // Elapsed time is summed from forward steps only: a clock set back does not stretch the wait.
   let last = now();
   let elapsed = 0;
+  const realStart = performance.now();
   const elapse = (): number => {
     const current = now();
     elapsed += Math.max(0, current - last);
@@ -92,7 +93,11 @@ export async function retryWithin<T>(
     } catch (error) {
       const left = params.wait - elapse();
       if (!retryable(error) || left <= 0) throw error;
-      await sleep(Math.min(left, retryDelay(count)), params.signal, left);
+      // `left` is on the clock `now`, a sleep on the real one: a clock that runs faster (as measured
+      // over the wait so far) shrinks what a sleep may take of it, so a long sleep ends by its wait.
+      const real = performance.now() - realStart;
+      const sleepLeft = elapsed > 0 && real < elapsed ? Math.max(1, left * (real / elapsed)) : left;
+      await sleep(Math.min(sleepLeft, retryDelay(count)), params.signal, sleepLeft);
     }
   }
 }

@@ -1,6 +1,16 @@
 import type { Acquired } from '../engine/acquired';
 import type { GranteeTerms } from '../engine/hand-over';
-import { firstWakeUp, Latch, Polling } from './wake-up-source';
+import { firstWakeUp, Latch, Polling, type StreamWatch } from './wake-up-source';
+
+/** The change stream as a waiter sees it: whether it covers the waiter's document since a moment, and how far the server answered (lib/waiting/change-feed.ts). */
+export interface WaiterStream extends Omit<StreamWatch, 'covering' | 'leaseEndsIn'> {
+  /** True when the stream tells of every change to the waiter's document made after local time `at`. */
+  covers(at: number): boolean;
+  /** A lower bound of the server's clock (ms). */
+  serverNow(): number;
+  /** False while the waiter must poll whatever the stream says: its filter does not name one `_id` (another document may come to match it), or a fair ticket paces it. */
+  reliedOn(): boolean;
+}
 
 /** One waiting acquisition: it sleeps between attempts until one of its wake-up sources (lib/waiting/wake-up-source.ts) says it may try again. */
 export class Waiter {
@@ -23,6 +33,14 @@ export class Waiter {
   private grant: Promise<Acquired | undefined> | undefined;
   /** What it asks for when a lock is handed over to it; undefined: its acquisition cannot be handed one. */
   terms: GranteeTerms | undefined;
+  /** When its last attempt started (local ms): the end of its last sleep; undefined before its first sleep (its first attempt came before it joined). */
+  private attemptSince: number | undefined;
+  /** When the leases of the entries that last refused it end (server ms), if a read told. */
+  private leaseEnd: number | undefined;
+  /** Its refusals are known to be conflicts (a read explained the last one it could, or a lock held here refused it): only then may it sleep long. */
+  private knowsWhy = false;
+  /** A wake-up (a release here, a change elsewhere) came since its last refusal known to be a conflict. */
+  private heardSinceKnown = false;
 
   constructor(
     private readonly rank: () => readonly [number, string],
@@ -36,8 +54,44 @@ export class Waiter {
     readonly nudgeable: () => boolean = () => true,
     /** Told when an attempt a nudge started was refused (it sleeps again). */
     private readonly nudgeMissed: () => void = () => undefined,
+    /** Its change stream: while it covers the waiter's document and answers, the waiter sleeps long (see Polling). */
+    private readonly stream?: WaiterStream,
   ) {
-    this.polling = new Polling(heldHere);
+    this.polling = new Polling(heldHere, stream && this.watch(stream));
+  }
+
+  private watch(stream: WaiterStream): StreamWatch {
+    return {
+      covering: () => this.knowsWhy && stream.reliedOn() && this.attemptSince !== undefined && stream.covers(this.attemptSince),
+      afterRead: (since, then) => stream.afterRead(since, then),
+      onLoss: (lost) => stream.onLoss(lost),
+      leaseEndsIn: () => (this.leaseEnd === undefined ? undefined : this.leaseEnd - stream.serverNow()),
+    };
+  }
+
+  /**
+   * It was refused: `known` when that is known to be a conflict (a read explained it, or a lock
+   * held here refused it), the blocking leases then ending at `leaseEnd` (server ms) if the read
+   * said. A refusal nobody explained after a wake-up (the document may be gone, the clock off) is
+   * not slept on long: the next attempt explains it, and the waiter keeps the short schedule until
+   * then. Without a wake-up since the last known conflict, nothing was heard to change: it is
+   * that conflict still (a deletion or a release is a change the stream tells).
+   */
+  refused(known: boolean, leaseEnd: number | undefined): void {
+    if (known) {
+      this.knowsWhy = true;
+      this.heardSinceKnown = false;
+      this.leaseEnd = leaseEnd;
+    } else if (this.heardSinceKnown || !this.knowsWhy) {
+      this.knowsWhy = false;
+      if (this.stream?.reliedOn()) this.fresh = true;
+    }
+  }
+
+  /** The stream heard a change it could not place (an event without `_id`): its sleep keeps to the short schedule (see Polling.shorten). */
+  shorten(): void {
+    this.heardSinceKnown = true;
+    this.polling.shorten();
   }
 
   /** Leaves the waiters; `won` or not, a wake-up it still holds goes to the next one if it did not win. */
@@ -63,6 +117,15 @@ export class Waiter {
     this.nudgedAttempt = false;
     // Its poll first: it reads whether a lock here blocks the waiter before any latch listens.
     await firstWakeUp([this.polling, this.releases, this.changes], { ms, left }, signal);
+    this.attemptSince = performance.now();
+    // After a long sleep (few attempts), its refusal is explained: the new leases' end, a missing
+    // document, a clock that stepped (about as often as one in 8 on the polling schedule).
+    if (this.polling.relied) this.fresh = true;
+    // The blocking leases ended: the next refusal says whether they were extended (and until when).
+    if (this.leaseEnd !== undefined && this.stream && this.leaseEnd <= this.stream.serverNow()) {
+      this.leaseEnd = undefined;
+      this.fresh = true;
+    }
     // The last wake-up decides, whichever ended the sleep (a release here in the same turn as a nudge makes the attempt a release's).
     this.nudgedAttempt = this.nudged;
     this.nudged = false;
@@ -93,6 +156,7 @@ export class Waiter {
 
   /** A release here wakes it now; one that comes while it is not asleep ends its next sleep at once. */
   wake(): void {
+    this.heardSinceKnown = true;
     this.cancelLaterNudge();
     this.changes.clear();
     this.nudged = false;
@@ -103,6 +167,7 @@ export class Waiter {
 
   /** A change made elsewhere wakes it: like {@link wake}, but its next refusal is not explained (the change may be anyone's acquisition). */
   nudge(): void {
+    this.heardSinceKnown = true;
     this.cancelLaterNudge();
     this.releases.clear();
     this.nudged = true;

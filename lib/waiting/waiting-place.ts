@@ -3,6 +3,7 @@ import { publish } from '../common/diagnostics';
 import type { Document } from 'mongodb';
 import { isLockError, lockError } from '../common/errors';
 import { refusedDocumentOf, type Acquired } from '../engine/acquired';
+import { blockingLeaseEnd, isUnexplained } from '../engine/refusals';
 import type { GranteeTerms } from '../engine/hand-over';
 import type { LockEngine } from '../engine/lock-engine';
 import { waitsFor, type Ticket } from '../protocol/lock-data';
@@ -157,6 +158,9 @@ export class WaitingPlace {
     if (this.left) return;
     const id = refusedDocumentOf(error);
     if (id !== undefined) this.join(id);
+    // Known to be a conflict when a read explained it (it tells when the blocking leases end, if they do) or a lock held here refused it (whose lease end is known here).
+    if (error !== undefined && !isUnexplained(error)) this.waiter?.refused(true, blockingLeaseEnd(error));
+    else if (error !== undefined) this.waiter?.refused(this.refusalIsConflict, this.refusalIsConflict ? this.waiters.heldUntil(this.documentId, this.blockedBy) : undefined);
     this.announce(userFilter);
     // A queue belongs to one document: a filter that does not name its `_id` could match another
     // one next time, so it waits without a ticket (as without fair mode).
@@ -192,7 +196,9 @@ export class WaitingPlace {
     // Fair: the oldest ticket first, waiters still without one last; else the longest waiting first.
     const rank = (): readonly [number, string] => (this.queue.ticket ? [this.queue.ticket.at.getTime(), this.queue.ticket.id] : [this.fair ? Infinity : this.since, '']);
     // A change elsewhere can be its turn only when, as last seen, at most one ticket came first (the one a release may have served).
-    this.waiter = this.waiters.join(id, this.tag, this.blockedBy, rank, () => !this.queue.ticket || this.queue.position.waitersAhead <= 1);
+    // It relies on the stream only when its filter names this document alone (a filter that says more may come to match another one) and no fair ticket paces it.
+    const reliesOnStream = (): boolean => this.plainFilter && this.queue.ticket === undefined;
+    this.waiter = this.waiters.join(id, this.tag, this.blockedBy, rank, () => !this.queue.ticket || this.queue.position.waitersAhead <= 1, reliesOnStream);
     this.waiter.terms = this.terms;
   }
 

@@ -14,6 +14,7 @@ import { writeLock } from '../../lib';
 import { withdrawOperation } from '../../lib/protocol/release';
 import { LockPaths } from '../../lib/protocol/stored-format';
 import { changeFeedOf } from '../../lib/waiting/change-feed';
+import { UNPLACED_NUDGES } from '../../lib/waiting/remote-wake-ups';
 import { LocalWaiters } from '../../lib/waiting/local-waiters';
 import { Waiter } from '../../lib/waiting/waiter';
 import { freshCollection, newClient, requireCapability, sleep } from '../support/fixture';
@@ -173,5 +174,43 @@ describe('a nudge and a release here that wake a waiter in the same turn', funct
     await waiter.sleep(5_000);
     waiter.leave(false);
     expect(misses, 'nudge misses counted for an attempt a release here also woke').to.equal(0);
+  });
+});
+
+describe('a change whose event names no document (mongo-java-server\'s update events)', function () {
+  this.timeout(60_000);
+
+  it('does not wake every waiter of the process at once: at most UNPLACED_NUDGES at once, the others within a short poll', async function () {
+    requireCapability(this, 'changeStreams');
+    if (mongoBackend().server !== 'mongo-java-server') {
+      console.log('      skipped: this backend\'s update events name their document (documentKey._id); the rule is for backends whose events do not');
+      this.skip();
+    }
+    const count = 20;
+    const collection = await freshCollection([{ _id: 'elsewhere' }]);
+    const client = await newClient();
+    const waiters = new LocalWaiters(() => Date.now(), changeFeedOf(client.db(collection.dbName).collection(collection.collectionName), 'lock'));
+    const joined = Array.from({ length: count }, (_, i) => waiters.join(i, 'write', new Set(['write']), () => [i, '']));
+    // Until the stream delivers (it is reopened for the documents as they join): one change ends a sleep.
+    for (let tries = 0; ; tries++) {
+      const start = performance.now();
+      const ends = joined.map((waiter) => waiter.sleep(300).then(() => performance.now() - start));
+      await collection.updateOne({ _id: 'elsewhere' } as Document, { $set: { lock: { warmUp: tries } } });
+      if (Math.min(...(await Promise.all(ends))) < 250) break;
+      expect(tries, 'the change stream delivers a change within 20 tries').to.be.below(20);
+    }
+    await sleep(200); // past UNPLACED_NUDGE_GAP_MS: each waiter may be nudged again
+    const ended: number[] = [];
+    const asleep = joined.map((waiter) => waiter.sleep(5_000).then(() => ended.push(performance.now())));
+    await collection.updateOne({ _id: 'elsewhere' } as Document, { $set: { lock: { holder: 'another process' } } });
+    const written = performance.now();
+    await Promise.all(asleep);
+    // A cut-short sleep ends at least 75 ms after the event, which came after the write: only nudged ones can end sooner.
+    const atOnce = ended.filter((at) => at < written + 75).length;
+    const what = `${atOnce} of ${count} waiters woken within 75 ms of the write, the last after ${Math.round(Math.max(...ended) - written)} ms`;
+    console.log(`      ${what}`);
+    expect(atOnce, what).to.be.at.most(UNPLACED_NUDGES);
+    expect(Math.max(...ended) - written, `${what}: each within a short poll, not its 5 s sleep`).to.be.below(2_000);
+    joined.forEach((waiter) => waiter.leave(true));
   });
 });

@@ -42,7 +42,8 @@ describe('waiting acquire', () => {
 
   it('rejects with the last conflict once `wait` runs out; retries cost one command, one in 8 is explained, and the last', async () => {
     const collection = await freshCollection([{ _id: 1 }]);
-    const lock = writeLock({ collection });
+    // The polling schedule (no change stream: with one that answers, a waiter sleeps long, see spec/waiting/stream-reliance.spec.ts).
+    const lock = writeLock({ collection, changeStreams: false });
     await writeLock({ collection }).acquire({ _id: 1 }); // held elsewhere (not by this lock's process-local holders)
     const started = Date.now();
     const waited = await commandsSentBy(() => lock.acquire({ _id: 1 }, { wait: 600 }));

@@ -1,0 +1,72 @@
+import type { Collection, Document } from 'mongodb';
+
+/** How long a `getMore` waits on the server for a change (ms): an idle feed costs one command per this. */
+export const AWAIT_MS = 1_000;
+
+/**
+ * The server-side filter of a feed: deletes, replacements, and updates that set or remove what
+ * says who holds the lock — the field itself, its `tags` or one tag's list or entry, a pending
+ * `upgrade`, `limits`, v2's `active`/`timestamp`, or the fair `queue` as a whole (a ticket taken
+ * out) — not its bookkeeping (`now`, `until`, `fence`, one ticket, an entry's `exp`: so a
+ * waiter's own ticket renewals and a holder's extensions wake nobody). An update event without a description, as mongo-java-server sends them, passes
+ * too. Only the document's key and the resume token come back.
+ */
+export function lockChanges(field: string): Document[] {
+  // A path's parts: the field; then `tags` with at most a tag and an index, `upgrade` or `limits` with anything, or `active`/`timestamp` alone.
+  const holds = (path: string): Document => {
+    const parts = { $split: [path, '.'] };
+    const part = (n: number): Document => ({ $arrayElemAt: [parts, n] });
+    const size = { $size: parts };
+    return {
+      $and: [
+        { $eq: [part(0), field] },
+        {
+          $or: [
+            { $eq: [size, 1] },
+            { $and: [{ $eq: [part(1), 'tags'] }, { $lte: [size, 4] }] },
+            { $in: [part(1), ['upgrade', 'limits']] },
+            { $and: [{ $eq: [size, 2] }, { $eq: [part(1), 'queue'] }] }, // a ticket taken out (pulled: the whole array), so the next may go
+            { $and: [{ $eq: [size, 2] }, { $in: [part(1), ['active', 'timestamp']] }] },
+          ],
+        },
+      ],
+    };
+  };
+  const any = (input: Document, path: string): Document => ({ $gt: [{ $size: { $filter: { input, cond: holds(path) } } }, 0] });
+  const updated = any({ $objectToArray: { $ifNull: ['$updateDescription.updatedFields', {}] } }, '$$this.k');
+  const removed = any({ $ifNull: ['$updateDescription.removedFields', []] }, '$$this');
+  const truncated = any({ $ifNull: ['$updateDescription.truncatedArrays', []] }, '$$this.field');
+  return [
+    {
+      $match: {
+        $or: [
+          { operationType: { $in: ['delete', 'replace'] } },
+          { operationType: 'update', updateDescription: { $exists: false } },
+          { operationType: 'update', $expr: { $or: [updated, removed, truncated] } },
+        ],
+      },
+    },
+    { $project: { documentKey: 1 } },
+  ];
+}
+
+/**
+ * How long a stream's `getMore` waits: `awaitMs` ({@link AWAIT_MS}), below the collection's client-side
+ * operation timeout (`timeoutMS`; the driver refuses a wait that is not below it, and with 0, no
+ * timeout, any explicit wait: the server's default, 1 s, then).
+ */
+export function awaitOptions(collection: Collection<Document>, awaitMs = AWAIT_MS): { maxAwaitTimeMS?: number } {
+  const timeoutMS = (collection as unknown as { timeoutMS?: number }).timeoutMS;
+  if (timeoutMS === undefined) return { maxAwaitTimeMS: awaitMs };
+  return timeoutMS === 0 ? {} : { maxAwaitTimeMS: Math.max(1, Math.min(awaitMs, Math.floor(timeoutMS / 2))) };
+}
+
+/**
+ * The server-side filter that sends a process only the changes of the documents its waiters wait
+ * on: their `_id`s (`$in` matches numbers by value, as keyOf keys them: an Int32, a Long and a
+ * Double of one value are one `_id`), and every event that names no document (mongo-java-server's
+ * update events carry no `_id` in their documentKey; they are told as SOME_DOCUMENT).
+ */
+export function documentsMatch(ids: readonly unknown[]): Document {
+  return { $match: { $or: [{ 'documentKey._id': { $in: ids } }, { 'documentKey._id': { $exists: false } }] } };
+}
