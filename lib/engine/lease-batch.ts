@@ -10,9 +10,6 @@ import type { LockEngine } from './lock-engine';
 import { skewError } from './stamped-write';
 import { SERVER_NOW } from './store';
 
-/** ms per statement a batch's tolerance allows for at least. */
-const MS_PER_STATEMENT = 2;
-
 /** A lease's new end, and when (by the server's clock) it was seen applied. */
 export interface BatchExtension {
   readonly expiresAt: number;
@@ -52,7 +49,7 @@ export interface Queued extends BatchMember {
  * read-back. The read-back's `$$NOW` feeds the clock bounds, timed from when the bulk left.
  */
 export class LeaseBatch {
-  /** ms from a batch's stamp to its read-back's reply (smoothed): what the stamp's tolerance adds for a bulk's length. */
+  /** ms from a batch's stamp to its read-back's reply (smoothed): how long a batch is expected to take. */
   private tookMs = 0;
 
   constructor(private readonly engine: LockEngine) {}
@@ -63,13 +60,16 @@ export class LeaseBatch {
   }
 
   /**
-   * How far behind `$$NOW` the batch's stamp may be when a statement of it runs: a single
-   * extension's tolerance, plus twice what a batch takes (at least {@link MS_PER_STATEMENT} per
-   * statement: a server may read its clock per statement), at most the wide tolerance (half the lease).
+   * How far behind `$$NOW` the batch's stamp may be when a statement of it runs: the wide tolerance
+   * a single extension is retried with after a refusal for lateness (half the lease, at most 5 s).
+   * A bulk waits on the server for the statements before it (and a server may read `$$NOW` per
+   * statement): a tight tolerance would refuse the end of a long bulk, and every lock it refused
+   * would then be extended singly, at the moment the server is busiest. Lateness costs nothing
+   * else here: a statement extends only a live entry of its own lock, a bulk whose reply came can
+   * land no later, and after a lost reply the earlier of the two expiries is reported.
    */
-  private tolerance(lease: number, count: number): number {
-    const { clock } = this.engine;
-    return Math.min(clock.tolerance(lease) + Math.max(2 * this.tookMs, MS_PER_STATEMENT * count), clock.tolerance(lease, true));
+  private tolerance(lease: number): number {
+    return this.engine.clock.tolerance(lease, true);
   }
 
   /** Extends `members` (one command and one read); settles every one of them; never rejects. */
@@ -102,7 +102,7 @@ export class LeaseBatch {
     const stamp = clock.stamp();
     const at = new Date(stamp);
     const planned = members.map((member) => {
-      const tolerance = this.tolerance(member.lease, members.length);
+      const tolerance = this.tolerance(member.lease);
       const exp = new Date(clock.expiry(stamp, member.lease));
       const rule = this.engine.rule(member.lock.tag);
       const operation: LockOperation = extendOperation({ paths, rule, tags, target: member.target, proof: { id: member.lock.id }, at, tolerance, exp });
@@ -130,6 +130,8 @@ export class LeaseBatch {
     for (const { member, exp } of planned) {
       const doc = documentOf(docs, member.target);
       if (serverNow && doc && carries(paths.read(doc), member.lock, exp)) member.resolve({ expiresAt: exp, appliedAt: serverNow.getTime() });
+      // Its keeper gives up now whatever a single extension says: none is sent into a congested server.
+      else if (clock.remaining(member.lock.expiresAt) <= member.marginMs) member.resolve(undefined);
       else settleSingly(member, replied ? undefined : exp);
     }
   }
