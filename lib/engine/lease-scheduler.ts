@@ -15,7 +15,7 @@ const URGENT_SLACK_MS = 100;
  * Gathers the extensions that fall due within {@link BATCH_WINDOW_MS} into batches of one write
  * concern and `timeout` ({@link LeaseBatch}): an extension is asked for when it is due (its keeper's
  * half lease) and never sent earlier, so a document is written no more often than singly. A lock
- * whose time left (before its keeper's margin) would not outlast the window, a batch and some
+ * whose time left (before its keeper's margin) would not outlast four windows, two batches and some
  * slack is urgent: sent at once in a batch of the urgent ones, whatever is in flight. The others
  * go at the window's end, at most {@link MAX_IN_FLIGHT} batches at once, split at {@link BATCH_CAP},
  * nearest expiry first; under congestion they wait, and one whose time runs out before it is sent
@@ -57,9 +57,14 @@ export class LeaseScheduler {
     return this.engine.clock.remaining(queued.lock.expiresAt) - queued.marginMs;
   }
 
-  /** Below this time left, a lock is not made to wait for a window, nor for batches in flight. */
+  /**
+   * Below this time left, a lock is not made to wait for a window, nor for batches in flight: four
+   * windows (a window is then at most a quarter of what it has left), twice what a batch takes, and
+   * some slack. A 2 s lease has about 900 ms left when it is due; a lease of 600 ms or less is
+   * never delayed.
+   */
   private urgentMs(): number {
-    return BATCH_WINDOW_MS + 2 * this.batch.expectedMs() + URGENT_SLACK_MS;
+    return 4 * BATCH_WINDOW_MS + 2 * this.batch.expectedMs() + URGENT_SLACK_MS;
   }
 
   /** Sends what is urgent at once, then the rest, nearest expiry first, as far as batches in flight allow. */
@@ -102,19 +107,21 @@ export class LeaseScheduler {
   }
 }
 
-/** The schedulers of one lock object's extensions, one per write concern and `timeout`. */
+/** The schedulers of one lock object's extensions, one per write concern, `timeout` and `boom` (the errors a batch reports are made with it). */
 export class LeaseBatches {
-  private readonly schedulers = new Map<string, LeaseScheduler>();
+  private readonly schedulers = new Map<unknown, Map<string, LeaseScheduler>>();
 
   constructor(private readonly engine: LockEngine) {}
 
   /** Extends `member` in a batch of extensions sent with `call`'s write concern and timeout. */
   extend(member: BatchMember, call: ResolvedCallOptions): Promise<BatchExtension | undefined> {
+    const byBoom = this.schedulers.get(call.boom) ?? new Map<string, LeaseScheduler>();
+    this.schedulers.set(call.boom, byBoom);
     const key = `${String(call.w)} ${call.timeout}`;
-    let scheduler = this.schedulers.get(key);
+    let scheduler = byBoom.get(key);
     if (!scheduler) {
       scheduler = new LeaseScheduler(this.engine, new LeaseBatch(this.engine), call);
-      this.schedulers.set(key, scheduler);
+      byBoom.set(key, scheduler);
     }
     return scheduler.extend(member);
   }
