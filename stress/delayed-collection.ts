@@ -1,7 +1,7 @@
 import type { Collection, Document } from 'mongodb';
 
 /** A driver call a delay can apply to. */
-export type DelayedMethod = 'findOneAndUpdate' | 'updateOne' | 'updateMany' | 'deleteMany' | 'aggregate';
+export type DelayedMethod = 'findOneAndUpdate' | 'updateOne' | 'updateMany' | 'deleteMany' | 'bulkWrite' | 'aggregate';
 
 /**
  * ms to hold a call back (or a promise to wait for; undefined: not at all), by method, by the
@@ -22,7 +22,7 @@ export function isHandOverCall(method: string, args: readonly unknown[]): boolea
   return conditions.some((condition) => typeof condition['lock.tags.write']?.$elemMatch?.id === 'string');
 }
 
-const METHODS: ReadonlySet<string> = new Set(['findOneAndUpdate', 'updateOne', 'updateMany', 'deleteMany']);
+const METHODS: ReadonlySet<string> = new Set(['findOneAndUpdate', 'updateOne', 'updateMany', 'deleteMany', 'bulkWrite']);
 
 /**
  * The same collection (same client, same server), with requests and/or replies of its lock

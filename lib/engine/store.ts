@@ -131,6 +131,28 @@ export class Store {
     return { ...reply, value: doc, serverNow: serverNow instanceof Date ? serverNow : undefined };
   }
 
+  /**
+   * Sends `operations` as one `update` command of `updateOne` statements (`ordered: false`: a
+   * statement that matches nothing or fails stops none of the others), at write concern `w`.
+   * Resolves when the reply came; it tells only counts: which statement landed is read back.
+   */
+  async bulkApply(operations: readonly LockOperation[], call: ResolvedCallOptions, w: ResolvedCallOptions['w'] = call.w): Promise<void> {
+    const statements = operations.map(({ filter, update, arrayFilters }) => ({ updateOne: { filter, update: update as UpdateFilter<Document>, ...(arrayFilters && { arrayFilters }) } }));
+    await this.send('bulkWrite', call, (sent) => this.collection.bulkWrite(statements, { ordered: false, maxTimeMS: sent.timeout, writeConcern: writeConcern(sent, w) }));
+  }
+
+  /**
+   * Reads the documents whose `_id` is in `ids` (their lock property and shard key) and the
+   * server's clock, in one aggregate on the primary, as {@link inspect} reads one.
+   */
+  async readBack(ids: readonly unknown[], call: ResolvedCallOptions): Promise<Timed<Document[]>> {
+    return this.timed('aggregate', call, (sent) =>
+      this.collection
+        .aggregate([{ $match: { _id: { $in: ids } } }, { $project: { ...this.withShardKey({ [this.field]: 1 }), [SERVER_NOW]: '$$NOW' } }], { maxTimeMS: sent.timeout, readPreference: 'primary' })
+        .toArray(),
+    );
+  }
+
   /** The `_id`s of the first two documents `filter` matches, read on the primary: enough to tell none, one or several. */
   async idsMatching(filter: Document, call: ResolvedCallOptions): Promise<unknown[]> {
     const docs = await this.send('find', call, (sent) =>

@@ -10,7 +10,8 @@ import type { KnownKeys } from '../common/known-keys';
 import type { Acquired } from '../engine/acquired';
 import { LockEngine } from '../engine/lock-engine';
 import type { Proof } from '../protocol/proofs';
-import { extensionOf, HANDLE_PARAMS, Handle, releaseUnclaimed, type Extension, type HandleOwner, type LockData } from './lock-handle';
+import { extensionOf, HANDLE_PARAMS, Handle, releaseUnclaimed, type Extension, type HandleOwner, type KeptExtension, type LockData } from './lock-handle';
+import { LeaseBatches } from '../engine/lease-scheduler';
 import { readLockData } from './lock-passed-back';
 import { readParams, resolveCallOptions, resolveLockOptions, type PromiseLibrary, type ResolvedCallOptions } from '../common/options';
 import { expectFilter, expectFunction, isPlainObject, expectMaxHold, expectMs, expectObject } from '../common/validation';
@@ -53,6 +54,8 @@ export class DocumentLock implements HandleOwner, AcquireSite {
   readonly kindName: string;
   /** What the caller's transactions wrote of the locks `using()` keeps. */
   readonly transactionWrites = new TransactionWrites();
+  /** The lease keepers' plain extensions, sent in batches. */
+  private readonly leaseBatches: LeaseBatches;
 
   constructor(options: unknown, kind: DocumentLockKind) {
     const resolved = resolveLockOptions(options, kind.options);
@@ -71,6 +74,7 @@ export class DocumentLock implements HandleOwner, AcquireSite {
       reportsReacquired: kind.reportsReacquired,
       deployment: new DeploymentProbe(resolved.collection, resolved.deployment),
     });
+    this.leaseBatches = new LeaseBatches(this.engine);
   }
 
   /** The locked collection, `db.collection`. */
@@ -203,6 +207,18 @@ export class DocumentLock implements HandleOwner, AcquireSite {
       const { params: p, call } = this.callOptions(readParams('params', params, HANDLE_PARAMS));
       const lease = locktimeout === undefined ? this.engine.rule(lock.tag).lease : expectMs('locktimeout', locktimeout);
       return extensionOf(await extendLock(this, target, lock, { id: lock.id }, lease, p, call));
+    });
+  }
+
+  /** Keeps `lock` for a lease keeper: a plain extension (no update, no session) in a batch ({@link LeaseBatches}), else singly. */
+  keep(target: Document, lock: LockData, params: unknown, lease: number | undefined, kept: KeptExtension): Promise<Extension | undefined> {
+    return this.run(async () => {
+      const { params: p, call } = this.callOptions(readParams('params', params, HANDLE_PARAMS));
+      const ms = lease === undefined ? this.engine.rule(lock.tag).lease : expectMs('locktimeout', lease);
+      const single = async (): Promise<Extension> => extensionOf(await extendLock(this, target, lock, { id: lock.id }, ms, p, call));
+      const { write, session } = finalCallOf(p, this.engine.field, call);
+      if (write || session || !Number.isFinite(ms)) return single();
+      return this.leaseBatches.extend({ target, lock, lease: ms, marginMs: kept.marginMs, signal: kept.signal, single }, call);
     });
   }
 

@@ -14,6 +14,14 @@ export const HANDLE_PARAMS = knownKeys<HandleParams>()([...CALL_KEYS, ...UPDATE_
   locktimeout: 'the lease is the first argument: `handle.extend(ms, params)`',
 });
 
+/** What a lease keeper says of the extension it asks for. */
+export interface KeptExtension {
+  /** ms before the lease may end at which the keeper gives up. */
+  readonly marginMs: number;
+  /** Aborted when the keeper stops: an extension not yet sent is left out. */
+  readonly signal: AbortSignal;
+}
+
 /** A lease's new end, and when (by the server's clock) the write that set it was applied. */
 export interface Extension {
   readonly expiresAt: number;
@@ -28,6 +36,12 @@ export interface HandleOwner {
   convert?(target: Document, lock: LockData, tag: unknown, params: unknown, aftermath: (after: ConversionAftermath) => void): Promise<{ readonly lock: LockData; readonly appliedAt?: number }>;
   /** Extends `lock` to `locktimeout` ms (the positional argument; default the lock's lease); `params` as passed. */
   extend(target: Document, lock: LockData, params: unknown, locktimeout: unknown): Promise<Extension>;
+  /**
+   * Keeps `lock` for a lease keeper: extends it to `lease` ms, in a batch with the other locks due
+   * about then where it can be (a plain extension), else as {@link extend} does. Resolves undefined
+   * when it was not sent (`kept.signal` aborted first, or its time ran out while it waited).
+   */
+  keep?(target: Document, lock: LockData, params: unknown, lease: number | undefined, kept: KeptExtension): Promise<Extension | undefined>;
   guard(target: Document, lock: LockData, extra?: Document): Document;
   /** ms of the lease left by the upper bound of the server's clock. */
   remaining(lock: LockData): number;

@@ -18,6 +18,8 @@ export interface KeptLease {
   readonly identity: { readonly namespace: string; readonly tag: string; readonly lockId: string };
   /** True once the holder let the lock go (released it in its transaction): nothing is left to keep. */
   letGo?(): boolean;
+  /** Takes back an extension asked for but not yet sent (one waiting for its batch): it settles at once. */
+  withdraw?(): void;
 }
 
 /**
@@ -78,6 +80,7 @@ export class LeaseKeeper {
     this.stopped = true;
     this.clearTimers();
     clearTimeout(this.maxHoldTimer);
+    this.lease.withdraw?.();
     await this.inFlight;
   }
 
@@ -140,6 +143,7 @@ export class LeaseKeeper {
     const reason = this.lease.ended('max-hold', maxHoldMs);
     publish.leaseLost(() => ({ ...this.lease.identity, cause: 'max-hold', error: reason }));
     this.controller.abort(reason);
+    this.lease.withdraw?.();
     void Promise.resolve(this.inFlight)
       .then(() => this.lease.release())
       .then(undefined, () => undefined);
@@ -182,10 +186,16 @@ export function keptLease(handle: Handle, leaseMs: number, boom: BoomLike | unde
     if (kept.key !== keyOf()) kept = { key: keyOf(), leaseMs: Handle.lease(handle) };
     return kept.leaseMs;
   };
+  let withdrawal = new AbortController();
   return {
     remaining: () => handle.remaining(),
     // The lease is asked for when the extension is sent: one that follows a conversion is sent with the new tag's.
-    extend: () => Handle.keep(handle, current, params),
+    // A plain extension goes in a batch with the others due about then (where the lock allows it).
+    extend: () => Handle.keep(handle, current, params, { marginMs: safetyMargin(current()), signal: withdrawal.signal }),
+    withdraw: () => {
+      withdrawal.abort();
+      withdrawal = new AbortController();
+    },
     leaseMs: current,
     release: () => handle.release(params),
     ended: (cause, error) => leaseEnded(cause, error, boom),

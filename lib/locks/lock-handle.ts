@@ -7,8 +7,8 @@ import type { ConversionAftermath, ConvertParams } from './conversion';
 import { FollowedLock } from './followed-lock';
 
 export type { LockData } from '../protocol/lock-data';
-export { extensionOf, HANDLE_PARAMS, type Extension, type HandleOwner, type HandleParams } from './handle-owner';
-import type { Extension, HandleOwner, HandleParams } from './handle-owner';
+export { extensionOf, HANDLE_PARAMS, type Extension, type HandleOwner, type HandleParams, type KeptExtension } from './handle-owner';
+import type { Extension, HandleOwner, HandleParams, KeptExtension } from './handle-owner';
 
 /** The locked document as a collection of `TSchema` stores it: `WithId<TSchema>`, or any document for an untyped collection. */
 export type SchemaDocument<TSchema extends Document> = Document extends TSchema ? Document : WithId<TSchema>;
@@ -206,10 +206,17 @@ export class Handle implements LockHandle<Document, unknown, Document | undefine
     return Handle.keep(this, () => locktimeout, params);
   }
 
-  /** Extends `handle` to `lease()` ms, asked when it is sent: again after it follows a conversion (a lease keeper's: the lease under its new tag). @internal */
-  static keep<H extends Handle>(handle: H, lease: () => number | undefined, params?: HandleParams): Promise<H> {
-    return handle.#lock.following(() => handle.#owner.extend(handle.#target, handle.toJSON(), params, lease())).then((extension) => {
-      Handle.updateExpiry(handle, extension);
+  /**
+   * Extends `handle` to `lease()` ms, asked when it is sent: again after it follows a conversion (a
+   * lease keeper's: the lease under its new tag). With `kept` (a lease keeper's), in a batch where
+   * the lock allows it; then it may not be sent at all (see {@link HandleOwner.keep}). @internal
+   */
+  static keep<H extends Handle>(handle: H, lease: () => number | undefined, params?: HandleParams, kept?: KeptExtension): Promise<H> {
+    const owner = handle.#owner;
+    const send = (): Promise<Extension | undefined> =>
+      kept && owner.keep ? owner.keep(handle.#target, handle.toJSON(), params, lease(), kept) : owner.extend(handle.#target, handle.toJSON(), params, lease());
+    return handle.#lock.following(send).then((extension) => {
+      if (extension) Handle.updateExpiry(handle, extension);
       return handle;
     });
   }
