@@ -112,7 +112,7 @@ export class LeaseBatch {
         const tolerance = this.tolerance(member.lease);
         const exp = new Date(clock.expiry(stamp, member.lease));
         const rule = this.engine.rule(member.lock.tag);
-        const operation: LockOperation = extendOperation({ paths, rule, tags, target: member.target, proof: { id: member.lock.id }, at, tolerance, exp });
+        const operation: LockOperation = extendOperation({ paths, rule, tags, target: member.target, proof: { id: member.lock.id }, at, tolerance, exp, raiseOnly: true });
         return { member, operation, exp: exp.getTime() };
       });
       sentAt = clock.local();

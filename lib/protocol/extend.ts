@@ -27,6 +27,12 @@ export interface ExtendRequest {
   readonly arrayFilters?: readonly Document[];
   /** What the lock kind also writes (resource locks: the renewal time, the GC date). */
   readonly extension?: Document;
+  /**
+   * Writes the expiry with `$max`, never lowering it: for a statement that may land late (a batch's,
+   * checked with the wide tolerance, whose reply may be lost) after a later extension of the same
+   * lock wrote a later expiry, which the holder counts on.
+   */
+  readonly raiseOnly?: boolean;
 }
 
 /**
@@ -34,6 +40,7 @@ export interface ExtendRequest {
  * lock is still in the document and unexpired by `$$NOW`, that the stamp is within the tolerance
  * below `$$NOW` (and, for a v2 timestamp proof, that it names one lock; with an update, what a
  * commit checks). Writes the server's clock and the latest expiry, and prunes as an acquisition does.
+ * With `raiseOnly` the expiry is only ever raised (a late statement lowers nothing).
  *
  * Why it never admits a second holder: a lock that has expired, or was removed, is never
  * re-created, so no lock is live again once another could have been acquired.
@@ -42,14 +49,15 @@ export function extendOperation(request: ExtendRequest): LockOperation {
   const { paths, rule, proof, at, exp } = request;
   const live = { $and: [entryLiveOnServer(paths, rule.tag, proof), stampWithin(at, request.tolerance)] };
   const others = [...request.tags].filter((other) => other !== rule.tag);
+  const expiry = `${paths.tag(rule.tag)}.$[mine].exp`;
   return {
     filter: allOf(request.target, [{ $expr: live }, ...onlyOne(paths, rule.tag, proof), ...(request.update ? [...commitConditions(paths, rule, proof), ...(request.match ? [request.match] : [])] : [])]),
     update: mergeUpdates(
       request.update,
       {
-        $set: { [`${paths.tag(rule.tag)}.$[mine].exp`]: exp },
+        ...(!request.raiseOnly && { $set: { [expiry]: exp } }),
         $currentDate: { [paths.now]: true },
-        $max: { [paths.until]: exp, ...recordJudged(paths, at) },
+        $max: { [paths.until]: exp, ...recordJudged(paths, at), ...(request.raiseOnly && { [expiry]: exp }) },
         $pull: { ...pruneTags(paths, others, at), ...pruneCommits(paths, at) },
       },
       request.extension,

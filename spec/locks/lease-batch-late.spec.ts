@@ -49,8 +49,8 @@ describe('leases kept in batches: late statements', function () {
     await Promise.all([0, 1].map((id) => lock.using({ _id: id }, { timeout: 300, maxHold: 20_000 }, body(id)).then(undefined, (error: Error) => error)));
     const first = seen.find((one) => one.id === 0);
     expect(first, 'body 0 ran').not.to.equal(undefined);
-    expect(first!.taken, 'lock 0 taken by another client').to.equal(true);
-    expect(first!.abortedWhenTaken || first!.remainingWhenTaken === 0, `lock 0 taken by another client while its holder had ${first!.remainingWhenTaken} ms left`).to.equal(true);
+    // Taken by another client within its 3 s wait only if the holder no longer counted on it (before the fix: taken at 4,187-4,341 ms left).
+    if (first!.taken) expect(first!.abortedWhenTaken || first!.remainingWhenTaken === 0, `lock 0 taken by another client while its holder had ${first!.remainingWhenTaken} ms left`).to.equal(true);
     expect(first!.counted, `lock 0: the expiry its holder counts on (stored: ${new Date(first!.storedExp).toISOString()})`).to.be.at.most(first!.storedExp);
   });
 });
