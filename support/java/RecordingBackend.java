@@ -3,6 +3,7 @@ import de.bwaldvogel.mongo.MongoDatabase;
 import de.bwaldvogel.mongo.backend.CollectionOptions;
 import de.bwaldvogel.mongo.backend.Cursor;
 import de.bwaldvogel.mongo.backend.CursorRegistry;
+import de.bwaldvogel.mongo.backend.DatabaseResolver;
 import de.bwaldvogel.mongo.backend.memory.MemoryBackend;
 import de.bwaldvogel.mongo.backend.memory.MemoryCollection;
 import de.bwaldvogel.mongo.backend.memory.MemoryDatabase;
@@ -68,7 +69,26 @@ final class RecordingBackend extends MemoryBackend {
             protected MemoryCollection openOrCreateCollection(String collectionName, CollectionOptions options) {
                 return new RecordingCollection(this, collectionName, options, cursorRegistry, RecordingBackend.this::currentOplog);
             }
+
+            /** An aggregate that starts with a `$match` reads, as on mongod, by the `_id` that `$match` may name (see {@link IdPlans}). */
+            @Override
+            public Document handleCommand(Channel channel, String command, Document query, DatabaseResolver resolver, Oplog oplog) {
+                Document match = command.equalsIgnoreCase("aggregate") ? leadingMatch(query) : null;
+                if (match == null) return super.handleCommand(channel, command, query, resolver, oplog);
+                String collection = getDatabaseName() + "." + query.get(command);
+                return IdPlans.withAggregateMatch(collection, match, () -> super.handleCommand(channel, command, query, resolver, oplog));
+            }
         };
+    }
+
+    /** The `$match` an aggregate on a collection starts with, or null. */
+    private static Document leadingMatch(Document aggregate) {
+        Object collection = aggregate.get("aggregate");
+        Object pipeline = aggregate.get("pipeline");
+        if (!(collection instanceof String) || !(pipeline instanceof List) || ((List<?>) pipeline).isEmpty()) return null;
+        Object first = ((List<?>) pipeline).get(0);
+        Object match = first instanceof Document && ((Document) first).size() == 1 ? ((Document) first).get("$match") : null;
+        return match instanceof Document ? (Document) match : null;
     }
 
     /** A change stream's opening aggregate answers, as mongod's, with a `postBatchResumeToken`. */
