@@ -133,9 +133,10 @@ export class ChangeFeed {
   /**
    * Calls `then` once the stream has made progress past now: where the server gives both times
    * (mongod), a read answered whose resume token has passed the cluster time the client has seen
-   * now (so a stream that lags behind its majority commit point is not relied on; a `getMore`
-   * already waiting may answer for it); elsewhere, a read sent at or after local time `since` has
-   * answered. Returns the function that stops waiting.
+   * now (so a stream that lags behind its majority commit point is not relied on); elsewhere, a
+   * read has answered at or after local time `since`. Either may be a `getMore` that was already
+   * waiting on the server (awaitData): the cursor goes on from where it stood. Returns the function
+   * that stops waiting.
    */
   afterRead(since: number, then: () => void): () => void {
     const waiting = { since, clusterTime: clientClusterTime(this.collection), then };
@@ -182,9 +183,13 @@ export class ChangeFeed {
     const pipeline = scope === 'all' ? lockChanges(this.field) : [documentsMatch(scope.ids), ...lockChanges(this.field)];
     try {
       const stream = this.collection.watch(pipeline, { ...awaitOptions(this.collection), ...(startAfter === undefined ? {} : { startAfter }) });
-      this.opened = { stream, scope, startAfter, live: false };
+      const opened: Opened = { stream, scope, startAfter, live: false };
+      this.opened = opened;
       this.rescopedAt = performance.now();
-      void this.follow(this.opened);
+      // Live once its opening aggregate answered (its first token): a server that waits for changes
+      // (awaitData) answers the first read only with a change, or after AWAIT_MS.
+      stream.once('resumeTokenChanged', () => this.opened === opened && !opened.live && this.wentLive(opened));
+      void this.follow(opened);
     } catch (error) {
       this.unavailableBecause(error); // the driver refused the stream's options
     }
@@ -225,7 +230,7 @@ export class ChangeFeed {
           const id: unknown = (event.documentKey as Document | undefined)?._id;
           this.changed(id === undefined || id === null ? SOME_DOCUMENT : id);
         }
-        this.answered(asked, tokenTime(stream.resumeToken));
+        this.answered(performance.now(), tokenTime(stream.resumeToken));
         if (!event && performance.now() - asked < EMPTY_PACE_MS.first) {
           await new Promise((resolve) => setTimeout(resolve, pause).unref());
           pause = Math.min(EMPTY_PACE_MS.longest, pause * 2);
@@ -246,12 +251,14 @@ export class ChangeFeed {
     this.rescopeSoon();
   }
 
-  /** A read sent at local time `asked` answered, the stream's token at cluster time `read` (if known): the server made progress since. */
-  private answered(asked: number, read: bigint | undefined): void {
+  /** A read answered (now, local time `answeredAt`), the stream's token at cluster time `read` (if known): the server made progress since. */
+  private answered(answeredAt: number, read: bigint | undefined): void {
     for (const waiting of [...this.readWaiters]) {
-      // Past the refusal by the token where the server gives both times (a getMore already waiting may answer for it); else, sent after it.
+      // Past the refusal by the token where the server gives both times; else, an answer after it.
+      // Either may come from a getMore already waiting when the refusal came: a cursor that answers
+      // goes on from where it stood, so the changes after the refusal are still to come on it.
       const known = read !== undefined && waiting.clusterTime !== undefined;
-      if (known ? read < waiting.clusterTime! : waiting.since > asked) continue;
+      if (known ? read < waiting.clusterTime! : answeredAt < waiting.since) continue;
       this.readWaiters.delete(waiting);
       waiting.then();
     }
