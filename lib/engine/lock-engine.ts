@@ -1,4 +1,5 @@
 import type { Document } from 'mongodb';
+import { LeaseBatches } from './lease-scheduler';
 import { isLockError, lockError, type ConflictSubtype } from '../common/errors';
 import { withPriority, type ResolvedCallOptions } from '../common/options';
 import { acquireOperation, type AcquireExtension } from '../protocol/acquire';
@@ -71,12 +72,15 @@ export class LockEngine {
   readonly tickets: FairTickets;
   /** The deployment behind the collection: its clocks' skew, and how a locked document is addressed. */
   readonly deployment: DeploymentView;
+  /** The lease keepers' plain extensions, sent in batches (lib/engine/lease-scheduler.ts). */
+  readonly leaseBatches: LeaseBatches;
 
   constructor(private readonly settings: EngineSettings) {
     this.tags = new Set(settings.rules.keys());
     this.deployment = new DeploymentView(settings.deployment, settings.clock, settings.store);
     this.tickets = new FairTickets(settings, (call) => this.deployment.ready(call));
     this.namespace = `${settings.store.collection.dbName}.${settings.store.collection.collectionName}`;
+    this.leaseBatches = new LeaseBatches(this);
   }
 
   get field(): string {

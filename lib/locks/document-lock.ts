@@ -5,13 +5,12 @@ import { isTraced, traced } from '../common/diagnostics';
 import type { ConflictSubtype } from '../common/errors';
 import { finalCallOf, inTransaction } from '../common/write-params';
 import { TransactionWrites } from './transaction-writes';
-import { extendLock } from './extension';
+import { extendLock, keepLock } from './extension';
 import type { KnownKeys } from '../common/known-keys';
 import type { Acquired } from '../engine/acquired';
 import { LockEngine } from '../engine/lock-engine';
 import type { Proof } from '../protocol/proofs';
 import { extensionOf, HANDLE_PARAMS, Handle, releaseUnclaimed, type Extension, type HandleOwner, type KeptExtension, type LockData } from './lock-handle';
-import { LeaseBatches } from '../engine/lease-scheduler';
 import { readLockData } from './lock-passed-back';
 import { readParams, resolveCallOptions, resolveLockOptions, type PromiseLibrary, type ResolvedCallOptions } from '../common/options';
 import { expectFilter, expectFunction, isPlainObject, expectMaxHold, expectMs, expectObject } from '../common/validation';
@@ -54,8 +53,6 @@ export class DocumentLock implements HandleOwner, AcquireSite {
   readonly kindName: string;
   /** What the caller's transactions wrote of the locks `using()` keeps. */
   readonly transactionWrites = new TransactionWrites();
-  /** The lease keepers' plain extensions, sent in batches. */
-  private readonly leaseBatches: LeaseBatches;
 
   constructor(options: unknown, kind: DocumentLockKind) {
     const resolved = resolveLockOptions(options, kind.options);
@@ -74,7 +71,6 @@ export class DocumentLock implements HandleOwner, AcquireSite {
       reportsReacquired: kind.reportsReacquired,
       deployment: new DeploymentProbe(resolved.collection, resolved.deployment),
     });
-    this.leaseBatches = new LeaseBatches(this.engine);
   }
 
   /** The locked collection, `db.collection`. */
@@ -192,10 +188,7 @@ export class DocumentLock implements HandleOwner, AcquireSite {
     return this.run(() => this.releaseWith(target, lock.tag, { id: lock.id }, lock, readParams('params', params, HANDLE_PARAMS), group));
   }
 
-  /**
-   * A lock of `tag` on the document `target` names was let go in this process: hands the document
-   * to the first local waiter it blocked (as many as the permits it held, for a limited tag).
-   */
+  /** A lock of `tag` on the document `target` names was let go here: hands it to the first local waiter it blocked (as many as its permits, for a limited tag). */
   private released(target: Document, tag: string, lockId: string | undefined, permits = 1): void {
     const id: unknown = target._id;
     if (id !== undefined && !(isPlainObject(id) && Object.keys(id).some((key) => key.startsWith('$')))) this.waiters.released(id, tag, lockId, permits);
@@ -203,22 +196,14 @@ export class DocumentLock implements HandleOwner, AcquireSite {
   }
 
   extend(target: Document, lock: LockData, params: unknown, locktimeout: unknown): Promise<Extension> {
-    return this.run(async () => {
-      const { params: p, call } = this.callOptions(readParams('params', params, HANDLE_PARAMS));
-      const lease = locktimeout === undefined ? this.engine.rule(lock.tag).lease : expectMs('locktimeout', locktimeout);
-      return extensionOf(await extendLock(this, target, lock, { id: lock.id }, lease, p, call));
-    });
+    return this.keep(target, lock, params, locktimeout) as Promise<Extension>;
   }
 
-  /** Keeps `lock` for a lease keeper: a plain extension (no update, no session) in a batch ({@link LeaseBatches}), else singly. */
-  keep(target: Document, lock: LockData, params: unknown, lease: number | undefined, kept: KeptExtension): Promise<Extension | undefined> {
+  /** Extends `lock` to `lease` ms (default: its tag's lease); a lease keeper's (`kept`) in a batch where it can be ({@link keepLock}). */
+  keep(target: Document, lock: LockData, params: unknown, lease: unknown, kept?: KeptExtension): Promise<Extension | undefined> {
     return this.run(async () => {
       const { params: p, call } = this.callOptions(readParams('params', params, HANDLE_PARAMS));
-      const ms = lease === undefined ? this.engine.rule(lock.tag).lease : expectMs('locktimeout', lease);
-      const single = async (): Promise<Extension> => extensionOf(await extendLock(this, target, lock, { id: lock.id }, ms, p, call));
-      const { write, session } = finalCallOf(p, this.engine.field, call);
-      if (write || session || !Number.isFinite(ms)) return single();
-      return this.leaseBatches.extend({ target, lock, lease: ms, marginMs: kept.marginMs, signal: kept.signal, single }, call);
+      return keepLock(this, target, lock, lease === undefined ? this.engine.rule(lock.tag).lease : expectMs('locktimeout', lease), p, call, kept);
     });
   }
 

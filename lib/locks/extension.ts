@@ -8,6 +8,7 @@ import type { LockData } from '../protocol/lock-data';
 import type { Proof } from '../protocol/proofs';
 import type { ServerClock } from '../protocol/server-clock';
 import type { TransactionWrites } from './transaction-writes';
+import { extensionOf, type Extension, type KeptExtension } from './handle-owner';
 
 /** What an extension needs from the lock it runs on (a {@link DocumentLock}). */
 export interface ExtensionSite {
@@ -38,4 +39,16 @@ export async function extendLock(site: ExtensionSite, target: Document, lock: Lo
     },
   );
   return inTransaction(call) ? { ...extended, lock: { ...extended.lock, expiresAt: lock.expiresAt }, appliedAt: 0 } : extended;
+}
+
+/**
+ * Extends `lock` as {@link extendLock} does; for a lease keeper (`kept`), a plain extension (no
+ * update, no session, a finite lease) goes in a batch with the others due about then
+ * (lib/engine/lease-scheduler.ts), and resolves undefined when it was not sent (withdrawn, or too late).
+ */
+export async function keepLock(site: ExtensionSite, target: Document, lock: LockData, lease: number, params: Record<string, unknown>, plain: ResolvedCallOptions, kept?: KeptExtension): Promise<Extension | undefined> {
+  const single = async (): Promise<Extension> => extensionOf(await extendLock(site, target, lock, { id: lock.id }, lease, params, plain));
+  const { write, session } = finalCallOf(params, site.engine.field, plain);
+  if (!kept || write || session || !Number.isFinite(lease)) return single();
+  return site.engine.leaseBatches.extend({ target, lock, lease, marginMs: kept.marginMs, signal: kept.signal, single }, plain);
 }

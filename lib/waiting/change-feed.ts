@@ -1,19 +1,13 @@
 import type { ChangeStream, Collection, Document, ResumeToken } from 'mongodb';
-import { keyOf } from './document-key';
+import { ANY_DOCUMENT, ChangeListeners, SOME_DOCUMENT, type ChangeListener } from './change-listeners';
 import { publish } from '../common/diagnostics';
 import { awaitOptions, documentsMatch, lockChanges } from './lock-changes';
 import { WatchedIds, type Scope } from './watched-ids';
-import { clientClusterTime, tokenTime } from './stream-progress';
+import { clientClusterTime, ProgressWaiters, tokenTime } from './stream-progress';
 
 export { awaitOptions, lockChanges } from './lock-changes';
 
-/** A change whose event does not say which document it touched (mongo-java-server's update events). */
-export const SOME_DOCUMENT: unique symbol = Symbol('some document');
-/** The stream broke or restarted without continuity: any document may have changed unheard. */
-export const ANY_DOCUMENT: unique symbol = Symbol('any document');
-
-/** Told of each change to the lock field of a document: its `_id`, {@link SOME_DOCUMENT} or {@link ANY_DOCUMENT}. */
-export type ChangeListener = (id: unknown) => void;
+export { ANY_DOCUMENT, SOME_DOCUMENT, type ChangeListener } from './change-listeners';
 
 /** What a feed does now: `streaming` (a change stream is open), `polling` (none could be had), `idle` (nobody listens). */
 export type FeedState = 'streaming' | 'polling' | 'idle';
@@ -68,7 +62,7 @@ interface Opened {
  * token that fell off the oplog) is opened again, and every listener is told once ({@link ANY_DOCUMENT}).
  */
 export class ChangeFeed {
-  private readonly listeners = new Set<ChangeListener>();
+  private readonly listeners = new ChangeListeners();
   private opened: Opened | undefined;
   private lingering: NodeJS.Timeout | undefined;
   private reopening: NodeJS.Timeout | undefined;
@@ -81,8 +75,7 @@ export class ChangeFeed {
   /** The deployment has no change streams for this client: never tried again. */
   private unavailable = false;
   private readonly ids = new WatchedIds();
-  /** Told once a read sent at or after `since` (local ms) has answered, with a resume token at or past `clusterTime` where the server gives both. */
-  private readonly readWaiters = new Set<{ readonly since: number; readonly clusterTime: bigint | undefined; readonly then: () => void }>();
+  private readonly progress = new ProgressWaiters();
   private readonly lossListeners = new Set<() => void>();
 
   constructor(
@@ -130,18 +123,9 @@ export class ChangeFeed {
     return this.opened?.live === true && this.ids.covers(key, at);
   }
 
-  /**
-   * Calls `then` once the stream has made progress past now: where the server gives both times
-   * (mongod), a read answered whose resume token has passed the cluster time the client has seen
-   * now (so a stream that lags behind its majority commit point is not relied on); elsewhere, a
-   * read has answered at or after local time `since`. Either may be a `getMore` that was already
-   * waiting on the server (awaitData): the cursor goes on from where it stood. Returns the function
-   * that stops waiting.
-   */
+  /** Calls `then` once the stream has made progress past now ({@link ProgressWaiters.add}: past the client's cluster time now, where the server gives both times, so a stream that lags behind its majority commit point is not relied on). */
   afterRead(since: number, then: () => void): () => void {
-    const waiting = { since, clusterTime: clientClusterTime(this.collection), then };
-    this.readWaiters.add(waiting);
-    return () => this.readWaiters.delete(waiting);
+    return this.progress.add(since, clientClusterTime(this.collection), then);
   }
 
   /** Calls `lost` whenever the stream stops covering what it covered (it broke, closed, or restarted without continuity); returns the function that stops listening. */
@@ -228,9 +212,9 @@ export class ChangeFeed {
         if (event) {
           pause = EMPTY_PACE_MS.first;
           const id: unknown = (event.documentKey as Document | undefined)?._id;
-          this.changed(id === undefined || id === null ? SOME_DOCUMENT : id);
+          this.listeners.changed(id === undefined || id === null ? SOME_DOCUMENT : id);
         }
-        this.answered(performance.now(), tokenTime(stream.resumeToken));
+        this.progress.answered(performance.now(), tokenTime(stream.resumeToken));
         if (!event && performance.now() - asked < EMPTY_PACE_MS.first) {
           await new Promise((resolve) => setTimeout(resolve, pause).unref());
           pause = Math.min(EMPTY_PACE_MS.longest, pause * 2);
@@ -251,26 +235,13 @@ export class ChangeFeed {
     this.rescopeSoon();
   }
 
-  /** A read answered (now, local time `answeredAt`), the stream's token at cluster time `read` (if known): the server made progress since. */
-  private answered(answeredAt: number, read: bigint | undefined): void {
-    for (const waiting of [...this.readWaiters]) {
-      // Past the refusal by the token where the server gives both times; else, an answer after it.
-      // Either may come from a getMore already waiting when the refusal came: a cursor that answers
-      // goes on from where it stood, so the changes after the refusal are still to come on it.
-      const known = read !== undefined && waiting.clusterTime !== undefined;
-      if (known ? read < waiting.clusterTime! : answeredAt < waiting.since) continue;
-      this.readWaiters.delete(waiting);
-      waiting.then();
-    }
-  }
-
   /** `opened` ended: opened again later while someone listens, and everyone is told once of what it may have missed. */
   private broke(opened: Opened, error: unknown): void {
     if (this.opened !== opened) return;
     this.opened = undefined;
     void opened.stream.close().catch(() => undefined);
     this.lose();
-    this.tell(ANY_DOCUMENT);
+    this.listeners.tell(ANY_DOCUMENT);
     // A server that refuses `startAfter` (the token unknown to it): opened again at once, without it.
     if (opened.startAfter !== undefined && !opened.live && error !== undefined) return this.open(undefined);
     const code = (error as { code?: unknown } | undefined)?.code;
@@ -283,26 +254,6 @@ export class ChangeFeed {
       this.open(undefined);
     }, this.reopenMs).unref();
     this.reopenMs = Math.min(REOPEN_MS.longest, this.reopenMs * 2);
-  }
-
-  /** Documents changed since the listeners were last told, by key (told once per batch of events). */
-  private pending = new Map<string, unknown>();
-
-  /** Tells the listeners of document `id`'s change once the batch it came in is read (a document changed several times in it is told of once). */
-  private changed(id: unknown): void {
-    if (this.pending.size === 0) setImmediate(() => this.flush());
-    this.pending.set(id === SOME_DOCUMENT ? '' : keyOf(id), id);
-  }
-
-  private flush(): void {
-    const changed = this.pending;
-    this.pending = new Map();
-    if (changed.has('')) this.tell(SOME_DOCUMENT);
-    for (const [key, id] of changed) if (key !== '') this.tell(id);
-  }
-
-  private tell(id: unknown): void {
-    for (const listener of this.listeners) listener(id);
   }
 }
 

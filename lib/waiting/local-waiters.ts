@@ -1,5 +1,6 @@
 import type { ChangeFeed } from './change-feed';
 import { keyedExactly, keyOf } from './document-key';
+import { HeldLocks } from './held-locks';
 import { RemoteWakeUps } from './remote-wake-ups';
 import { ranked, Waiter } from './waiter';
 
@@ -14,8 +15,8 @@ export class LocalWaiters {
   private readonly watchers = new Map<string, Set<{ readonly blockedBy: ReadonlySet<string>; readonly wake: () => void }>>();
   /** Hand-overs in a row, by document (see {@link COHORT_BOUND}). */
   private readonly handedInRow = new Map<string, number>();
-  /** Locks held in this process, by document, then by lock id: their tag and lease end (server ms). */
-  private readonly held = new Map<string, Map<string, { readonly tag: string; readonly expiresAt: number }>>();
+  /** Locks held in this process. */
+  private readonly held: HeldLocks;
 
   /** Changes made by other processes, heard while someone waits here: each may nudge the first waiter of the changed document. */
   private readonly remote: RemoteWakeUps | undefined;
@@ -24,7 +25,8 @@ export class LocalWaiters {
     private readonly serverNow: () => number,
     feed?: ChangeFeed,
   ) {
-    this.remote = feed && new RemoteWakeUps(feed, this.byDocument, (key, waiter) => this.heldAt(key, waiter.blockedBy));
+    this.held = new HeldLocks(serverNow);
+    this.remote = feed && new RemoteWakeUps(feed, this.byDocument, (key, waiter) => this.held.blocks(key, waiter.blockedBy));
   }
 
   /** True while this process's change stream on the collection is open (or opening): it wakes waiters on changes made elsewhere. */
@@ -37,25 +39,12 @@ export class LocalWaiters {
    * not ended: its release will wake a waiter, and a refusal there is a conflict.
    */
   heldHere(id: unknown, tags: ReadonlySet<string>): boolean {
-    return this.heldAt(keyOf(id), tags);
-  }
-  private heldAt(key: string, tags: ReadonlySet<string>): boolean {
-    const locks = this.held.get(key);
-    if (!locks) return false;
-    const now = this.serverNow();
-    for (const [lockId, lock] of locks) {
-      if (lock.expiresAt <= now) locks.delete(lockId); // ran out without a release here
-      else if (tags.has(lock.tag)) return true;
-    }
-    if (locks.size === 0) this.held.delete(key);
-    return false;
+    return this.held.blocks(keyOf(id), tags);
   }
 
-  /** When the leases of the locks held here on document `id` of one of `tags` end, as they were won (server ms; the last of them), if any is held. */
+  /** When the leases of the locks of one of `tags` held here on document `id` end (server ms), if any is held ({@link HeldLocks.until}). */
   heldUntil(id: unknown, tags: ReadonlySet<string>): number | undefined {
-    let until: number | undefined;
-    for (const lock of this.held.get(keyOf(id))?.values() ?? []) if (tags.has(lock.tag)) until = Math.max(until ?? 0, lock.expiresAt);
-    return until;
+    return this.held.until(keyOf(id), tags);
   }
 
   /** The tickets of this process's fair waiters of document `id` (their ids). */
@@ -88,9 +77,7 @@ export class LocalWaiters {
 
   /** Lock `lockId` on document `id` was handed over to a waiter here: it no longer counts as held (the waiter's lock will), and nobody is woken. */
   handedOver(id: unknown, lockId: string): void {
-    const locks = this.held.get(keyOf(id));
-    locks?.delete(lockId);
-    if (locks?.size === 0) this.held.delete(keyOf(id));
+    this.held.remove(keyOf(id), lockId);
     // Counted while someone waits here (a grantee that gave up meanwhile may have been the last).
     if (this.byDocument.has(keyOf(id))) this.handedInRow.set(keyOf(id), (this.handedInRow.get(keyOf(id)) ?? 0) + 1);
   }
@@ -108,8 +95,7 @@ export class LocalWaiters {
   yielded(id: unknown, tag: string, lockId: string): void {
     this.handedInRow.delete(keyOf(id));
     const key = keyOf(id);
-    this.held.get(key)?.delete(lockId);
-    if (this.held.get(key)?.size === 0) this.held.delete(key);
+    this.held.remove(key, lockId);
     setTimeout(() => this.wakeKey(key, tag), YIELD_MS).unref();
   }
 
@@ -121,9 +107,7 @@ export class LocalWaiters {
   /** Lock `lockId` of `tag` on document `id` was won in this process, until `expiresAt` (server ms). */
   acquired(id: unknown, lockId: string, tag: string, expiresAt: number): void {
     const key = keyOf(id);
-    let locks = this.held.get(key);
-    if (!locks) this.held.set(key, (locks = new Map()));
-    locks.set(lockId, { tag, expiresAt });
+    this.held.add(key, lockId, tag, expiresAt);
     this.remote?.won(key);
   }
 
@@ -146,13 +130,8 @@ export class LocalWaiters {
 
   /** Lock `lockId` of `tag` was let go here by a call that did not name its document (no `_id`): finds its document, and wakes as below. */
   releasedLock(lockId: string, tag: string, permits = 1): void {
-    for (const [key, locks] of this.held) {
-      if (!locks.has(lockId)) continue;
-      locks.delete(lockId);
-      if (locks.size === 0) this.held.delete(key);
-      this.wakeKey(key, tag, permits);
-      return;
-    }
+    const key = this.held.take(lockId);
+    if (key !== undefined) this.wakeKey(key, tag, permits);
   }
 
   /**
@@ -163,12 +142,7 @@ export class LocalWaiters {
   released(id: unknown, tag: string, lockId?: string, permits = 1): void {
     const key = keyOf(id);
     this.handedInRow.delete(key);
-    const locks = this.held.get(key);
-    if (locks) {
-      if (lockId === undefined) locks.clear();
-      else locks.delete(lockId);
-      if (locks.size === 0) this.held.delete(key);
-    }
+    this.held.remove(key, lockId);
     this.wakeKey(keyOf(id), tag, permits);
   }
 

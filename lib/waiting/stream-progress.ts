@@ -24,3 +24,33 @@ export function clientClusterTime(collection: Collection<Document>): bigint | un
   if (typeof time?.t !== 'number' || typeof time.i !== 'number') return undefined;
   return (BigInt(time.t) << 32n) | BigInt(time.i);
 }
+
+/** Who waits for a change stream to make progress, each told once (see {@link ProgressWaiters.add}). */
+export class ProgressWaiters {
+  private readonly waiting = new Set<{ readonly since: number; readonly clusterTime: bigint | undefined; readonly then: () => void }>();
+
+  /**
+   * Calls `then` once the stream has made progress past local time `since`: where the server gives
+   * both times (mongod), a read answered whose token is at or past `clusterTime`; elsewhere, a read
+   * answered at or after `since`. Returns the function that stops waiting.
+   */
+  add(since: number, clusterTime: bigint | undefined, then: () => void): () => void {
+    const waiting = { since, clusterTime, then };
+    this.waiting.add(waiting);
+    return () => this.waiting.delete(waiting);
+  }
+
+  /**
+   * A read answered at local time `answeredAt`, the stream's token at cluster time `read` (if known).
+   * It may be a getMore that was already waiting when a waiter came (awaitData): a cursor that
+   * answers goes on from where it stood, so the changes after that are still to come on it.
+   */
+  answered(answeredAt: number, read: bigint | undefined): void {
+    for (const waiting of [...this.waiting]) {
+      const known = read !== undefined && waiting.clusterTime !== undefined;
+      if (known ? read < waiting.clusterTime! : answeredAt < waiting.since) continue;
+      this.waiting.delete(waiting);
+      waiting.then();
+    }
+  }
+}

@@ -150,10 +150,7 @@ export class WaitingPlace {
     return this.fair ? { ticket: this.queue.ticket } : undefined;
   }
 
-  /**
-   * An attempt was refused and the call goes on waiting: joins the refusing document's local
-   * waiters, and in fair mode takes a ticket in its queue (once).
-   */
+  /** An attempt was refused and the call goes on waiting: joins the refusing document's local waiters, and in fair mode takes a ticket in its queue (once). */
   async refused(error: unknown, userFilter: Document): Promise<void> {
     if (this.left) return;
     const id = refusedDocumentOf(error);
@@ -179,14 +176,10 @@ export class WaitingPlace {
     if (error !== undefined && this.queue.position.first && !this.waiters.heldHere(this.documentId, this.blockedBy)) this.waiter?.wake();
   }
 
-  /** Publishes on `monglock:wait`, once, how this call will be woken. */
+  /** Publishes on `monglock:wait`, once, how this call will be woken ({@link announceWait}). */
   private announce(userFilter: Document): void {
-    if (this.announced) return;
+    if (!this.announced) announceWait(this.engine.namespace, this.tag, this.fair && idNamedBy(userFilter) !== undefined, this.waiters, this.documentId, this.blockedBy);
     this.announced = true;
-    publish.wait(() => {
-      const local = this.documentId !== undefined && this.waiters.heldHere(this.documentId, this.blockedBy);
-      return { namespace: this.engine.namespace, tag: this.tag, wakeUp: local ? 'local' : this.waiters.streaming ? 'stream' : 'polling', fair: this.fair && idNamedBy(userFilter) !== undefined };
-    });
   }
 
   /** Joins this process's waiters of document `id` (once). */
@@ -195,8 +188,8 @@ export class WaitingPlace {
     this.documentId = id;
     // Fair: the oldest ticket first, waiters still without one last; else the longest waiting first.
     const rank = (): readonly [number, string] => (this.queue.ticket ? [this.queue.ticket.at.getTime(), this.queue.ticket.id] : [this.fair ? Infinity : this.since, '']);
-    // A change elsewhere can be its turn only when, as last seen, at most one ticket came first (the one a release may have served).
-    // It relies on the stream only when its filter names this document alone (a filter that says more may come to match another one) and no fair ticket paces it.
+    // A change elsewhere can be its turn only when, as last seen, at most one ticket came first (the one a release may have served);
+    // it relies on the stream only when its filter names this document alone (one that says more may come to match another) and no fair ticket paces it.
     const reliesOnStream = (): boolean => this.plainFilter && this.queue.ticket === undefined;
     this.waiter = this.waiters.join(id, this.tag, this.blockedBy, rank, () => !this.queue.ticket || this.queue.position.waitersAhead <= 1, reliesOnStream);
     this.waiter.terms = this.terms;
@@ -225,4 +218,12 @@ export class WaitingPlace {
     this.waiter?.leave(won);
     this.queue.leave(won);
   }
+}
+
+/** Publishes on `monglock:wait` how a call that waits on document `id` (if known) will be woken: by a holder here, the change stream, or its poll. */
+function announceWait(namespace: string, tag: string, fair: boolean, waiters: LocalWaiters, id: unknown, blockedBy: ReadonlySet<string>): void {
+  publish.wait(() => {
+    const local = id !== undefined && waiters.heldHere(id, blockedBy);
+    return { namespace, tag, wakeUp: local ? 'local' : waiters.streaming ? 'stream' : 'polling', fair };
+  });
 }
