@@ -15,7 +15,7 @@
  * a run's results, running nothing. An unknown flag is refused (exit 2).
  */
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { MongoClient } from 'mongodb';
@@ -144,6 +144,7 @@ async function main(): Promise<void> {
   const results: ScaleResults = {
     backend: backend.description,
     server: backend.server,
+    faithfulLauncher: backend.server === 'mongo-java-server' && existsSync(join(__dirname, '..', 'support', 'java', 'MongodOplog.java')),
     label: flags.label,
     args: process.argv.slice(2),
     date: new Date().toISOString(),
