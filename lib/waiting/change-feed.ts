@@ -81,7 +81,7 @@ export class ChangeFeed {
   /** The deployment has no change streams for this client: never tried again. */
   private unavailable = false;
   private readonly ids = new WatchedIds();
-  /** Told once a read sent at or after `since` (local ms) has answered, with a resume token at or past `clusterTime` where the server gives both. */
+  /** Told once a read has answered at or after `since` (local ms), with a resume token at or past `clusterTime` where the server gives both. */
   private readonly readWaiters = new Set<{ readonly since: number; readonly clusterTime: bigint | undefined; readonly then: () => void }>();
   private readonly lossListeners = new Set<() => void>();
 
@@ -134,8 +134,11 @@ export class ChangeFeed {
    * Calls `then` once the stream has made progress past now: where the server gives both times
    * (mongod), a read answered whose resume token has passed the cluster time the client has seen
    * now (so a stream that lags behind its majority commit point is not relied on; a `getMore`
-   * already waiting may answer for it); elsewhere, a read sent at or after local time `since` has
-   * answered. Returns the function that stops waiting.
+   * already waiting may answer for it); elsewhere, a read has answered at or after local time
+   * `since` (a `getMore` that waited on the server, sent before, answers for it: one sent after
+   * would come only after the server's wait, AWAIT_MS, longer than a short poll, so a waiter would
+   * never rely on a stream of a server that waits without cluster times). Returns the function
+   * that stops waiting.
    */
   afterRead(since: number, then: () => void): () => void {
     const waiting = { since, clusterTime: clientClusterTime(this.collection), then };
@@ -225,7 +228,7 @@ export class ChangeFeed {
           const id: unknown = (event.documentKey as Document | undefined)?._id;
           this.changed(id === undefined || id === null ? SOME_DOCUMENT : id);
         }
-        this.answered(asked, tokenTime(stream.resumeToken));
+        this.answered(tokenTime(stream.resumeToken));
         if (!event && performance.now() - asked < EMPTY_PACE_MS.first) {
           await new Promise((resolve) => setTimeout(resolve, pause).unref());
           pause = Math.min(EMPTY_PACE_MS.longest, pause * 2);
@@ -246,12 +249,13 @@ export class ChangeFeed {
     this.rescopeSoon();
   }
 
-  /** A read sent at local time `asked` answered, the stream's token at cluster time `read` (if known): the server made progress since. */
-  private answered(asked: number, read: bigint | undefined): void {
+  /** A read answered now, the stream's token at cluster time `read` (if known): the server made progress since. */
+  private answered(read: bigint | undefined): void {
+    const now = performance.now();
     for (const waiting of [...this.readWaiters]) {
-      // Past the refusal by the token where the server gives both times (a getMore already waiting may answer for it); else, sent after it.
+      // Past the refusal by the token where the server gives both times (a getMore already waiting may answer for it); else, answered after it.
       const known = read !== undefined && waiting.clusterTime !== undefined;
-      if (known ? read < waiting.clusterTime! : waiting.since > asked) continue;
+      if (known ? read < waiting.clusterTime! : waiting.since > now) continue;
       this.readWaiters.delete(waiting);
       waiting.then();
     }
