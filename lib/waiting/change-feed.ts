@@ -125,9 +125,17 @@ export class ChangeFeed {
     };
   }
 
-  /** True while the live stream tells of every change to document `key` made after local time `at` (its opening answered before). */
+  /**
+   * True while the stream tells of every change to document `key` made after local time `at`: the
+   * live one (its opening answered before), or, while it opens, one that continues its predecessor
+   * (`startAfter`) for a document both watch: a change made meanwhile comes with its first answer,
+   * which a waiter awaits before it sleeps long ({@link afterRead}); an opening that fails is a loss.
+   */
   covers(key: string, at: number): boolean {
-    return this.opened?.live === true && this.ids.covers(key, at);
+    const opened = this.opened;
+    if (!opened) return false;
+    const carried = opened.startAfter !== undefined && (opened.scope === 'all' || opened.scope.keys.has(key));
+    return (opened.live || carried) && this.ids.covers(key, at);
   }
 
   /**
@@ -135,10 +143,8 @@ export class ChangeFeed {
    * (mongod), a read answered whose resume token has passed the cluster time the client has seen
    * now (so a stream that lags behind its majority commit point is not relied on; a `getMore`
    * already waiting may answer for it); elsewhere, a read has answered at or after local time
-   * `since` (a `getMore` that waited on the server, sent before, answers for it: one sent after
-   * would come only after the server's wait, AWAIT_MS, longer than a short poll, so a waiter would
-   * never rely on a stream of a server that waits without cluster times). Returns the function
-   * that stops waiting.
+   * `since` (sent before too: one sent after would answer only after the server's wait, AWAIT_MS,
+   * longer than a short poll). Returns the function that stops waiting.
    */
   afterRead(since: number, then: () => void): () => void {
     const waiting = { since, clusterTime: clientClusterTime(this.collection), then };
@@ -185,9 +191,16 @@ export class ChangeFeed {
     const pipeline = scope === 'all' ? lockChanges(this.field) : [documentsMatch(scope.ids), ...lockChanges(this.field)];
     try {
       const stream = this.collection.watch(pipeline, { ...awaitOptions(this.collection), ...(startAfter === undefined ? {} : { startAfter }) });
-      this.opened = { stream, scope, startAfter, live: false };
+      const opened: Opened = { stream, scope, startAfter, live: false };
+      this.opened = opened;
       this.rescopedAt = performance.now();
-      void this.follow(this.opened);
+      // Live once its aggregate answered (its postBatchResumeToken cached), not after the getMore the driver sends next (AWAIT_MS).
+      stream.once('resumeTokenChanged', () => {
+        if (this.opened !== opened || opened.live) return;
+        this.wentLive(opened);
+        this.answered(tokenTime(stream.resumeToken));
+      });
+      void this.follow(opened);
     } catch (error) {
       this.unavailableBecause(error); // the driver refused the stream's options
     }
