@@ -169,12 +169,13 @@ export class ChangeFeed {
 
   /** Stops reading the stream of the feed (none is live then); with `continued`, its successor starts after its last token, and what it covered stays covered once that one is live. */
   private drop(continued = false): void {
-    const stream = this.stream;
+    const opened = this.opened;
     this.opened = undefined;
     if (!continued) this.lose();
-    // A stream with a read on its way is closed when the read returns (see follow): closed before
-    // its opening aggregate answered, the driver would leave the cursor the answer opens on the server.
-    if (stream && !this.reading.has(stream)) void stream.close().catch(() => undefined);
+    // A stream whose opening aggregate is on its way is closed when it returns (see follow): closed
+    // before, the driver would leave the cursor the answer opens on the server. Once it answered, at
+    // once: its killCursors ends a getMore waiting on the server (which would hold a connection).
+    if (opened && (opened.live || !this.reading.has(opened.stream))) void opened.stream.close().catch(() => undefined);
   }
 
   private lose(): void {

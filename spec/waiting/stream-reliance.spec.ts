@@ -103,7 +103,7 @@ describe('waiting that relies on a healthy change stream', function () {
 
   it('waiters keep relying on the stream while it is reopened again and again for waiters that come and go on other documents', async function () {
     requireCapability(this, 'changeStreams');
-    const count = 40;
+    const count = 60;
     const churned = 20;
     const { collection, held } = await heldDocuments(count + churned);
     const process = await streamProcess(collection);
