@@ -83,14 +83,10 @@ export class ChangeFeed {
     private readonly field: string,
   ) {}
 
-  private get stream(): ChangeStream | undefined {
-    return this.opened?.stream;
-  }
-
   /** What the feed does now. */
   get state(): FeedState {
-    if (this.listeners.size === 0 && !this.stream) return 'idle';
-    return this.stream ? 'streaming' : 'polling';
+    if (this.listeners.size === 0 && !this.opened) return 'idle';
+    return this.opened ? 'streaming' : 'polling';
   }
 
   /** Tells `listener` of each change until the returned function is called. */
@@ -118,9 +114,12 @@ export class ChangeFeed {
     };
   }
 
-  /** True while the live stream tells of every change to document `key` made after local time `at` (its opening answered before). */
+  /** True while the stream tells of every change to document `key` made after local time `at`: the live one, or while it opens, one that continues its predecessor (`startAfter`) for a document both watch (a change made meanwhile comes with its first answer, which a waiter awaits before it sleeps long: {@link afterRead}; an opening that fails is a loss). */
   covers(key: string, at: number): boolean {
-    return this.opened?.live === true && this.ids.covers(key, at);
+    const opened = this.opened;
+    if (!opened) return false;
+    const carried = opened.startAfter !== undefined && (opened.scope === 'all' || opened.scope.keys.has(key));
+    return (opened.live || carried) && this.ids.covers(key, at);
   }
 
   /** Calls `then` once the stream has made progress past now ({@link ProgressWaiters.add}: past the client's cluster time now, where the server gives both times, so a stream that lags behind its majority commit point is not relied on). */
@@ -145,12 +144,12 @@ export class ChangeFeed {
 
   /** Stops reading the stream of the feed (none is live then); with `continued`, its successor starts after its last token, and what it covered stays covered once that one is live. */
   private drop(continued = false): void {
-    const stream = this.stream;
+    const opened = this.opened;
     this.opened = undefined;
     if (!continued) this.lose();
-    // A stream with a read on its way is closed when the read returns (see follow): closed before
-    // its opening aggregate answered, the driver would leave the cursor the answer opens on the server.
-    if (stream && !this.reading.has(stream)) void stream.close().catch(() => undefined);
+    // Once its opening aggregate answered, closed at once (its killCursors ends a getMore waiting on the server, which holds a connection); before, when
+    // it returns (see follow): the driver would leave the cursor the answer opens on the server.
+    if (opened && (opened.live || !this.reading.has(opened.stream))) void opened.stream.close().catch(() => undefined);
   }
 
   private lose(): void {
@@ -159,7 +158,7 @@ export class ChangeFeed {
   }
 
   private open(startAfter: ResumeToken | undefined): void {
-    if (this.stream || this.reopening || this.unavailable || this.listeners.size === 0) return;
+    if (this.opened || this.reopening || this.unavailable || this.listeners.size === 0) return;
     const client = (this.collection as unknown as { db?: { client?: { options?: { maxPoolSize?: number } } } }).db?.client;
     const poolSize = client?.options?.maxPoolSize;
     if (poolSize !== undefined && poolSize > 0 && poolSize < SMALLEST_POOL) return this.unavailableBecause(new Error(`maxPoolSize ${poolSize}: a stream would hold one of its connections`));
@@ -170,9 +169,12 @@ export class ChangeFeed {
       const opened: Opened = { stream, scope, startAfter, live: false };
       this.opened = opened;
       this.rescopedAt = performance.now();
-      // Live once its opening aggregate answered (its first token): a server that waits for changes
-      // (awaitData) answers the first read only with a change, or after AWAIT_MS.
-      stream.once('resumeTokenChanged', () => this.opened === opened && !opened.live && this.wentLive(opened));
+      // Live once its opening aggregate answered (its first token), not after the getMore the driver sends next (up to AWAIT_MS on a server that waits for changes).
+      stream.once('resumeTokenChanged', () => {
+        if (this.opened !== opened || opened.live) return;
+        this.wentLive(opened);
+        this.progress.answered(performance.now(), tokenTime(stream.resumeToken));
+      });
       void this.follow(opened);
     } catch (error) {
       this.unavailableBecause(error); // the driver refused the stream's options
@@ -185,7 +187,7 @@ export class ChangeFeed {
     this.rescoping = setTimeout(() => {
       this.rescoping = undefined;
       if (!this.opened?.live || !this.ids.stale) return;
-      const token = this.stream?.resumeToken ?? undefined;
+      const token = this.opened?.stream.resumeToken ?? undefined;
       this.drop(token !== undefined);
       this.open(token);
     }, Math.max(0, this.rescopedAt + RESCOPE_MS - performance.now())).unref();

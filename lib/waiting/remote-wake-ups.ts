@@ -5,7 +5,8 @@ import { firstRanked, type Waiter, type WaiterStream } from './waiter';
 /**
  * How far a document's nudges back off: after `k` nudged attempts of this process on it were
  * refused in a row, each within {@link NUDGE_MISS_MEMORY_MS} of the last, a change elsewhere nudges
- * its first waiter with probability 2^-min(k - 1, this). Every process hears every change, so
+ * its first waiter with probability 2^-min(k - 1, this), and cuts the sleep of one it skips to a
+ * short poll (Waiter.shorten). Every process hears every change, so
  * without it each release would send the first waiter of every process at once, and all but one
  * would be refused (binary exponential backoff, as Ethernet resolves collisions): with P processes
  * contending, about one nudged attempt per change. One miss costs nothing: a lone waiter is woken
@@ -124,7 +125,9 @@ export class RemoteWakeUps {
       }
       const misses = this.misses.get(key);
       const steps = first.rankId === '' && misses && performance.now() - misses.at < NUDGE_MISS_MEMORY_MS ? Math.min(misses.count - 1, NUDGE_BACKOFF_STEPS) : 0;
+      // Skipped, its sleep is cut to a short poll: it would sleep long (a safety poll) on a change it may well have won.
       if (Math.random() < 2 ** -steps) first.nudge();
+      else first.shorten();
     }
   }
 

@@ -7,9 +7,9 @@
  */
 import { expect } from 'chai';
 import { connect, createServer, type Server, type Socket } from 'node:net';
-import { MongoClient } from 'mongodb';
+import { MongoClient, type CommandFailedEvent, type CommandStartedEvent, type CommandSucceededEvent, type Document } from 'mongodb';
 import { writeLock } from '../../lib';
-import { freshCollection, mongoBackend, requireCapability, sleep } from '../support/fixture';
+import { freshCollection, mongoBackend, newClient, requireCapability, sleep } from '../support/fixture';
 
 const OP_MSG = 2013;
 
@@ -96,5 +96,40 @@ describe('the change feed and its client\'s connection pool', function () {
     } finally {
       await proxy.close();
     }
+  });
+
+  it('a stream reopened again and again (waiters coming and going on other documents) holds at most two getMores at once: the one it drops is ended, not left waiting on a connection', async function () {
+    requireCapability(this, 'changeStreams');
+    const steady = 40;
+    const churned = 40;
+    const collection = await freshCollection(Array.from({ length: steady + churned }, (_, i) => ({ _id: i })));
+    const holder = writeLock({ collection, locktimeout: 60_000 });
+    const held = await Promise.all(Array.from({ length: steady + churned }, (_, i) => holder.acquire({ _id: i })));
+    const client = await newClient({ monitorCommands: true });
+    const inFlight = new Set<number>();
+    let most = 0;
+    let opened = 0;
+    client.on('commandStarted', (event: CommandStartedEvent) => {
+      if (event.commandName === 'aggregate' && (event.command.pipeline as Document[])[0]?.$changeStream) opened++;
+      if (event.commandName !== 'getMore') return;
+      inFlight.add(event.requestId);
+      most = Math.max(most, inFlight.size);
+    });
+    const done = (event: CommandSucceededEvent | CommandFailedEvent): void => void inFlight.delete(event.requestId);
+    client.on('commandSucceeded', done).on('commandFailed', done);
+    const lock = writeLock({ collection: client.db(collection.dbName).collection(collection.collectionName), locktimeout: 10_000 });
+    const waiting = Array.from({ length: steady }, (_, i) => lock.acquire({ _id: i }, { wait: 30_000 }));
+    await sleep(2_000);
+    // A waiter every 100 ms for another held document, giving up after 250 ms: the stream is reopened about once per RESCOPE_MS.
+    let next = 0;
+    const churn = setInterval(() => void lock.acquire({ _id: steady + (next++ % churned) }, { wait: 250 }).catch(() => undefined), 100);
+    [most, opened] = [inFlight.size, 0];
+    await sleep(3_000);
+    clearInterval(churn);
+    const what = `${opened} streams opened in 3 s; at most ${most} getMores in flight at once`;
+    console.log(`      ${what}`);
+    expect(most, what).to.be.at.most(2);
+    await Promise.all(held.map((handle) => handle.release()));
+    await Promise.all((await Promise.all(waiting)).map((handle) => handle.release()));
   });
 });

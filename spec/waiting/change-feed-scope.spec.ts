@@ -13,6 +13,7 @@ import { MOST_IDS, WatchedIds } from '../../lib/waiting/watched-ids';
 import { outcomeOf, until } from '../support/lock-commands';
 import { freshCollection, newClient, requireCapability, sleep } from '../support/fixture';
 import { streamProcess } from '../support/stream-process';
+import { SAFETY_POLL, SAFETY_POLL_JITTER } from '../../lib/waiting/wake-up-source';
 
 /** The `_id`s the stream's first stage selects (undefined: it selects by no `_id`). */
 function idsOf(stream: ChangeStream): unknown[] | undefined {
@@ -98,6 +99,36 @@ describe('a change stream that carries only the documents waited on', function (
     const won = await Promise.all(waiting);
     expect(won.map((handle) => handle.fence)).to.deep.equal(held.map((handle) => handle.fence + 1));
     await Promise.all(won.map((handle) => handle.release()));
+  });
+
+  it('a release made while the stream is reopened for another waiter reaches its waiter, asleep long, well before a safety poll: no event is lost between the two streams', async function () {
+    requireCapability(this, 'changeStreams');
+    const rounds = 8;
+    const collection = await freshCollection(Array.from({ length: 2 * rounds }, (_, i) => ({ _id: i })));
+    const holder = writeLock({ collection, locktimeout: 60_000 });
+    const held = await Promise.all(Array.from({ length: 2 * rounds }, (_, i) => holder.acquire({ _id: i })));
+    const process = await streamProcess(collection);
+    const lock = writeLock({ collection: process.collection, locktimeout: 10_000 });
+    const waiting = Array.from({ length: rounds }, (_, i) => lock.acquire({ _id: i }, { wait: 30_000 }));
+    await sleep(3_000); // refused, explained, the stream covers them and answered: they sleep long
+    const late: string[] = [];
+    for (let round = 0; round < rounds; round++) {
+      const streams = process.streams.length;
+      // A new waiter: the stream is reopened for it within RESCOPE_MS; the release comes 0 to 140 ms after it joined, about as the old stream is dropped.
+      const newcomer = lock.acquire({ _id: rounds + round }, { wait: 30_000 });
+      await sleep(20 * (round % 8));
+      const released = performance.now();
+      await held[round]!.release();
+      const won = await waiting[round]!;
+      const after = performance.now() - released;
+      if (after >= SAFETY_POLL * (1 - SAFETY_POLL_JITTER)) late.push(`round ${round}: ${after.toFixed(0)} ms (${process.streams.length - streams} stream(s) opened)`);
+      expect(won.fence).to.equal(held[round]!.fence + 1);
+      await won.release();
+      await held[rounds + round]!.release();
+      await (await newcomer).release();
+    }
+    console.log(`      ${late.length} of ${rounds} releases made during a reopening reached their waiter a safety poll late; ${process.streams.length} streams opened`);
+    expect(late, 'releases whose event was lost between two streams').to.deep.equal([]);
   });
 
   it('a server that refuses startAfter: the stream is reopened without it, and the waiters still acquire', async function () {

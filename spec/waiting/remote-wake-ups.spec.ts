@@ -162,6 +162,59 @@ describe('the nudges of a lone waiter of another process', function () {
   });
 });
 
+describe('a waiter asleep long whose nudge the backoff skips', function () {
+  this.timeout(60_000);
+
+  it('a release the backoff does not nudge for still ends its long sleep within a short poll, not a safety poll later', async function () {
+    requireCapability(this, 'changeStreams');
+    const collection = await freshCollection([{ _id: 1 }]);
+    const client = await newClient();
+    const waiters = new LocalWaiters(() => Date.now(), changeFeedOf(onClient(client, collection), 'lock'));
+    const change = (value: unknown): Promise<unknown> => collection.updateOne({ _id: 1 } as Document, value === undefined ? { $unset: { lock: '' } } : { $set: { lock: value } });
+    const waiter = waiters.join(1, 'write', new Set(['write']), () => [0, '']);
+    // Until the stream delivers, and covers the waiter since before its last attempt (the end of its last sleep).
+    for (let tries = 0; ; tries++) {
+      const start = performance.now();
+      const woken = waiter.sleep(300);
+      await change({ warmUp: tries });
+      await woken;
+      if (performance.now() - start < 250) break;
+      expect(tries, 'the change stream delivers a change within 20 tries').to.be.below(20);
+    }
+    await sleep(100);
+    await waiter.sleep(10); // its last attempt starts after the stream went live
+    waiter.refused(true, undefined); // a read explained it: a conflict, no lease end known
+    const random = Math.random;
+    try {
+      Math.random = () => 0.9; // the backoff skips every nudge it may skip (2^-1 and below)
+      // Its retry delay is a short poll; once the stream answers during a sleep, that sleep lasts long (a safety poll, 2.25–3.75 s).
+      let start = 0;
+      let asleep: Promise<void> | undefined;
+      for (let tries = 0; !asleep; tries++) {
+        expect(tries, 'a sleep armed long within 100 short polls').to.be.below(100);
+        start = performance.now();
+        let over = false;
+        const sleeping = waiter.sleep(150, undefined, 30_000).then(() => void (over = true));
+        await sleep(300);
+        if (!over) asleep = sleeping;
+      }
+      // Two nudged attempts on the document were just refused (another process won it twice), then its holder releases.
+      const remote = (waiters as unknown as { remote: { missed(key: string): void } }).remote;
+      remote.missed('number:1');
+      remote.missed('number:1');
+      await change(undefined);
+      const released = performance.now();
+      await asleep;
+      const what = `woken ${(performance.now() - released).toFixed(0)} ms after the release (asleep ${(released - start).toFixed(0)} ms before it)`;
+      console.log(`      ${what}`);
+      expect(performance.now() - released, what).to.be.below(1_000);
+    } finally {
+      Math.random = random;
+      waiter.leave(true);
+    }
+  });
+});
+
 describe('a nudge and a release here that wake a waiter in the same turn', function () {
   it('the release decides: the attempt they start is a release\'s, and its refusal counts no nudge miss for the backoff', async function () {
     let misses = 0;

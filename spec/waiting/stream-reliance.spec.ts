@@ -101,6 +101,34 @@ describe('waiting that relies on a healthy change stream', function () {
     await Promise.all(won.map((handle) => handle.release()));
   });
 
+  it('waiters keep relying on the stream while it is reopened again and again for waiters that come and go on other documents', async function () {
+    requireCapability(this, 'changeStreams');
+    const count = 60;
+    const churned = 20;
+    const { collection, held } = await heldDocuments(count + churned);
+    const process = await streamProcess(collection);
+    const lock = writeLock({ collection: process.collection, locktimeout: 10_000 });
+    const waiting = Array.from({ length: count }, (_, i) => lock.acquire({ _id: i }, { wait: 30_000 }));
+    await sleep(4_000); // refused, joined, the stream reopened for their documents and answered: they rely on it
+    // Every 300 ms a waiter of this process comes for another held document and gives up 250 ms later: the set of documents changes, the stream is reopened for it.
+    let next = count;
+    const churn = setInterval(() => void lock.acquire({ _id: next++ }, { wait: 250 }).catch(() => undefined), 300);
+    try {
+      await sleep(1_000);
+      const streamsBefore = process.streams.length;
+      const rate = await commandRate(process, count, 3_000);
+      const what = `${rate.toFixed(2)} lock commands per steady waiter per second (the coming and going waiters' included) while the stream was reopened ${process.streams.length - streamsBefore} times`;
+      console.log(`      ${what}`);
+      expect(rate, what).to.be.at.most(2);
+    } finally {
+      clearInterval(churn);
+    }
+    await Promise.all(held.slice(0, count).map((handle) => handle.release()));
+    const won = await Promise.all(waiting);
+    expect(won.map((handle) => handle.fence), 'every steady waiter acquired after its holder').to.deep.equal(held.slice(0, count).map((handle) => handle.fence + 1));
+    await Promise.all([...won, ...held.slice(count)].map((handle) => handle.release()));
+  });
+
   it('a holder that crashed (its lease runs out, no change is sent): the waiter acquires soon after the lease ends, not a safety poll later', async function () {
     requireCapability(this, 'changeStreams');
     const collection = await freshCollection([{ _id: 0 }]);
