@@ -75,6 +75,21 @@ describe("the test backend's change streams", function () {
     }
   });
 
+  it("a collection's stream hears no other collection's drop (as on mongod)", async function () {
+    requireCapability(this, 'changeStreams');
+    const collection = await collectionOf([{ _id: 'a', n: 0 }]);
+    const other = await collectionOf([{ _id: 'x', n: 0 }]);
+    const stream = await watching(collection);
+    try {
+      await other.drop();
+      await collection.updateOne({ _id: 'a' }, { $inc: { n: 1 } });
+      const events = await eventsOf(stream, 1);
+      expect(events.map((event) => event.operationType)).to.deep.equal(['update']);
+    } finally {
+      await stream.close();
+    }
+  });
+
   it("a $match on documentKey._id selects one document's events, whatever command wrote them", async function () {
     requireCapability(this, 'changeStreams');
     const collection = await collectionOf([{ _id: 'a', n: 0 }, { _id: 'b', n: 0 }]);

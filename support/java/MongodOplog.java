@@ -162,11 +162,13 @@ final class MongodOplog implements Oplog {
         return cursor;
     }
 
+    /** True when `entry` is of the stream's collection: a change of one of its documents, or a command that names it (its drop; a collection's stream on mongod hears no other collection's). */
     private static boolean inNamespace(Document entry, String namespace) {
         String ns = (String) entry.get("ns");
-        return ns.equals(namespace)
-            || (Utils.getDatabaseNameFromFullName(namespace).equals(Utils.getDatabaseNameFromFullName(ns))
-                && Utils.getCollectionNameFromFullName(ns).equals("$cmd"));
+        if (ns.equals(namespace)) return true;
+        if (!Utils.getDatabaseNameFromFullName(namespace).equals(Utils.getDatabaseNameFromFullName(ns)) || !Utils.getCollectionNameFromFullName(ns).equals("$cmd")) return false;
+        Document o = (Document) entry.get("o");
+        return o != null && Utils.getCollectionNameFromFullName(namespace).equals(o.get(o.keySet().iterator().next()));
     }
 
     private boolean droppedBefore(String namespace, BsonTimestamp position) {
