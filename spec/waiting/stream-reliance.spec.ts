@@ -50,7 +50,7 @@ describe('waiting that relies on a healthy change stream', function () {
     const [withStream, withoutStream] = await Promise.all([commandRate(streamed, count, 3_000), commandRate(polled, count, 3_000)]);
     const what = `${withStream.toFixed(2)} lock commands per waiter per second with the stream, ${withoutStream.toFixed(2)} polling (${count} waiters of one process, ${count} held documents)`;
     console.log(`      ${what}`);
-    expect(withStream, what).to.be.at.most(2);
+    // A third of the polling schedule's, in the same run (about 1.2 against 9.8 on a quiet machine; both fall on a loaded one).
     expect(withStream, what).to.be.below(withoutStream / 3);
     await Promise.all(held.map((handle) => handle.release()));
     const won = await Promise.all(streaming);
@@ -119,7 +119,8 @@ describe('waiting that relies on a healthy change stream', function () {
       const rate = await commandRate(process, count, 3_000);
       const what = `${rate.toFixed(2)} lock commands per steady waiter per second (the coming and going waiters' included) while the stream was reopened ${process.streams.length - streamsBefore} times`;
       console.log(`      ${what}`);
-      expect(rate, what).to.be.at.most(2);
+      // The polling schedule sends about 9-10 a second (the first test measures it): a third of it at most (1.5-1.9 on a quiet machine; 8.6 before the reopened stream kept what both watch covered).
+      expect(rate, what).to.be.at.most(3);
     } finally {
       clearInterval(churn);
     }
