@@ -1,7 +1,13 @@
 import type { Collection, Document } from 'mongodb';
 
-/** How long a `getMore` waits on the server for a change (ms): an idle feed costs one command per this. */
-export const AWAIT_MS = 1_000;
+/**
+ * How long a `getMore` waits on the server for a change (ms): an idle feed costs one command per
+ * this. After a refusal a waiter relies on the stream only once a read answers (lib/waiting/
+ * change-feed.ts), so it polls on its short schedule for up to this long: half a second keeps
+ * that to a few attempts per safety poll (with 1 s, about 2 lock commands per waiter per second
+ * instead of 1.3, bench:scale), for two `getMore`s a second per idle process and collection.
+ */
+export const AWAIT_MS = 500;
 
 /**
  * The server-side filter of a feed: deletes, replacements, and updates that set or remove what
