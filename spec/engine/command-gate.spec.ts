@@ -5,7 +5,7 @@
  */
 import { expect } from 'chai';
 import type { Collection, CommandStartedEvent, Document, MongoClient } from 'mongodb';
-import { multiLock, resourceLocks, writeLock } from '../../lib';
+import { multiLock, resourceLocks, writeLock, type LockHandle } from '../../lib';
 import { capFor, commandGateOf } from '../../lib/engine/command-gate';
 import { delayedCollection } from '../../stress/delayed-collection';
 import { simulatedCluster } from '../../stress/simulated-cluster';
@@ -57,6 +57,29 @@ function withBlocker(collection: Collection<Document>, held: Promise<void>): { s
     },
   });
   return { slow, holding };
+}
+
+/**
+ * A client with one lock command slot ({@link oneAtATime}) over `docs` and `{ _id: 'blocker' }`,
+ * `{ _id: 'warm' }`, its lock commands watched; `locks` (calls of `timeout` ms) and a blocking lock,
+ * both knowing the deployment (so the blocker's first command is its acquisition). `block()` starts
+ * the blocker's acquisition and resolves (with it) once it holds the slot, until `held` opens.
+ */
+async function oneSlotBlocked(docs: Document[], timeout: number) {
+  const { client, collection } = await oneAtATime([{ _id: 'blocker' }, ...docs, { _id: 'warm' }]);
+  const watched = watchLockCommands(client, collection.collectionName);
+  const held = gate();
+  const { slow, holding } = withBlocker(collection, held.promise);
+  const blocking = writeLock({ collection: slow, locktimeout: 10_000, timeout: 20_000, changeStreams: false });
+  const locks = writeLock({ collection: slow, locktimeout: 10_000, timeout, changeStreams: false });
+  await (await blocking.acquire({ _id: 'warm' })).release();
+  // The blocker's acquisition is returned in an object: an async function would wait for it.
+  const block = async (): Promise<{ blocker: Promise<LockHandle> }> => {
+    const blocker = blocking.acquire({ _id: 'blocker' });
+    await holding;
+    return { blocker };
+  };
+  return { collection, watched, held, locks, block };
 }
 
 /** Resolves once `collection`'s gate has `waiting` commands queued. */
@@ -119,16 +142,9 @@ describe('the queue of a client\'s lock commands', () => {
 
   it('never sends a command whose deadline passed while it was queued: an acquisition fails with its timeout, a commit with applied: false', async function () {
     this.timeout(30_000);
-    const { client, collection } = await oneAtATime([{ _id: 'blocker' }, { _id: 'late' }, { _id: 'acc', balance: 100 }, { _id: 'warm' }]);
-    const watched = watchLockCommands(client, collection.collectionName);
-    const held = gate();
-    const { slow, holding } = withBlocker(collection, held.promise);
-    const blocking = writeLock({ collection: slow, locktimeout: 10_000, timeout: 20_000, changeStreams: false });
-    const locks = writeLock({ collection: slow, locktimeout: 10_000, timeout: 1_000, changeStreams: false });
-    await (await blocking.acquire({ _id: 'warm' })).release(); // its deployment is known: the blocker's first command is its acquisition
+    const { collection, watched, held, locks, block } = await oneSlotBlocked([{ _id: 'late' }, { _id: 'acc', balance: 100 }], 1_000);
     const account = await locks.acquire({ _id: 'acc' });
-    const blocker = blocking.acquire({ _id: 'blocker' });
-    await holding;
+    const { blocker } = await block();
     const acquisition = rejectionOf(locks.acquire({ _id: 'late' }));
     const committing = rejectionOf(account.release({ update: { $inc: { balance: -30 } } }));
     await untilQueued(collection, 2);
@@ -216,15 +232,8 @@ describe('the queue of a client\'s lock commands', () => {
 
   it('keeps a waiting acquisition waiting when its attempt was never sent (queued past its timeout): it acquires once the slot comes back, within its wait', async function () {
     this.timeout(30_000);
-    const { client, collection } = await oneAtATime([{ _id: 'blocker' }, { _id: 'free' }, { _id: 'warm' }]);
-    const watched = watchLockCommands(client, collection.collectionName);
-    const held = gate();
-    const { slow, holding } = withBlocker(collection, held.promise);
-    const blocking = writeLock({ collection: slow, locktimeout: 10_000, timeout: 20_000, changeStreams: false });
-    const locks = writeLock({ collection: slow, locktimeout: 10_000, timeout: 1_000, changeStreams: false });
-    await (await blocking.acquire({ _id: 'warm' })).release();
-    const blocker = blocking.acquire({ _id: 'blocker' });
-    await holding;
+    const { collection, watched, held, locks, block } = await oneSlotBlocked([{ _id: 'free' }], 1_000);
+    const { blocker } = await block();
     const waiting = locks.acquire({ _id: 'free' }, { wait: 10_000 }).then((handle) => handle, (error: Error) => error);
     await untilQueued(collection, 1);
     await sleep(1_500); // its first attempt's 1 s passed in the queue: never sent, nothing written
@@ -238,15 +247,8 @@ describe('the queue of a client\'s lock commands', () => {
 
   it('sends a command that waited in the queue with what is left of its timeout as maxTimeMS: the server gives up when its caller does, and its slot is not freed while it still runs', async function () {
     this.timeout(30_000);
-    const { client, collection } = await oneAtATime([{ _id: 'blocker' }, { _id: 'queued' }, { _id: 'warm' }]);
-    const watched = watchLockCommands(client, collection.collectionName);
-    const held = gate();
-    const { slow, holding } = withBlocker(collection, held.promise);
-    const blocking = writeLock({ collection: slow, locktimeout: 10_000, timeout: 20_000, changeStreams: false });
-    const locks = writeLock({ collection: slow, locktimeout: 10_000, timeout: 3_000, changeStreams: false });
-    await (await blocking.acquire({ _id: 'warm' })).release();
-    const blocker = blocking.acquire({ _id: 'blocker' });
-    await holding;
+    const { collection, watched, held, locks, block } = await oneSlotBlocked([{ _id: 'queued' }], 3_000);
+    const { blocker } = await block();
     const queued = locks.acquire({ _id: 'queued' });
     await untilQueued(collection, 1);
     await sleep(1_500);
