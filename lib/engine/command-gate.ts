@@ -1,6 +1,7 @@
 import type { Collection, Document } from 'mongodb';
 import type { CommandPriority } from '../common/options';
-import { DeadlineExceededError, deadlines, UnsentCommandError, type Watched } from './deadlines';
+import { AttemptThrottle } from './attempt-throttle';
+import { DeadlineExceededError, deadlines, failInSlices, UnsentCommandError, type Watched } from './deadlines';
 
 /** A command waiting for a slot. */
 interface Queued extends Watched {
@@ -10,12 +11,14 @@ interface Queued extends Watched {
   readonly fail: () => void;
   /** Set once it left the queue (started or expired): the queue skips it. */
   gone: boolean;
+  readonly attempt: boolean;
 }
 
 /** A slot handed to the first command sent synchronously inside {@link CommandGate.admitted}; `expired`: none came in time. */
 interface Baton {
   readonly startedAt: number;
   readonly expired: boolean;
+  readonly attempt: boolean;
 }
 
 /** Queue index of each priority: releases first, then extensions, then attempts and reads. */
@@ -50,6 +53,8 @@ export function capFor(maxPoolSize: number): number {
  * never sent, and fails with an {@link UnsentCommandError}. A slot is freed when the command's
  * caller is answered (the reply, or its client-side deadline). Below the cap a command costs a
  * counter; only a queued one is watched for its deadline (on the one shared timer).
+ *
+ * While the client's lease keepers are behind, attempts and reads are held back ({@link AttemptThrottle}).
  */
 export class CommandGate {
   #inFlight = 0;
@@ -60,6 +65,7 @@ export class CommandGate {
   /** Slots freed and not yet passed on, while {@link free} passes one on. */
   #frees = 0;
   #freeing = false;
+  readonly #attempts = new AttemptThrottle(() => this.#fill());
 
   constructor(readonly cap: number) {}
 
@@ -73,6 +79,11 @@ export class CommandGate {
     return this.#queued;
   }
 
+  /** The client's lease keepers are behind: attempts and reads are held back for `forMs` ({@link AttemptThrottle.keepersBehind}). */
+  keepersBehind(forMs: number): void {
+    this.#attempts.keepersBehind(forMs);
+  }
+
   /**
    * Sends `operation` once a slot is free (at once below the cap), within `timeout` ms counted from
    * now; rejects with an {@link UnsentCommandError} when that passes first without sending it.
@@ -83,15 +94,13 @@ export class CommandGate {
     const baton = this.#baton;
     if (baton) {
       this.#baton = undefined;
-      return baton.expired ? Promise.reject(new UnsentCommandError(name, timeout)) : this.#run(name, timeout, baton.startedAt, operation);
+      return baton.expired ? Promise.reject(new UnsentCommandError(name, timeout)) : this.#run(name, timeout, baton.startedAt, baton.attempt, operation);
     }
     const startedAt = performance.now();
-    if (this.#inFlight < this.cap) {
-      this.#inFlight++;
-      return this.#run(name, timeout, startedAt, operation);
-    }
+    const attempt = isAttempt(priority);
+    if (this.#take(attempt)) return this.#run(name, timeout, startedAt, attempt, operation);
     return new Promise<T>((resolve, reject) => {
-      this.#enqueue(priority, startedAt + timeout, () => void this.#run(name, timeout, startedAt, operation).then(resolve, reject), () => reject(new UnsentCommandError(name, timeout)));
+      this.#enqueue(priority, startedAt + timeout, () => void this.#run(name, timeout, startedAt, attempt, operation).then(resolve, reject), () => reject(new UnsentCommandError(name, timeout)));
     });
   }
 
@@ -104,12 +113,10 @@ export class CommandGate {
    */
   admitted<T>(timeout: number, priority: CommandPriority | undefined, then: () => Promise<T>): Promise<T> {
     const startedAt = performance.now();
-    if (this.#inFlight < this.cap) {
-      this.#inFlight++;
-      return this.#handOver({ startedAt, expired: false }, then);
-    }
+    const attempt = isAttempt(priority);
+    if (this.#take(attempt)) return this.#handOver({ startedAt, expired: false, attempt }, then);
     return new Promise<T>((resolve, reject) => {
-      const admit = (expired: boolean) => () => void this.#handOver({ startedAt, expired }, then).then(resolve, reject);
+      const admit = (expired: boolean) => () => void this.#handOver({ startedAt, expired, attempt }, then).then(resolve, reject);
       this.#enqueue(priority, startedAt + timeout, admit(false), admit(true));
     });
   }
@@ -124,7 +131,7 @@ export class CommandGate {
     } finally {
       if (this.#baton === baton) {
         this.#baton = undefined;
-        if (!baton.expired) this.#free();
+        if (!baton.expired) this.#free(baton.attempt);
       }
     }
   }
@@ -134,17 +141,17 @@ export class CommandGate {
    * once that passed); frees the slot when its caller is answered: by the reply, or by the
    * client-side deadline (the driver's late outcome is then observed and dropped).
    */
-  #run<T>(name: string, timeout: number, startedAt: number, operation: (leftMs: number) => Promise<T>): Promise<T> {
+  #run<T>(name: string, timeout: number, startedAt: number, attempt: boolean, operation: (leftMs: number) => Promise<T>): Promise<T> {
     const endsAt = startedAt + timeout;
     if (performance.now() >= endsAt) {
-      this.#free();
+      this.#free(attempt);
       return Promise.reject(new UnsentCommandError(name, timeout));
     }
     let pending: Promise<T>;
     try {
       pending = operation(Math.max(1, Math.ceil(endsAt - performance.now())));
     } catch (error) {
-      this.#free();
+      this.#free(attempt);
       return Promise.reject(error);
     }
     return new Promise<T>((resolve, reject) => {
@@ -152,7 +159,7 @@ export class CommandGate {
       const answer = (): boolean => {
         if (answered) return false;
         answered = true;
-        this.#free();
+        this.#free(attempt);
         return true;
       };
       const entry: Watched = { endsAt, expire: () => answer() && reject(new DeadlineExceededError(name, timeout)) };
@@ -176,6 +183,7 @@ export class CommandGate {
       start,
       fail,
       gone: false,
+      attempt: isAttempt(priority),
       expire: () => {
         if (entry.gone) return;
         entry.gone = true;
@@ -193,8 +201,23 @@ export class CommandGate {
    * admitted `then` that sent nothing, a write that failed before sending) is passed on by the same
    * loop, never by a nested call: a queue of thousands such would otherwise overflow the stack.
    */
-  #free(): void {
-    this.#frees++;
+  #free(attempt: boolean): void {
+    if (attempt) this.#attempts.ended();
+    this.#passOnSlots(1);
+  }
+
+  /** More attempts may be in flight: slots left free while they were held back are passed on, as far as the throttle allows. */
+  #fill(): void {
+    const room = this.cap - this.#inFlight;
+    if (room <= 0 || this.#queued === 0) return;
+    this.#inFlight += room;
+    this.#passOnSlots(room);
+    if (this.#inFlight < this.cap && this.#queued > 0) this.#attempts.rampOn();
+  }
+
+  /** Passes on `count` slots, each as {@link passOn} does, in one loop (see {@link free}). */
+  #passOnSlots(count: number): void {
+    this.#frees += count;
     if (this.#freeing) return;
     this.#freeing = true;
     try {
@@ -210,16 +233,30 @@ export class CommandGate {
       next.gone = true;
       this.#queued--;
       deadlines.delete(next);
-      if (performance.now() < next.endsAt) return next.start();
-      next.fail();
+      if (performance.now() >= next.endsAt) {
+        // Thousands can expire together: they fail in slices, not in this loop (see failInSlices).
+        failInSlices(next.fail);
+        continue;
+      }
+      if (next.attempt) this.#attempts.started();
+      return next.start();
     }
     this.#inFlight--;
+  }
+
+  /** Takes a slot for a command sent at once, unless the cap (or, for an attempt, the hold while keepers are behind) says it waits. */
+  #take(attempt: boolean): boolean {
+    if (this.#inFlight >= this.cap || (attempt && !this.#attempts.allows())) return false;
+    this.#inFlight++;
+    if (attempt) this.#attempts.started();
+    return true;
   }
 
   /** The first live entry of the best class, or undefined. */
   #next(): Queued | undefined {
     if (this.#queued === 0) return undefined;
     for (let rank = 0; rank < this.#queues.length; rank++) {
+      if (rank === RANK.attempt && !this.#attempts.allows()) return undefined;
       const queue = this.#queues[rank]!;
       let head = this.#heads[rank]!;
       while (head < queue.length && queue[head]!.gone) head++;
@@ -238,6 +275,10 @@ export class CommandGate {
     }
     return undefined;
   }
+}
+
+function isAttempt(priority: CommandPriority | undefined): boolean {
+  return RANK[priority ?? 'attempt'] === RANK.attempt;
 }
 
 const gates = new WeakMap<object, CommandGate>();

@@ -20,6 +20,9 @@ export class UnsentCommandError extends DeadlineExceededError {
   }
 }
 
+/** The most deadlines expired in one turn of the event loop. */
+export const EXPIRED_PER_TURN = 256;
+
 /** A deadline being watched: when it passes, and what to do then. */
 export interface Watched {
   readonly endsAt: number;
@@ -52,18 +55,46 @@ class DeadlineWatch {
     this.timer.unref(); // a command in flight keeps its own socket, and so the process, alive
   }
 
+  /**
+   * Expires the entries whose deadline passed, at most {@link EXPIRED_PER_TURN} in one turn of the
+   * event loop: thousands of calls that time out together (a spike's waiters) fail in slices, and
+   * the timers and replies between them (lease keepers, batches) are not held up behind them.
+   */
   private fire(): void {
     this.armedFor = Infinity;
     const now = performance.now();
     let next = Infinity;
+    let expired = 0;
     for (const entry of this.watched) {
-      if (entry.endsAt <= now) {
+      if (entry.endsAt > now) next = Math.min(next, entry.endsAt);
+      else if (expired === EXPIRED_PER_TURN) next = now;
+      else {
         this.watched.delete(entry);
+        expired++;
         entry.expire();
-      } else if (entry.endsAt < next) next = entry.endsAt;
+      }
     }
     if (next < Infinity) this.arm(next);
   }
+}
+
+const failing: Array<() => void> = [];
+let failTurn: NodeJS.Immediate | undefined;
+
+/**
+ * Runs `fail` soon, at most {@link EXPIRED_PER_TURN} such per turn of the event loop: thousands
+ * of queued commands found past their deadline together would otherwise fail in one synchronous
+ * loop (each rejecting a caller), and hold up the lease keepers' timers and replies behind them.
+ */
+export function failInSlices(fail: () => void): void {
+  failing.push(fail);
+  failTurn ??= setImmediate(failSome);
+}
+
+function failSome(): void {
+  failTurn = undefined;
+  for (const fail of failing.splice(0, EXPIRED_PER_TURN)) fail();
+  if (failing.length > 0) failTurn = setImmediate(failSome);
 }
 
 /** The deadlines of every command in flight or queued, on one timer. */

@@ -6,8 +6,12 @@ import type { LockEngine } from './lock-engine';
 export const BATCH_WINDOW_MS = 50;
 /** The most statements one bulk carries: a bigger batch is split. */
 export const BATCH_CAP = 500;
-/** Batches of extensions not yet urgent in flight at once; more wait, the locks nearest expiry first. */
+/** Batches in flight at once before a batch of extensions not yet urgent waits; they go nearest expiry first. */
 const MAX_IN_FLIGHT = 2;
+/** Batches in flight at once before a batch of urgent extensions waits; they go oldest lock first. */
+const MAX_URGENT_IN_FLIGHT = 4;
+/** How long the client's attempts are held back after its keepers were seen behind, in ms (lib/engine/attempt-throttle.ts). */
+const BEHIND_MS = 500;
 /** Slack added to a batch's expected time before a lock is judged urgent, in ms. */
 const URGENT_SLACK_MS = 100;
 
@@ -16,16 +20,23 @@ const URGENT_SLACK_MS = 100;
  * concern and `timeout` ({@link LeaseBatch}): an extension is asked for when it is due (its keeper's
  * half lease) and never sent earlier, so a document is written no more often than singly. A lock
  * whose time left (before its keeper's margin) would not outlast four windows, two batches and some
- * slack is urgent: sent at once in a batch of the urgent ones, whatever is in flight. The others
- * go at the window's end, at most {@link MAX_IN_FLIGHT} batches at once, split at {@link BATCH_CAP},
- * nearest expiry first; under congestion they wait, and one whose time runs out before it is sent
- * is left out (its keeper reports it lost by its own signal; the others keep theirs).
+ * slack is urgent: sent at once in a batch of the urgent ones while fewer than
+ * {@link MAX_URGENT_IN_FLIGHT} batches are in flight. The others go at the window's end while fewer
+ * than {@link MAX_IN_FLIGHT} are, split at {@link BATCH_CAP}, nearest expiry first.
+ *
+ * Past what the server serves, what waits is sent as batches end, and one whose time runs out
+ * before it is sent is left out (its keeper reports it lost by its own signal). Urgent locks go
+ * oldest first (by acquisition), not nearest expiry first: nearest expiry first would make every
+ * lock late together and lose them all, while a fixed order keeps as many as the server serves,
+ * the same ones each round, and loses the newest.
  */
 export class LeaseScheduler {
   private pending: Queued[] = [];
   private tick: NodeJS.Timeout | undefined;
   private soon: NodeJS.Immediate | undefined;
   private inFlight = 0;
+  /** Some extension waited for batches in flight at the last flush: the next batch to end flushes again. */
+  private congested = false;
 
   constructor(
     private readonly engine: LockEngine,
@@ -67,7 +78,7 @@ export class LeaseScheduler {
     return 4 * BATCH_WINDOW_MS + 2 * this.batch.expectedMs() + URGENT_SLACK_MS;
   }
 
-  /** Sends what is urgent at once, then the rest, nearest expiry first, as far as batches in flight allow. */
+  /** Sends what is urgent, oldest lock first, then the rest, nearest expiry first, as far as batches in flight allow. */
   private flush(): void {
     clearTimeout(this.tick);
     clearImmediate(this.soon);
@@ -75,26 +86,26 @@ export class LeaseScheduler {
     this.soon = undefined;
     const urgentMs = this.urgentMs();
     const byLeft = this.pending.map((queued) => ({ queued, left: this.left(queued) })).sort((a, b) => a.left - b.left);
-    const late = byLeft.filter(({ left }) => left <= 0);
-    for (const { queued } of late) queued.resolve(undefined);
+    for (const { queued, left } of byLeft) if (left <= 0) queued.resolve(undefined);
     const live = byLeft.filter(({ left }) => left > 0);
-    const urgent = live.filter(({ left }) => left < urgentMs).map(({ queued }) => queued);
-    let rest = live.filter(({ left }) => left >= urgentMs).map(({ queued }) => queued);
-    for (let at = 0; at < urgent.length; at += BATCH_CAP) this.launch(urgent.slice(at, at + BATCH_CAP));
-    while (rest.length > 0 && this.inFlight < MAX_IN_FLIGHT) {
-      this.launch(rest.slice(0, BATCH_CAP));
-      rest = rest.slice(BATCH_CAP);
-    }
-    this.pending = rest;
-    // Congestion: what waits becomes urgent in time, and is looked at again.
-    if (rest.length > 0) this.tick = setTimeout(() => this.flush(), BATCH_WINDOW_MS);
+    const urgent = live.filter(({ left }) => left < urgentMs).map(({ queued }) => queued).sort(oldestFirst);
+    const rest = live.filter(({ left }) => left >= urgentMs).map(({ queued }) => queued);
+    while (urgent.length > 0 && this.inFlight < MAX_URGENT_IN_FLIGHT) this.launch(urgent.splice(0, BATCH_CAP));
+    while (rest.length > 0 && this.inFlight < MAX_IN_FLIGHT) this.launch(rest.splice(0, BATCH_CAP));
+    this.pending = [...urgent, ...rest];
+    // Urgent extensions wait, some came too late, or the most pressed has less than two batches' time left: the keepers are behind, and new acquisitions would take the server from them.
+    const tight = (live[0]?.left ?? Infinity) < 2 * this.batch.expectedMs() + URGENT_SLACK_MS;
+    if (urgent.length > 0 || tight || live.length < byLeft.length) this.engine.store.keepersBehind(BEHIND_MS);
+    this.congested = this.pending.length > 0;
+    // What waits becomes urgent in time, and is looked at again; a batch that ends sends it sooner.
+    if (this.congested) this.tick = setTimeout(() => this.flush(), BATCH_WINDOW_MS);
   }
 
   private launch(members: Queued[]): void {
     this.inFlight++;
     void this.batch.send(members, this.call).then(() => {
       this.inFlight--;
-      if (this.pending.length > 0 && this.inFlight < MAX_IN_FLIGHT && this.tick === undefined) this.flush();
+      if (this.congested) this.flush();
     });
   }
 
@@ -105,6 +116,11 @@ export class LeaseScheduler {
     this.pending.splice(at, 1);
     queued.resolve(undefined);
   }
+}
+
+/** Older locks first (by acquisition time, then id): a fixed order, the same in every round. */
+function oldestFirst(a: Queued, b: Queued): number {
+  return a.lock.timestamp - b.lock.timestamp || (a.lock.id < b.lock.id ? -1 : a.lock.id > b.lock.id ? 1 : 0);
 }
 
 /** The schedulers of one lock object's extensions, one per write concern, `timeout` and `boom` (the errors a batch reports are made with it). */

@@ -1,11 +1,11 @@
 import type { Document } from 'mongodb';
 import { LeaseBatches } from './lease-scheduler';
 import { isLockError, lockError, type ConflictSubtype } from '../common/errors';
-import { withPriority, type ResolvedCallOptions } from '../common/options';
+import { withPriority, type CommandPriority, type ResolvedCallOptions } from '../common/options';
 import { acquireOperation, type AcquireExtension } from '../protocol/acquire';
 import { extendOperation } from '../protocol/extend';
 import { guardFilter } from '../protocol/guard';
-import { fenceOf, type LockData, type TagRule, type Ticket } from '../protocol/lock-data';
+import { fenceOf, type ClaimedLock, type LockData, type TagRule, type Ticket } from '../protocol/lock-data';
 import { newLockId } from '../protocol/lock-ids';
 import type { LockOperation } from '../protocol/operation';
 import type { Proof } from '../protocol/proofs';
@@ -17,7 +17,7 @@ import { AssertivePending, landing, withDocument, type Acquired } from './acquir
 import { FairTickets } from './fair-tickets';
 import { handOver, withdrawHandOver, type GranteeTerms } from './hand-over';
 import { DATA_WRITE_CONCERN } from './commit-outcome';
-import { releaseLock, type ReleaseWrite } from './release';
+import { releaseLock, type LockRelease, type ReleaseWrite } from './release';
 import { explainLostLock, explainRefusedAcquisition, unexplainedRefusal, type AcquireContext } from './refusals';
 import { observeWrite, readClock, refuseExcessSkew, runStamped, type StampedWrite } from './stamped-write';
 import type { Inspection, Store, Timed } from './store';
@@ -41,6 +41,9 @@ export interface AcquireExtras extends AcquireExtension {
   /** An owner's first hold (reentrant locks): the owner, and the fencing counter it read. */
   readonly owned?: OwnedAcquisition;
 }
+
+/** Below this many ms left of its lease (by the upper bound of the server's clock), a plain release is sent with the attempts, behind extensions (lib/engine/command-gate.ts). */
+const ENDING_LEASE_MS = 250;
 
 /** The configuration an engine runs with; writeLock and multiLock differ only here. */
 export interface EngineSettings {
@@ -159,9 +162,20 @@ export class LockEngine {
    * Release, commit (with `write.update`) or, without a proof, monglock v2's forced release: see
    * {@link releaseLock}.
    */
-  release(target: Document, tag: string, proof: Proof | undefined, claimed: LockData | undefined, call: ResolvedCallOptions, write: ReleaseWrite = {}): Promise<void> {
-    const releasing = withPriority(call, 'release');
-    return asTheTransactionSees(call, releaseLock(this.settings, this.rule(tag), { target, tag, proof, claimed, write }, releasing, () => this.readClock({}, releasing)));
+  release(target: Document, tag: string, proof: Proof | undefined, claimed: ClaimedLock | undefined, call: ResolvedCallOptions, write: ReleaseWrite = {}): Promise<void> {
+    // A plain release of a lock its keeper gave up, or whose lease is about to end, is a cleanup: it waits behind the extensions of live leases.
+    const ending = claimed !== undefined && write.update === undefined && (claimed.lapsed === true || this.clock.remaining(claimed.expiresAt) < ENDING_LEASE_MS);
+    return this.releaseAt(ending ? 'attempt' : 'release', { target, tag, proof, claimed, write }, call);
+  }
+
+  /** Releases a lock no caller holds (an acquisition's whose reply was lost, or whose call was abandoned): after the extensions of held leases, before attempts. */
+  releaseWritten(written: Acquired, call: ResolvedCallOptions): Promise<void> {
+    return this.releaseAt('extend', { target: written.target, tag: written.lock.tag, proof: { id: written.lock.id }, claimed: written.lock, write: {} }, call);
+  }
+
+  private releaseAt(priority: CommandPriority, request: LockRelease, call: ResolvedCallOptions): Promise<void> {
+    const releasing = withPriority(call, priority);
+    return asTheTransactionSees(call, releaseLock(this.settings, this.rule(request.tag), request, releasing, () => this.readClock({}, releasing)));
   }
 
   /** Hands `holder`'s lock over to a waiter of this process in one update ({@link handOver}); {@link withdrawHandOver} settles one that failed. */

@@ -203,6 +203,11 @@ export class Store {
   admitted<T>(call: ResolvedCallOptions, then: () => Promise<T>): Promise<T> {
     return this.gate.admitted(call.timeout, call.priority, then);
   }
+
+  /** The client's lease keepers are behind: its attempts and reads are held back for `forMs` ({@link CommandGate.keepersBehind}). */
+  keepersBehind(forMs: number): void {
+    this.gate.keepersBehind(forMs);
+  }
 }
 
 /** The write concern of a lock write: `w` (the call's, unless given), and `wtimeoutMS` bounded by the call's timeout. */

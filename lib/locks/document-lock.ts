@@ -237,6 +237,6 @@ export class DocumentLock implements HandleOwner, AcquireSite {
 
   /** Releases a lock an abandoned acquisition wrote. */
   async releaseWritten(written: Acquired, call: ResolvedCallOptions): Promise<void> {
-    await this.engine.release(written.target, written.lock.tag, { id: written.lock.id }, written.lock, call);
+    await this.engine.releaseWritten(written, call);
   }
 }

@@ -20,6 +20,8 @@ export interface KeptLease {
   letGo?(): boolean;
   /** Takes back an extension asked for but not yet sent (one waiting for its batch): it settles at once. */
   withdraw?(): void;
+  /** The keeper stopped relying on the lock before its lease ended by what it knows (no extension in time): its release is a cleanup. */
+  lapsed?(): void;
 }
 
 /**
@@ -155,6 +157,7 @@ export class LeaseKeeper {
     clearTimeout(this.maxHoldTimer);
     if (this.stopped || this.controller.signal.aborted) return;
     const reason = cause === 'refused' ? error : this.lease.ended(cause, error);
+    if (cause !== 'refused') this.lease.lapsed?.();
     publish.leaseLost(() => ({ ...this.lease.identity, cause, error: reason }));
     this.controller.abort(reason);
   }
@@ -198,6 +201,7 @@ export function keptLease(handle: Handle, leaseMs: number, boom: BoomLike | unde
     },
     leaseMs: current,
     release: () => handle.release(params),
+    lapsed: () => Handle.lapse(handle),
     ended: (cause, error) => leaseEnded(cause, error, boom),
     identity: { namespace: handle.namespace, tag: handle.tag, lockId: handle.id },
   };

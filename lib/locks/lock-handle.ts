@@ -1,4 +1,4 @@
-import type { LockData } from '../protocol/lock-data';
+import type { ClaimedLock, LockData } from '../protocol/lock-data';
 import type { Document, WithId } from 'mongodb';
 import { isLockError } from '../common/errors';
 import type { Unclaimed } from '../common/promise-library';
@@ -89,6 +89,7 @@ export class Handle implements LockHandle<Document, unknown, Document | undefine
   readonly #unconfirmed: boolean;
   /** For a lock whose reply was lost: the server time after which its write can no longer land. */
   readonly #landsBy: number | undefined;
+  #lapsed = false;
   /**
    * The locked document as the acquisition left it (without the lock field), when `document` was
    * asked for; undefined otherwise.
@@ -165,8 +166,13 @@ export class Handle implements LockHandle<Document, unknown, Document | undefine
    * for a confirmed lock), which a commit settled after a lost reply waits for.
    * @internal
    */
-  static claim(handle: Handle): LockData & { readonly landsBy?: number } {
-    return { ...handle.toJSON(), landsBy: handle.#unconfirmed ? handle.#landsBy : 0 };
+  static claim(handle: Handle): ClaimedLock {
+    return { ...handle.toJSON(), landsBy: handle.#unconfirmed ? handle.#landsBy : 0, ...(handle.#lapsed && { lapsed: true }) };
+  }
+
+  /** Its lease keeper stopped relying on `handle` (no extension came in time): its release is sent as a cleanup. @internal */
+  static lapse(handle: Handle): void {
+    handle.#lapsed = true;
   }
 
   /** The lease `handle` was taken or last extended with, in ms. @internal */

@@ -20,6 +20,12 @@ export interface LockData {
   readonly maybeTag?: string | undefined;
 }
 
+/** A lock as a release claims it: `landsBy`, when its acquisition can no longer land (0: confirmed); `lapsed`, its lease keeper gave it up (no extension came in time). */
+export interface ClaimedLock extends LockData {
+  readonly landsBy?: number;
+  readonly lapsed?: boolean;
+}
+
 /** A waiter's ticket in a fair queue (`lock.queue`). */
 export interface Ticket {
   readonly id: string;

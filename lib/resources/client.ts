@@ -192,7 +192,7 @@ export class ResourceLockClient implements HandleOwner, ResourceAcquireSite {
   }
 
   async releaseWritten(written: Acquired, call: ResolvedCallOptions): Promise<void> {
-    await this.engine.release(written.target, written.lock.tag, { id: written.lock.id }, written.lock, call);
+    await this.engine.releaseWritten(written, call);
   }
 
   private db<T>(call: ResolvedCallOptions, step: () => Promise<T>): Promise<T> {
