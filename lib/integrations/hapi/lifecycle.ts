@@ -2,7 +2,8 @@ import { Readable } from 'node:stream';
 import type { Request, RequestRoute } from '@hapi/hapi';
 import { backgroundSettled } from '../../common/background';
 import type { BoomLike } from '../../common/errors';
-import { routeCommitOf, type JsonReplacer, type RouteCommit } from './route-commit';
+import type { RouteCommit } from './route-commit';
+import { routeGate } from './route-gate';
 import { carriesLock, delivered, failedAnswer } from './answer-kind';
 import { coverPostHandlers, prerequisiteCoverage, routeName, type RouteMethod } from './route-methods';
 import { lapsed, trackedRequest, untilAborted, untilLapse, untilLeasesEnd, type Tracked } from './tracked-request';
@@ -72,22 +73,7 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
     live.delete(state);
     state.finish();
   };
-  const coverPrerequisites = prerequisiteCoverage((original, what, where) => wrap(original, what, where), log);
   let warnedPostHandlers = false;
-  /** An onPostHandler extension of a locked request counts as route code that runs (after a server timeout, its end releases). */
-  const followed = (original: RouteMethod): RouteMethod =>
-    async function (this: unknown, request, h, ...rest) {
-      const state = requests.get(request);
-      if (!state?.held || state.released) return original.call(this, request, h, ...rest);
-      state.running++;
-      try {
-        return await original.call(this, request, h, ...rest);
-      } finally {
-        state.running--;
-        void settle(state);
-      }
-    };
-
   /**
    * Stops keeping the leases: an extension on its way is waited for, but not once a lease is lost
    * or lapses (within the keeper's safety margin of its end, which a stopped keeper no longer
@@ -144,35 +130,17 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
     }
   };
 
-  const wrap = (original: RouteMethod, what: string, where: string): RouteMethod => {
-    const guarded: RouteMethod = async function (this: unknown, request, h, ...rest) {
-      const state = requests.get(request);
-      // Never started without the lock: not before it is held, nor once it is released, lost or given up (maxHold).
-      if (!state?.held || state.released || state.controller.signal.aborted) {
-        const why = !state?.held ? 'not held' : state.released ? 'released' : 'lost or given up (maxHold)';
-        throw boom.badImplementation(`monglock: not running the ${what} of ${where}: its lock is ${why}`);
-      }
-      state.running++;
-      state.started++;
-      try {
-        const result: unknown = await original.call(this, request, h, ...rest);
-        const asked = what === 'handler' ? routeCommitOf(result, boom, (request.route.settings.json as { replacer?: JsonReplacer } | undefined)?.replacer) : undefined;
-        if (!asked) return result;
-        // hapi answered already (a server timeout, a client gone): the client may retry, so nothing is applied.
-        if (state.answered) throw boom.badImplementation('monglock: not committing: hapi already answered the request');
-        // The lease was lost, or maxHold released the lock, while the handler ran: its error is the answer.
-        if (state.controller.signal.aborted) throw state.controller.signal.reason;
-        state.commit = asked; // applied by answering(), once the answer is settled
-        return asked.answer(asked.request.value);
-      } finally {
-        state.running--;
-        if (what === 'handler') state.handlerFinished = true;
-        void settle(state); // hapi answered already (a server timeout, a client gone): this call may have been the last
-      }
-    };
-    // hapi names the method in some of its errors.
-    return Object.defineProperty(guarded, 'name', { value: original.name });
-  };
+  const { wrap, followed } = routeGate({
+    boom,
+    stateOf: (request) => requests.get(request),
+    settle,
+    async answeredAround(state) {
+      state.answered = true;
+      await settle(state);
+      await state.ended; // route code still running (a parallel pre method) releases once it ends; maxHold at the latest
+    },
+  });
+  const coverPrerequisites = prerequisiteCoverage(wrap, log);
 
   return {
     begin(request, checkout) {
