@@ -10,6 +10,7 @@ import { lapsed, trackedRequest, untilAborted, untilLapse, untilLeasesEnd, type 
 import { leaseEnded } from '../../locks/lease-keeper';
 import type { Held } from './held';
 import { releasingBody, type SentResponse } from './streamed-body';
+import { serverUnavailable } from './server-unavailable';
 
 /** What the answer must become: the error of a handler's commit that could not be applied. */
 export type Answer = { readonly error: unknown };
@@ -21,9 +22,13 @@ export interface RequestTracking {
    * the first time. Resolves the signal for its wait for the lock, which aborts once hapi answers
    * without it (a server timeout, a client gone); undefined when it already has: then nothing must
    * be acquired.
+   * @throws a boom 503 once the server stops ({@link stopping}): no wait starts then.
    */
   begin(request: Request, checkout: boolean): AbortSignal | undefined;
-  /** The acquisition of a request that {@link begin} started: followed until it settles (a stop waits for it); returns it. */
+  /**
+   * The acquisition of a request that {@link begin} started: followed until it settles (a stop
+   * waits for it); returns it, rejected with a boom 503 when a stop ended its wait.
+   */
   acquiring<T>(request: Request, acquisition: Promise<T>): Promise<T>;
   /**
    * The lock is held: its lease is kept alive until it is released (or handed over by a
@@ -45,6 +50,14 @@ export interface RequestTracking {
   responded(request: Request): void;
   /** Wraps a locked route's handler (once per route: hapi reads `route.settings.handler` on each request). */
   coverHandler(route: RequestRoute): void;
+  /**
+   * The server begins to stop (onPreStop): ends the waits of requests still acquiring their lock
+   * (answered 503, so that hapi's stop is not left waiting for them) and refuses any wait that
+   * would start from now on.
+   */
+  stopping(): void;
+  /** The server starts (again, after a stop): waits for a lock are allowed. */
+  starting(): void;
   /**
    * The server stopped (onPostStop): ends the waits of requests still acquiring, aborts the signal
    * of route code still running under a lock (no longer extended; a commit on its way is
@@ -69,6 +82,11 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
   const live = new Set<Tracked>();
   /** Requests whose acquisition is on its way (their wait is aborted by a stop), and those acquisitions. */
   const acquisitions = new Map<Promise<unknown>, AbortController | undefined>();
+  /** Set once the server begins to stop: no wait for a lock starts any more. */
+  let stopped: Error | undefined;
+  const endWaits = (reason: Error): void => {
+    for (const waiting of acquisitions.values()) waiting?.abort(reason);
+  };
   const finish = (state: Tracked): void => {
     live.delete(state);
     state.finish();
@@ -145,6 +163,7 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
   return {
     begin(request, checkout) {
       if (request.info.completed) return undefined;
+      if (stopped) throw serverUnavailable(boom, 'monglock: the server is stopping');
       const postHandlersFollowed = coverPostHandlers(request, followed);
       if (!postHandlersFollowed && !warnedPostHandlers) {
         warnedPostHandlers = true;
@@ -155,10 +174,14 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       return state.waiting.signal;
     },
     acquiring(request, acquisition) {
-      acquisitions.set(acquisition, requests.get(request)?.waiting);
+      const waiting = requests.get(request)?.waiting;
+      acquisitions.set(acquisition, waiting);
       const forget = (): void => void acquisitions.delete(acquisition);
       acquisition.then(forget, forget);
-      return acquisition;
+      return acquisition.catch((error: unknown) => {
+        // Its wait ended by the stop (not by hapi answering first): 503, nothing held.
+        throw stopped !== undefined && waiting?.signal.reason === stopped ? serverUnavailable(boom, 'monglock: the server is stopping; the request waited for its lock') : error;
+      });
     },
     acquired(request, held, maxHoldMs) {
       const state = requests.get(request);
@@ -230,9 +253,16 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       const settings = route.settings as { handler?: unknown };
       if (typeof settings.handler === 'function') settings.handler = wrap(settings.handler as RouteMethod, 'handler', routeName(route));
     },
+    starting() {
+      stopped = undefined;
+    },
+    stopping() {
+      stopped ??= new Error('monglock: the server began to stop while the request waited for its lock');
+      endWaits(stopped);
+    },
     async drain() {
-      // Requests still waiting for their lock stop waiting: each acquisition ends, abandoned or holding its lock (then followed below).
-      for (const waiting of acquisitions.values()) waiting?.abort(new Error('monglock: the server stopped while the request waited for its lock'));
+      // Requests still waiting for their lock (a stop without onPreStop) stop waiting: each acquisition ends, abandoned or holding its lock (then followed below).
+      endWaits(new Error('monglock: the server stopped while the request waited for its lock'));
       await Promise.allSettled([...acquisitions.keys()]);
       const waits = [...live].map(async (state) => {
         // A commit on its way is finished; other route code is told to stop, and its lock is no longer extended.

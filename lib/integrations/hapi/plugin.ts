@@ -178,6 +178,7 @@ export const monglockPlugin: NamedPlugin<MonglockPluginOptions> = {
     });
     // A misconfigured route fails server.initialize()/start(), not its first request.
     server.ext('onPreStart', () => {
+      tracking.starting(); // a server started again after a stop
       for (const route of server.table()) resolve(route);
       initialized = true;
     });
@@ -209,6 +210,8 @@ export const monglockPlugin: NamedPlugin<MonglockPluginOptions> = {
       { before: earlier },
     );
     server.events.on('response', (request: Request) => tracking.responded(request));
+    // As the stop begins: requests waiting for their lock are answered 503 (hapi then waits for no idle connection).
+    server.ext('onPreStop', () => tracking.stopping());
     // Before the application's own onPostStop (its client.close()) when registered first, or when it runs `after: 'monglock'`.
     server.ext('onPostStop', () => tracking.drain());
   },
