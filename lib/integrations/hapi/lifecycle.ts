@@ -148,6 +148,18 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
     }
   };
 
+  /**
+   * A checkout's answer carries the lock's JSON: the keeper stops (neither it nor maxHold releases
+   * the lock once handed out), and the lock must be live, its lease above the keeper's margin.
+   * Resolves the error to answer instead when it is not: the one a commit gets in the same case.
+   */
+  const handOut = async (state: Tracked): Promise<Answer | undefined> => {
+    if (!state.released && !state.controller.signal.aborted) await stopKeeping(state);
+    if (!state.released && !state.controller.signal.aborted && !lapsed(state)) return undefined;
+    const reason: unknown = state.controller.signal.reason;
+    return { error: reason ?? (state.released ? boom.badImplementation('monglock: not handing out the lock: it was released') : leaseEnded('expired', undefined, boom)) };
+  };
+
   const { wrap, followed } = routeGate({
     boom,
     stateOf: (request) => requests.get(request),
@@ -217,7 +229,14 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
         await settle(state); // not applied: released without it, before the answer
         return failure;
       }
-      if (state.checkout && carriesLock(request)) return undefined; // its answer carries the lock: responded() decides
+      if (state.checkout && carriesLock(request) && state.held) {
+        const refusal = await handOut(state);
+        if (!refusal) return undefined; // its answer carries a live lock: responded() decides whether it went out
+        state.answered = true;
+        await settle(state); // released before the refusal goes out (maxHold's release too)
+        if (state.released) await state.ended;
+        return refusal;
+      }
       state.answered = true;
       if (!state.held) {
         state.waiting.abort(new Error('monglock: hapi answered while the request waited for its lock'));
