@@ -10,7 +10,7 @@ import { lapsed, trackedRequest, untilAborted, untilLapse, untilLeasesEnd, type 
 import { leaseEnded } from '../../locks/lease-keeper';
 import type { Held } from './held';
 import { releasingBody, type SentResponse } from './streamed-body';
-import { serverUnavailable } from './server-unavailable';
+import { Acquisitions } from './acquisitions';
 
 /** What the answer must become: the error of a handler's commit that could not be applied. */
 export type Answer = { readonly error: unknown };
@@ -80,13 +80,7 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
   const requests = new WeakMap<Request, Tracked>();
   /** Requests that hold a lock they are not done with. */
   const live = new Set<Tracked>();
-  /** Requests whose acquisition is on its way (their wait is aborted by a stop), and those acquisitions. */
-  const acquisitions = new Map<Promise<unknown>, AbortController | undefined>();
-  /** Set once the server begins to stop: no wait for a lock starts any more. */
-  let stopped: Error | undefined;
-  const endWaits = (reason: Error): void => {
-    for (const waiting of acquisitions.values()) waiting?.abort(reason);
-  };
+  const acquisitions = new Acquisitions(boom);
   const finish = (state: Tracked): void => {
     live.delete(state);
     state.finish();
@@ -175,7 +169,7 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
   return {
     begin(request, checkout) {
       if (request.info.completed) return undefined;
-      if (stopped) throw serverUnavailable(boom, 'monglock: the server is stopping');
+      acquisitions.refuseWhileStopping();
       const postHandlersFollowed = coverPostHandlers(request, followed);
       if (!postHandlersFollowed && !warnedPostHandlers) {
         warnedPostHandlers = true;
@@ -186,14 +180,7 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       return state.waiting.signal;
     },
     acquiring(request, acquisition) {
-      const waiting = requests.get(request)?.waiting;
-      acquisitions.set(acquisition, waiting);
-      const forget = (): void => void acquisitions.delete(acquisition);
-      acquisition.then(forget, forget);
-      return acquisition.catch((error: unknown) => {
-        // Its wait ended by the stop (not by hapi answering first): 503, nothing held.
-        throw stopped !== undefined && waiting?.signal.reason === stopped ? serverUnavailable(boom, 'monglock: the server is stopping; the request waited for its lock') : error;
-      });
+      return acquisitions.follow(acquisition, requests.get(request)?.waiting);
     },
     acquired(request, held, maxHoldMs) {
       const state = requests.get(request);
@@ -254,6 +241,8 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
         return undefined;
       }
       await settle(state);
+      // A refusal by route code while more of it runs (a parallel pre method): held back until that ends, or maxHold releases.
+      if (!state.released && state.running > 0 && response !== null && state.refusals.has(response)) await state.ended;
       return undefined;
     },
     responded(request) {
@@ -272,17 +261,11 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       const settings = route.settings as { handler?: unknown };
       if (typeof settings.handler === 'function') settings.handler = wrap(settings.handler as RouteMethod, 'handler', routeName(route));
     },
-    starting() {
-      stopped = undefined;
-    },
-    stopping() {
-      stopped ??= new Error('monglock: the server began to stop while the request waited for its lock');
-      endWaits(stopped);
-    },
+    starting: () => acquisitions.starting(),
+    stopping: () => acquisitions.stopping(),
     async drain() {
       // Requests still waiting for their lock (a stop without onPreStop) stop waiting: each acquisition ends, abandoned or holding its lock (then followed below).
-      endWaits(new Error('monglock: the server stopped while the request waited for its lock'));
-      await Promise.allSettled([...acquisitions.keys()]);
+      await acquisitions.settled();
       const waits = [...live].map(async (state) => {
         // A commit on its way is finished; other route code is told to stop, and its lock is no longer extended.
         if (!state.committing && !state.controller.signal.aborted) {

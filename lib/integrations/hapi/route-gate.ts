@@ -41,12 +41,16 @@ export function routeGate(context: GateContext): RouteGate {
     state.running++;
     try {
       result = await call();
+    } catch (error) {
+      if (typeof error === 'object' && error !== null) state.refusals.add(error);
+      throw error;
     } finally {
       state.running--;
       onEnd?.();
       void settle(state); // hapi answered already (a server timeout, a client gone): this call may have been the last
     }
     if (closes(result, h)) await context.answeredAround(state);
+    else if ((result as { isBoom?: unknown } | null)?.isBoom === true) state.refusals.add(result as object);
     return result;
   };
 
