@@ -205,7 +205,7 @@ export const monglockPlugin: NamedPlugin<MonglockPluginOptions> = {
       async (request: Request, h: ResponseToolkit) => {
         const answer = await tracking.answering(request);
         // The handler's commit could not be applied: the client hears why, not the value.
-        return answer ? answer.error : h.continue;
+        return answer ? answerWith(request, h, answer.error, boom) : h.continue;
       },
       { before: earlier },
     );
@@ -216,6 +216,22 @@ export const monglockPlugin: NamedPlugin<MonglockPluginOptions> = {
     server.ext('onPostStop', () => tracking.drain());
   },
 };
+
+/**
+ * Makes `error` the request's answer from an onPreResponse extension. Not by returning it: hapi
+ * takes a boom returned there as a takeover and skips every later onPreResponse extension (the
+ * application's error formatting); set as the response (as hapi sets a thrown error, through its
+ * internal `_setResponse`), later extensions see it as the boom it is. Returned when this hapi
+ * has no `_setResponse`, or when it is no boom and the boom module cannot make it one.
+ */
+function answerWith(request: Request, h: ResponseToolkit, error: unknown, boom: BoomLike): unknown {
+  const setResponse = (request as unknown as { _setResponse?: unknown })._setResponse;
+  const boomify = (boom as { boomify?: unknown }).boomify;
+  const isBoom = (error as { isBoom?: unknown } | null)?.isBoom === true;
+  if (typeof setResponse !== 'function' || !(error instanceof Error) || (!isBoom && typeof boomify !== 'function')) return error;
+  (setResponse as (response: unknown) => void).call(request, isBoom ? error : (boomify as (error: Error) => Error).call(boom, error));
+  return h.continue;
+}
 
 /** Acquires the route's one lock (`filter`). */
 async function acquireFor(request: Request, resolved: Resolved, signal: AbortSignal, boom: BoomLike): Promise<Held> {
