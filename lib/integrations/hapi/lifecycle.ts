@@ -11,6 +11,7 @@ import { leaseEnded } from '../../locks/lease-keeper';
 import type { Held } from './held';
 import { releasingBody, type SentResponse } from './streamed-body';
 import { Acquisitions } from './acquisitions';
+import { unsendable } from './transmit-check';
 
 /** What the answer must become: the error of a handler's commit that could not be applied. */
 export type Answer = { readonly error: unknown };
@@ -206,10 +207,13 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       // the release, unless the lock was lost or given up (maxHold) after the handler returned.
       if (commit && !failedAnswer(request)) {
         state.answered = true;
+        const notSent = await unsendable(request); // hapi would fail to send it once the commit is applied: nothing is
         const failure =
           state.released || state.controller.signal.aborted
             ? { error: state.controller.signal.reason ?? boom.badImplementation('monglock: not committing: the lock was released') }
-            : await commitNow(state, commit).then(
+            : notSent !== undefined
+              ? { error: boom.badImplementation(`monglock: not committing: hapi could not send the answer (${notSent}); nothing was written`) }
+              : await commitNow(state, commit).then(
                 () => undefined,
                 (error: unknown) => ({ error }),
               );
