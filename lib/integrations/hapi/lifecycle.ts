@@ -4,7 +4,7 @@ import { backgroundSettled } from '../../common/background';
 import type { BoomLike } from '../../common/errors';
 import type { RouteCommit } from './route-commit';
 import { routeGate } from './route-gate';
-import { carriesLock, delivered, failedAnswer } from './answer-kind';
+import { carriesLock, delivered, failedAnswer, holdsLockId } from './answer-kind';
 import { coverPostHandlers, prerequisiteCoverage, routeName, type RouteMethod } from './route-methods';
 import { lapsed, trackedRequest, untilAborted, untilLapse, untilLeasesEnd, type Tracked } from './tracked-request';
 import { leaseEnded } from '../../locks/lease-keeper';
@@ -253,7 +253,7 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       const state = requests.get(request);
       if (!state) return;
       if (!state.held) state.waiting.abort(new Error('monglock: the response went out while the request waited for its lock'));
-      if (state.checkout && state.held && state.handlerFinished && delivered(request)) {
+      if (state.checkout && state.held && (state.handlerFinished || holdsLockId(request, state.held.lock.id)) && delivered(request)) {
         state.handedOver = true; // the client has the lock's JSON: it releases or extends it
         void Promise.resolve(state.keeping?.stop()).finally(() => finish(state));
       }

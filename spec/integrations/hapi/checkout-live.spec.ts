@@ -73,4 +73,29 @@ describe('hapi: a checkout hands out a live lock only', () => {
       expect({ status: committed.status, message: committed.body.message }, 'what a commit gets in the same case').to.deep.equal(expected);
     });
   }
+
+  it("a pre method's takeover that answers the lock's JSON hands the lock over (kept for the client); one that answers something else releases it", async function () {
+    this.timeout(20_000);
+    const collection = await freshCollection([{ _id: 'd' }, { _id: 'e' }]);
+    const lock = writeLock({ collection, locktimeout: 5_000 });
+    const takeover = (answer: (request: Hapi.Request) => unknown): Hapi.ServerRoute['options'] => ({
+      pre: [{ method: (request, h) => h.response(answer(request) as object).takeover() }],
+      plugins: { monglock: { lock, filter: byId, mode: 'checkout' } },
+      handler: () => 'never',
+    });
+    const server = await makeServer((s) => {
+      s.route({ method: 'POST', path: '/drafts/{id}/checkout', options: takeover((request) => ({ lock: lockOf(request).lock, via: 'pre' })) });
+      s.route({ method: 'POST', path: '/drafts/{id}/cached', options: takeover(() => ({ cached: true })) });
+    });
+    await server.start();
+    const handedOut = await fetch(`http://127.0.0.1:${server.info.port}/drafts/d/checkout`, { method: 'POST' });
+    const { lock: json } = (await handedOut.json()) as { lock: { id: string } };
+    const other = await post(`http://127.0.0.1:${server.info.port}/drafts/e/cached`);
+    await sleep(300); // the response event's work is done
+    expect({ handedOut: handedOut.status, other: other.status, held: { d: await heldIds(collection, 'd'), e: await heldIds(collection, 'e') } }, 'the answers, and who holds each document').to.deep.equal({
+      handedOut: 200,
+      other: 200,
+      held: { d: [json.id], e: [] },
+    });
+  });
 });
