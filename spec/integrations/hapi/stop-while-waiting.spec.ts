@@ -6,8 +6,8 @@
  */
 import Hapi from '@hapi/hapi';
 import { expect } from 'chai';
-import type { Document } from 'mongodb';
-import { writeLock } from '../../../lib';
+import type { Collection, Document } from 'mongodb';
+import { writeLock, type LockHandle } from '../../../lib';
 import { delayedCollection } from '../../../stress/delayed-collection';
 import { freshCollection } from '../../support/fixture';
 import { heldIds, makeServer, stopServers } from '../../support/hapi-server';
@@ -39,20 +39,29 @@ async function stoppedDuring(server: Hapi.Server, reached: Promise<void>): Promi
   return { status: await answer, stopMs };
 }
 
+/**
+ * Document `w`, held elsewhere, and a server whose route `POST /docs/{id}` waits up to 10 s for
+ * it: `attempted` resolves once the route's first acquisition attempt has its reply (refused: the
+ * request then waits).
+ */
+async function heldElsewhere(): Promise<{ seeded: Collection<Document>; attempted: Promise<void>; holder: LockHandle; server: Hapi.Server }> {
+  const seeded = await freshCollection([{ _id: 'w' }]);
+  let firstAttempt!: () => void;
+  const attempted = new Promise<void>((resolve) => (firstAttempt = resolve));
+  const collection = delayedCollection(seeded, { reply: (method) => (method === 'findOneAndUpdate' ? void firstAttempt() : undefined) });
+  const holder = await writeLock({ collection: seeded, locktimeout: 30_000 }).acquire({ _id: 'w' });
+  const server = await makeServer((s) =>
+    s.route({ method: 'POST', path: '/docs/{id}', options: { plugins: { monglock: { lock: writeLock({ collection, locktimeout: 10_000 }), filter: byId, wait: 10_000 } }, handler: () => 'done' } }),
+  );
+  return { seeded, attempted, holder, server };
+}
+
 describe('hapi: server.stop() with a request waiting for its lock', () => {
   afterEach(stopServers);
 
   it('a request waiting for its lock when the stop begins is answered 503, and the stop resolves well before hapi would drop the connection', async function () {
     this.timeout(30_000);
-    const seeded = await freshCollection([{ _id: 'w' }]);
-    let firstAttempt!: () => void;
-    const attempted = new Promise<void>((resolve) => (firstAttempt = resolve));
-    // The route's first acquisition attempt has its reply (refused: the document is held): the request waits.
-    const collection = delayedCollection(seeded, { reply: (method) => (method === 'findOneAndUpdate' ? void firstAttempt() : undefined) });
-    const holder = await writeLock({ collection: seeded, locktimeout: 30_000 }).acquire({ _id: 'w' });
-    const server = await makeServer((s) =>
-      s.route({ method: 'POST', path: '/docs/{id}', options: { plugins: { monglock: { lock: writeLock({ collection, locktimeout: 10_000 }), filter: byId, wait: 10_000 } }, handler: () => 'done' } }),
-    );
+    const { seeded, attempted, holder, server } = await heldElsewhere();
     await server.start();
     const { status, stopMs } = await stoppedDuring(server, attempted);
     expect({ status, stoppedWellBeforeHapisTimeout: stopMs < STOP_BOUND }, `the waiting client's answer, and the stop took ${stopMs} ms`).to.deep.equal({ status: 503, stoppedWellBeforeHapisTimeout: true });
@@ -60,6 +69,20 @@ describe('hapi: server.stop() with a request waiting for its lock', () => {
     await holder.release();
     await server.start(); // started again: its requests wait for their lock as before
     expect(await statusOf(server.info.port as number, '/docs/w'), 'a request once the server started again, the document free').to.equal(200);
+  });
+
+  it('through server.inject (no connection for hapi to wait for): the waiting request is answered 503 as the stop begins, not after its wait', async function () {
+    this.timeout(30_000);
+    const { attempted, holder, server } = await heldElsewhere();
+    await server.initialize();
+    const began = Date.now();
+    const answer = server.inject({ method: 'POST', url: '/docs/w' });
+    await attempted;
+    await server.stop({ timeout: HAPI_STOP_TIMEOUT });
+    const status = (await answer).statusCode;
+    const answeredMs = Date.now() - began;
+    expect({ status, answeredBeforeItsWait: answeredMs < STOP_BOUND }, `the injected request's answer, after ${answeredMs} ms`).to.deep.equal({ status: 503, answeredBeforeItsWait: true });
+    await holder.release();
   });
 
   it('a request that reaches its wait while the server stops is answered 503 at once, not after its wait', async function () {
