@@ -42,9 +42,11 @@ export interface RequestTracking {
    * lock is released if no route code runs any more, so the client cannot have the answer before
    * the lock is free. A stream body is read under the lock and releases it before the last byte
    * its client gets goes out; while route code still runs (a server timeout), it resolves at
-   * once and that code's end releases. A handler's commit is applied here, once the answer is
-   * settled and is no failure (onPostHandler extensions and response validation ran under the
-   * lock); its error, if it was not applied, is resolved to answer instead.
+   * once and that code's end releases, except for a refusal by that route code itself (a pre
+   * method of a parallel set), held back until the rest of it ends (maxHold at the latest). A
+   * handler's commit is applied here, once the answer is settled, is no failure (onPostHandler
+   * extensions and response validation ran under the lock) and hapi can send it; its error, if
+   * it was not applied, is resolved to answer instead, as is a checkout's whose lock is no longer live.
    */
   answering(request: Request): Promise<Answer | undefined>;
   /** The response has gone out, or the client is gone (the server's `response` event). */
