@@ -7,6 +7,7 @@ import Hapi from '@hapi/hapi';
 import type { Collection, Document } from 'mongodb';
 import { commit } from '../../lib';
 import { monglockPlugin, type RouteLock, type RouteLockSettings } from '../../lib/hapi';
+import { delayedCollection } from '../../stress/delayed-collection';
 
 const servers: Hapi.Server[] = [];
 
@@ -88,5 +89,33 @@ export function debitRoute(lock: RouteLock, { handler = debit30, monglock = {}, 
     method: 'POST',
     path: '/accounts/{id}/debit',
     options: { ...options, plugins: { monglock: { lock, filter: (request: Hapi.Request) => ({ _id: request.params.id }), ...monglock } }, handler },
+  };
+}
+
+/**
+ * `collection` whose lock writes after the acquisition (a release, a commit) are held back until
+ * `answered()` is called (the client has its answer) or `ms` passed: `order` records when a
+ * release landed and, from the test, when the client had the answer, so a release that waited
+ * for the answer shows as landing after it.
+ */
+export function releaseAfterAnswer(collection: Collection<Document>, ms = 1_000): { collection: Collection<Document>; order: string[]; answered: () => void } {
+  const order: string[] = [];
+  let open!: () => void;
+  const gate = Promise.race([new Promise<void>((resolve) => (open = resolve)), new Promise((resolve) => setTimeout(resolve, ms))]);
+  const acquisition = (method: string, args: readonly unknown[]): boolean => method === 'findOneAndUpdate' && (args[1] as Document | undefined)?.$inc?.['lock.fence'] === 1;
+  const slow = delayedCollection(collection, {
+    request: (method, _n, args) => (acquisition(method, args) ? undefined : gate),
+    reply: (method, _n, args) => {
+      if (!acquisition(method, args)) order.push('the release landed');
+      return undefined;
+    },
+  });
+  return {
+    collection: slow,
+    order,
+    answered: () => {
+      order.push('the client had the answer');
+      open();
+    },
   };
 }

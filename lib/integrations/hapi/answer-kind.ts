@@ -18,6 +18,20 @@ export function carriesLock(request: Request): boolean {
 }
 
 /**
+ * True when the answer's source holds the lock's id: route code other than the handler (a pre
+ * method's takeover) answered with the lock's JSON, or a value that includes it.
+ */
+export function holdsLockId(request: Request, id: string): boolean {
+  const source = (request.response as { source?: unknown } | null)?.source;
+  if (typeof source !== 'object' || source === null) return typeof source === 'string' && source.includes(id);
+  try {
+    return JSON.stringify(source)?.includes(id) === true;
+  } catch {
+    return false;
+  }
+}
+
+/**
  * True when the route's answer carried the lock's whole JSON and went out: not a 304 hapi made
  * of it, nor a 206 of part of it (a 206 whose range is the whole body counts).
  */

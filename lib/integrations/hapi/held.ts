@@ -46,7 +46,8 @@ export function heldLock(lock: Handle, boom: BoomLike): Held {
         onGiveUp(releasing.catch(() => undefined));
         return releasing;
       };
-      const keeper = new LeaseKeeper({ ...keptLease(lock, leaseMs, boom), release: giveUp }, leaseMs, controller, maxHoldMs);
+      // Extended with the plugin's boom: a refused extension (the lease lost) answers 409 LockNotFound, as other lock errors do.
+      const keeper = new LeaseKeeper({ ...keptLease(lock, leaseMs, boom, { boom }), release: giveUp }, leaseMs, controller, maxHoldMs);
       const unwatch = Handle.watchExpiry(lock, () => keeper.replan()); // the route extends the lock itself
       return {
         stop: async () => {

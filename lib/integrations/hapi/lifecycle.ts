@@ -2,13 +2,16 @@ import { Readable } from 'node:stream';
 import type { Request, RequestRoute } from '@hapi/hapi';
 import { backgroundSettled } from '../../common/background';
 import type { BoomLike } from '../../common/errors';
-import { routeCommitOf, type JsonReplacer, type RouteCommit } from './route-commit';
-import { carriesLock, delivered, failedAnswer } from './answer-kind';
+import type { RouteCommit } from './route-commit';
+import { routeGate } from './route-gate';
+import { carriesLock, delivered, failedAnswer, holdsLockId } from './answer-kind';
 import { coverPostHandlers, prerequisiteCoverage, routeName, type RouteMethod } from './route-methods';
 import { lapsed, trackedRequest, untilAborted, untilLapse, untilLeasesEnd, type Tracked } from './tracked-request';
 import { leaseEnded } from '../../locks/lease-keeper';
 import type { Held } from './held';
 import { releasingBody, type SentResponse } from './streamed-body';
+import { Acquisitions } from './acquisitions';
+import { unsendable } from './transmit-check';
 
 /** What the answer must become: the error of a handler's commit that could not be applied. */
 export type Answer = { readonly error: unknown };
@@ -20,9 +23,13 @@ export interface RequestTracking {
    * the first time. Resolves the signal for its wait for the lock, which aborts once hapi answers
    * without it (a server timeout, a client gone); undefined when it already has: then nothing must
    * be acquired.
+   * @throws a boom 503 once the server stops ({@link stopping}): no wait starts then.
    */
   begin(request: Request, checkout: boolean): AbortSignal | undefined;
-  /** The acquisition of a request that {@link begin} started: followed until it settles (a stop waits for it); returns it. */
+  /**
+   * The acquisition of a request that {@link begin} started: followed until it settles (a stop
+   * waits for it); returns it, rejected with a boom 503 when a stop ended its wait.
+   */
   acquiring<T>(request: Request, acquisition: Promise<T>): Promise<T>;
   /**
    * The lock is held: its lease is kept alive until it is released (or handed over by a
@@ -35,15 +42,25 @@ export interface RequestTracking {
    * lock is released if no route code runs any more, so the client cannot have the answer before
    * the lock is free. A stream body is read under the lock and releases it before the last byte
    * its client gets goes out; while route code still runs (a server timeout), it resolves at
-   * once and that code's end releases. A handler's commit is applied here, once the answer is
-   * settled and is no failure (onPostHandler extensions and response validation ran under the
-   * lock); its error, if it was not applied, is resolved to answer instead.
+   * once and that code's end releases, except for a refusal by that route code itself (a pre
+   * method of a parallel set), held back until the rest of it ends (maxHold at the latest). A
+   * handler's commit is applied here, once the answer is settled, is no failure (onPostHandler
+   * extensions and response validation ran under the lock) and hapi can send it; its error, if
+   * it was not applied, is resolved to answer instead, as is a checkout's whose lock is no longer live.
    */
   answering(request: Request): Promise<Answer | undefined>;
   /** The response has gone out, or the client is gone (the server's `response` event). */
   responded(request: Request): void;
   /** Wraps a locked route's handler (once per route: hapi reads `route.settings.handler` on each request). */
   coverHandler(route: RequestRoute): void;
+  /**
+   * The server begins to stop (onPreStop): ends the waits of requests still acquiring their lock
+   * (answered 503, so that hapi's stop is not left waiting for them) and refuses any wait that
+   * would start from now on.
+   */
+  stopping(): void;
+  /** The server starts (again, after a stop): waits for a lock are allowed. */
+  starting(): void;
   /**
    * The server stopped (onPostStop): ends the waits of requests still acquiring, aborts the signal
    * of route code still running under a lock (no longer extended; a commit on its way is
@@ -66,28 +83,12 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
   const requests = new WeakMap<Request, Tracked>();
   /** Requests that hold a lock they are not done with. */
   const live = new Set<Tracked>();
-  /** Requests whose acquisition is on its way (their wait is aborted by a stop), and those acquisitions. */
-  const acquisitions = new Map<Promise<unknown>, AbortController | undefined>();
+  const acquisitions = new Acquisitions(boom);
   const finish = (state: Tracked): void => {
     live.delete(state);
     state.finish();
   };
-  const coverPrerequisites = prerequisiteCoverage((original, what, where) => wrap(original, what, where), log);
   let warnedPostHandlers = false;
-  /** An onPostHandler extension of a locked request counts as route code that runs (after a server timeout, its end releases). */
-  const followed = (original: RouteMethod): RouteMethod =>
-    async function (this: unknown, request, h, ...rest) {
-      const state = requests.get(request);
-      if (!state?.held || state.released) return original.call(this, request, h, ...rest);
-      state.running++;
-      try {
-        return await original.call(this, request, h, ...rest);
-      } finally {
-        state.running--;
-        void settle(state);
-      }
-    };
-
   /**
    * Stops keeping the leases: an extension on its way is waited for, but not once a lease is lost
    * or lapses (within the keeper's safety margin of its end, which a stopped keeper no longer
@@ -144,39 +145,34 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
     }
   };
 
-  const wrap = (original: RouteMethod, what: string, where: string): RouteMethod => {
-    const guarded: RouteMethod = async function (this: unknown, request, h, ...rest) {
-      const state = requests.get(request);
-      // Never started without the lock: not before it is held, nor once it is released, lost or given up (maxHold).
-      if (!state?.held || state.released || state.controller.signal.aborted) {
-        const why = !state?.held ? 'not held' : state.released ? 'released' : 'lost or given up (maxHold)';
-        throw boom.badImplementation(`monglock: not running the ${what} of ${where}: its lock is ${why}`);
-      }
-      state.running++;
-      state.started++;
-      try {
-        const result: unknown = await original.call(this, request, h, ...rest);
-        const asked = what === 'handler' ? routeCommitOf(result, boom, (request.route.settings.json as { replacer?: JsonReplacer } | undefined)?.replacer) : undefined;
-        if (!asked) return result;
-        // hapi answered already (a server timeout, a client gone): the client may retry, so nothing is applied.
-        if (state.answered) throw boom.badImplementation('monglock: not committing: hapi already answered the request');
-        // The lease was lost, or maxHold released the lock, while the handler ran: its error is the answer.
-        if (state.controller.signal.aborted) throw state.controller.signal.reason;
-        state.commit = asked; // applied by answering(), once the answer is settled
-        return asked.answer(asked.request.value);
-      } finally {
-        state.running--;
-        if (what === 'handler') state.handlerFinished = true;
-        void settle(state); // hapi answered already (a server timeout, a client gone): this call may have been the last
-      }
-    };
-    // hapi names the method in some of its errors.
-    return Object.defineProperty(guarded, 'name', { value: original.name });
+  /**
+   * A checkout's answer carries the lock's JSON: the keeper stops (neither it nor maxHold releases
+   * the lock once handed out), and the lock must be live, its lease above the keeper's margin.
+   * Resolves the error to answer instead when it is not: the one a commit gets in the same case.
+   */
+  const handOut = async (state: Tracked): Promise<Answer | undefined> => {
+    if (!state.released && !state.controller.signal.aborted) await stopKeeping(state);
+    if (!state.released && !state.controller.signal.aborted && !lapsed(state)) return undefined;
+    const reason: unknown = state.controller.signal.reason;
+    return { error: reason ?? (state.released ? boom.badImplementation('monglock: not handing out the lock: it was released') : leaseEnded('expired', undefined, boom)) };
   };
+
+  const { wrap, followed } = routeGate({
+    boom,
+    stateOf: (request) => requests.get(request),
+    settle,
+    async answeredAround(state) {
+      state.answered = true;
+      await settle(state);
+      await state.ended; // route code still running (a parallel pre method) releases once it ends; maxHold at the latest
+    },
+  });
+  const coverPrerequisites = prerequisiteCoverage(wrap, log);
 
   return {
     begin(request, checkout) {
       if (request.info.completed) return undefined;
+      acquisitions.refuseWhileStopping();
       const postHandlersFollowed = coverPostHandlers(request, followed);
       if (!postHandlersFollowed && !warnedPostHandlers) {
         warnedPostHandlers = true;
@@ -187,10 +183,7 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       return state.waiting.signal;
     },
     acquiring(request, acquisition) {
-      acquisitions.set(acquisition, requests.get(request)?.waiting);
-      const forget = (): void => void acquisitions.delete(acquisition);
-      acquisition.then(forget, forget);
-      return acquisition;
+      return acquisitions.follow(acquisition, requests.get(request)?.waiting);
     },
     acquired(request, held, maxHoldMs) {
       const state = requests.get(request);
@@ -216,17 +209,27 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       // the release, unless the lock was lost or given up (maxHold) after the handler returned.
       if (commit && !failedAnswer(request)) {
         state.answered = true;
+        const notSent = await unsendable(request); // hapi would fail to send it once the commit is applied: nothing is
         const failure =
           state.released || state.controller.signal.aborted
             ? { error: state.controller.signal.reason ?? boom.badImplementation('monglock: not committing: the lock was released') }
-            : await commitNow(state, commit).then(
+            : notSent !== undefined
+              ? { error: boom.badImplementation(`monglock: not committing: hapi could not send the answer (${notSent}); nothing was written`) }
+              : await commitNow(state, commit).then(
                 () => undefined,
                 (error: unknown) => ({ error }),
               );
         await settle(state); // not applied: released without it, before the answer
         return failure;
       }
-      if (state.checkout && carriesLock(request)) return undefined; // its answer carries the lock: responded() decides
+      if (state.checkout && carriesLock(request) && state.held) {
+        const refusal = await handOut(state);
+        if (!refusal) return undefined; // its answer carries a live lock: responded() decides whether it went out
+        state.answered = true;
+        await settle(state); // released before the refusal goes out (maxHold's release too)
+        if (state.released) await state.ended;
+        return refusal;
+      }
       state.answered = true;
       if (!state.held) {
         state.waiting.abort(new Error('monglock: hapi answered while the request waited for its lock'));
@@ -244,13 +247,15 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
         return undefined;
       }
       await settle(state);
+      // A refusal by route code while more of it runs (a parallel pre method): held back until that ends, or maxHold releases.
+      if (!state.released && state.running > 0 && response !== null && state.refusals.has(response)) await state.ended;
       return undefined;
     },
     responded(request) {
       const state = requests.get(request);
       if (!state) return;
       if (!state.held) state.waiting.abort(new Error('monglock: the response went out while the request waited for its lock'));
-      if (state.checkout && state.held && state.handlerFinished && delivered(request)) {
+      if (state.checkout && state.held && (state.handlerFinished || holdsLockId(request, state.held.lock.id)) && delivered(request)) {
         state.handedOver = true; // the client has the lock's JSON: it releases or extends it
         void Promise.resolve(state.keeping?.stop()).finally(() => finish(state));
       }
@@ -262,10 +267,11 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       const settings = route.settings as { handler?: unknown };
       if (typeof settings.handler === 'function') settings.handler = wrap(settings.handler as RouteMethod, 'handler', routeName(route));
     },
+    starting: () => acquisitions.starting(),
+    stopping: () => acquisitions.stopping(),
     async drain() {
-      // Requests still waiting for their lock stop waiting: each acquisition ends, abandoned or holding its lock (then followed below).
-      for (const waiting of acquisitions.values()) waiting?.abort(new Error('monglock: the server stopped while the request waited for its lock'));
-      await Promise.allSettled([...acquisitions.keys()]);
+      // Requests still waiting for their lock (a stop without onPreStop) stop waiting: each acquisition ends, abandoned or holding its lock (then followed below).
+      await acquisitions.settled();
       const waits = [...live].map(async (state) => {
         // A commit on its way is finished; other route code is told to stop, and its lock is no longer extended.
         if (!state.committing && !state.controller.signal.aborted) {

@@ -178,6 +178,7 @@ export const monglockPlugin: NamedPlugin<MonglockPluginOptions> = {
     });
     // A misconfigured route fails server.initialize()/start(), not its first request.
     server.ext('onPreStart', () => {
+      tracking.starting(); // a server started again after a stop
       for (const route of server.table()) resolve(route);
       initialized = true;
     });
@@ -204,15 +205,33 @@ export const monglockPlugin: NamedPlugin<MonglockPluginOptions> = {
       async (request: Request, h: ResponseToolkit) => {
         const answer = await tracking.answering(request);
         // The handler's commit could not be applied: the client hears why, not the value.
-        return answer ? answer.error : h.continue;
+        return answer ? answerWith(request, h, answer.error, boom) : h.continue;
       },
       { before: earlier },
     );
     server.events.on('response', (request: Request) => tracking.responded(request));
+    // As the stop begins: requests waiting for their lock are answered 503 (hapi then waits for no idle connection).
+    server.ext('onPreStop', () => tracking.stopping());
     // Before the application's own onPostStop (its client.close()) when registered first, or when it runs `after: 'monglock'`.
     server.ext('onPostStop', () => tracking.drain());
   },
 };
+
+/**
+ * Makes `error` the request's answer from an onPreResponse extension. Not by returning it: hapi
+ * takes a boom returned there as a takeover and skips every later onPreResponse extension (the
+ * application's error formatting); set as the response (as hapi sets a thrown error, through its
+ * internal `_setResponse`), later extensions see it as the boom it is. Returned when this hapi
+ * has no `_setResponse`, or when it is no boom and the boom module cannot make it one.
+ */
+function answerWith(request: Request, h: ResponseToolkit, error: unknown, boom: BoomLike): unknown {
+  const setResponse = (request as unknown as { _setResponse?: unknown })._setResponse;
+  const boomify = (boom as { boomify?: unknown }).boomify;
+  const isBoom = (error as { isBoom?: unknown } | null)?.isBoom === true;
+  if (typeof setResponse !== 'function' || !(error instanceof Error) || (!isBoom && typeof boomify !== 'function')) return error;
+  (setResponse as (response: unknown) => void).call(request, isBoom ? error : (boomify as (error: Error) => Error).call(boom, error));
+  return h.continue;
+}
 
 /** Acquires the route's one lock (`filter`). */
 async function acquireFor(request: Request, resolved: Resolved, signal: AbortSignal, boom: BoomLike): Promise<Held> {

@@ -22,6 +22,8 @@ export interface Tracked {
   running: number;
   /** Wrapped calls started so far. */
   started: number;
+  /** What wrapped calls threw or returned as a failure (a boom): hapi may answer it while other route code still runs. */
+  readonly refusals: WeakSet<object>;
   handlerFinished: boolean;
   /**
    * hapi has settled on an answer that does not carry the lock (a checkout's successful answer
@@ -53,6 +55,7 @@ export function trackedRequest(checkout: boolean, conservative: boolean): Tracke
     conservative,
     running: 0,
     started: 0,
+    refusals: new WeakSet(),
     handlerFinished: false,
     answered: false,
     streaming: false,
