@@ -14,41 +14,56 @@ export const AWAIT_MS = 500;
  * says who holds the lock — the field itself, its `tags` or one tag's list or entry, a pending
  * `upgrade`, `limits`, v2's `active`/`timestamp`, or the fair `queue` as a whole (a ticket taken
  * out) — not its bookkeeping (`now`, `until`, `fence`, one ticket, an entry's `exp`: so a
- * waiter's own ticket renewals and a holder's extensions wake nobody). An update event without a description, as mongo-java-server sends them, passes
- * too. Only the document's key and the resume token come back.
+ * waiter's own ticket renewals and a holder's extensions wake nobody). An update event without a
+ * description, as a server that gives none sends it, passes too. Only the document's key and the
+ * resume token come back.
+ *
+ * An acquisition frees nothing, so it wakes nobody either: an update that moves the `fence` (every
+ * acquisition and hand-over does, a release never) and changes one tag's list and nothing else that
+ * says who holds the lock. A hot document's waiters in other processes were otherwise woken twice a
+ * section, by its release and in vain by the next holder's acquisition. A fence moved with more
+ * (a conversion's two tags, a fair acquisition's ticket taken out, expired entries of another tag
+ * pruned, the whole field written) still passes: it may let another waiter in.
  */
 export function lockChanges(field: string): Document[] {
   // A path's parts: the field; then `tags` with at most a tag and an index, `upgrade` or `limits` with anything, or `active`/`timestamp` alone.
-  const holds = (path: string): Document => {
-    const parts = { $split: [path, '.'] };
-    const part = (n: number): Document => ({ $arrayElemAt: [parts, n] });
-    const size = { $size: parts };
-    return {
-      $and: [
-        { $eq: [part(0), field] },
-        {
-          $or: [
-            { $eq: [size, 1] },
-            { $and: [{ $eq: [part(1), 'tags'] }, { $lte: [size, 4] }] },
-            { $in: [part(1), ['upgrade', 'limits']] },
-            { $and: [{ $eq: [size, 2] }, { $eq: [part(1), 'queue'] }] }, // a ticket taken out (pulled: the whole array), so the next may go
-            { $and: [{ $eq: [size, 2] }, { $in: [part(1), ['active', 'timestamp']] }] },
-          ],
-        },
-      ],
-    };
+  const parts = (path: string): Document => ({ $split: [path, '.'] });
+  const part = (path: string, n: number): Document => ({ $arrayElemAt: [parts(path), n] });
+  const size = (path: string): Document => ({ $size: parts(path) });
+  const holds = (path: string): Document => ({
+    $and: [
+      { $eq: [part(path, 0), field] },
+      {
+        $or: [
+          { $eq: [size(path), 1] },
+          { $and: [{ $eq: [part(path, 1), 'tags'] }, { $lte: [size(path), 4] }] },
+          { $in: [part(path, 1), ['upgrade', 'limits']] },
+          { $and: [{ $eq: [size(path), 2] }, { $eq: [part(path, 1), 'queue'] }] }, // a ticket taken out (pulled: the whole array), so the next may go
+          { $and: [{ $eq: [size(path), 2] }, { $in: [part(path, 1), ['active', 'timestamp']] }] },
+        ],
+      },
+    ],
+  });
+  // Every path the update names: set, removed, or truncated.
+  const changed = {
+    $concatArrays: [
+      { $map: { input: { $objectToArray: { $ifNull: ['$updateDescription.updatedFields', {}] } }, in: '$$this.k' } },
+      { $ifNull: ['$updateDescription.removedFields', []] },
+      { $map: { input: { $ifNull: ['$updateDescription.truncatedArrays', []] }, in: '$$this.field' } },
+    ],
   };
-  const any = (input: Document, path: string): Document => ({ $gt: [{ $size: { $filter: { input, cond: holds(path) } } }, 0] });
-  const updated = any({ $objectToArray: { $ifNull: ['$updateDescription.updatedFields', {}] } }, '$$this.k');
-  const removed = any({ $ifNull: ['$updateDescription.removedFields', []] }, '$$this');
-  const truncated = any({ $ifNull: ['$updateDescription.truncatedArrays', []] }, '$$this.field');
+  const holding = { $filter: { input: changed, cond: holds('$$this') } };
+  // The tag whose list a path is in, or null for a path elsewhere (the field, `upgrade`, `queue`...).
+  const tagOf = { $cond: [{ $and: [{ $eq: [part('$$this', 1), 'tags'] }, { $gte: [size('$$this'), 3] }] }, part('$$this', 2), null] };
+  const tagsHeld = { $setUnion: [{ $map: { input: holding, in: tagOf } }] };
+  const acquisition = { $and: [{ $in: [`${field}.fence`, changed] }, { $eq: [{ $size: tagsHeld }, 1] }, { $not: [{ $in: [null, tagsHeld] }] }] };
   return [
     {
       $match: {
         $or: [
           { operationType: { $in: ['delete', 'replace'] } },
           { operationType: 'update', updateDescription: { $exists: false } },
-          { operationType: 'update', $expr: { $or: [updated, removed, truncated] } },
+          { operationType: 'update', $expr: { $and: [{ $gt: [{ $size: holding }, 0] }, { $not: [acquisition] }] } },
         ],
       },
     },

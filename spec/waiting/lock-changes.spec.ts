@@ -16,9 +16,13 @@ const now = new Date();
 /** Event shapes by what wrote them, and whether a waiter elsewhere must hear of them. */
 const EVENTS: ReadonlyArray<readonly [string, Document, boolean]> = [
   ['the first lock on a document (the field is created)', update({ lock: { fence: 1, tags: { write: [{ id: 'a' }] } } }), true],
-  ['an exclusive acquisition ($set of the tag list)', update({ 'lock.tags.write': [{ id: 'a' }], 'lock.fence': 2, 'lock.now': now }), true],
-  ['a shared acquisition ($push onto the tag list)', update({ 'lock.tags.read.2': { id: 'b' }, 'lock.now': now }), true],
+  ['a shared lock added without its fence moved (an owner\'s nested hold: $push onto the tag list)', update({ 'lock.tags.read.2': { id: 'b' }, 'lock.now': now }), true],
   ['a release ($pull from the tag list)', update({ 'lock.tags.write': [], 'lock.now': now }), true],
+  ['a release that commits (the tag list and the commit record)', update({ 'lock.tags.write': [], 'lock.committed.0': { id: 'a' }, 'lock.now': now, balance: 70 }), true],
+  ['a conversion (two tag lists, the fence moved)', update({ 'lock.tags.write': [], 'lock.tags.read.0': { id: 'a' }, 'lock.fence': 3, 'lock.now': now }), true],
+  ['a fair acquisition (its ticket taken out with the fence moved)', update({ 'lock.tags.write': [{ id: 'a' }], 'lock.queue': [], 'lock.fence': 3, 'lock.now': now }), true],
+  ['an acquisition that pruned another tag\'s expired entries', update({ 'lock.tags.write': [{ id: 'a' }], 'lock.tags.read': [], 'lock.fence': 3, 'lock.now': now }), true],
+  ['a conversion that completes a pending upgrade (the fence moved, the upgrade taken out)', update({ 'lock.tags.write': [{ id: 'a' }], 'lock.upgrade': [], 'lock.fence': 3, 'lock.now': now }), true],
   ['a pending upgrade set or withdrawn', update({ 'lock.upgrade': [], 'lock.now': now }), true],
   ['a v2 lock removed ($unset of active and timestamp)', update({}, ['lock.active', 'lock.timestamp']), true],
   ['the whole lock field removed', update({}, ['lock']), true],
@@ -26,6 +30,10 @@ const EVENTS: ReadonlyArray<readonly [string, Document, boolean]> = [
   ['a deleted document', { operationType: 'delete' }, true],
   ['a replaced document', { operationType: 'replace' }, true],
   ['an update event without a description (a server that gives none)', { operationType: 'update' }, true],
+  ['an exclusive acquisition ($set of the tag list, the fence moved): it frees nothing', update({ 'lock.tags.write': [{ id: 'a' }], 'lock.fence': 2, 'lock.now': now }), false],
+  ['a shared acquisition ($push onto the tag list, the fence moved)', update({ 'lock.tags.read.2': { id: 'b' }, 'lock.fence': 4, 'lock.now': now }), false],
+  ['a hand-over (the holder\'s entry replaced by the waiter\'s, the fence moved)', update({ 'lock.tags.write': [{ id: 'b' }], 'lock.fence': 5, 'lock.now': now }), false],
+  ['a semaphore acquisition (one entry pushed, the fence moved)', update({ 'lock.tags.slot.1': { id: 'c', permits: 2 }, 'lock.fence': 6 }), false],
   ['a fair ticket renewal (positional $set of its exp)', update({ 'lock.queue.0.exp': now, 'lock.now': now, 'lock.until': now }), false],
   ['a fair ticket taken ($push onto the queue)', update({ 'lock.queue.3': { id: 't' }, 'lock.now': now, 'lock.until': now }), false],
   ['a lease extension (positional $set of the entry exp)', update({ 'lock.tags.write.0.exp': now, 'lock.now': now, 'lock.until': now }), false],
@@ -36,7 +44,7 @@ const EVENTS: ReadonlyArray<readonly [string, Document, boolean]> = [
 ];
 
 describe('the change feed\'s server-side filter (lockChanges)', () => {
-  it('passes the events that can change who holds a lock, and drops bookkeeping: tickets, extensions, clock stamps, other fields', async () => {
+  it('passes the events that can let a waiter in, and drops acquisitions and bookkeeping: tickets, extensions, clock stamps, other fields', async () => {
     const collection = await freshCollection(EVENTS.map(([what, event]) => ({ _id: what, ...event })));
     const [match] = lockChanges('lock');
     const passed = new Set((await collection.aggregate([match!]).toArray()).map((event) => event._id as string));
