@@ -9,13 +9,13 @@ import { firstRanked, type Waiter, type WaiterStream } from './waiter';
  * short poll (Waiter.shorten). Every process hears every change, so
  * without it each release would send the first waiter of every process at once, and all but one
  * would be refused (binary exponential backoff, as Ethernet resolves collisions): with P processes
- * contending, about one nudged attempt per change. One miss costs nothing: a lone waiter is woken
- * in vain by every acquisition it hears of, and the release that follows must still wake it.
+ * contending, about one nudged attempt per change. One miss costs nothing: a lone waiter may be
+ * woken in vain (a change another process won), and the release that follows must still wake it.
  */
 export const NUDGE_BACKOFF_STEPS = 4;
 /**
  * How long a refused nudged attempt counts (ms): a change that comes later nudges for sure. So a
- * lone waiter that was nudged in vain by another's acquisition is still nudged by its release, and
+ * lone waiter that was nudged in vain by a change another won is still nudged by the next, and
  * only a document that changes this often backs off.
  */
 export const NUDGE_MISS_MEMORY_MS = 64;
