@@ -134,3 +134,17 @@ export function failedAcquisition(error: unknown, boom: BoomLike | undefined, ma
   if (failure !== 'unknown') return lockError('DbError', boom, { cause: error, detail: `${message} (${describeWriteFailure(failure, 'lock')})` });
   return lockError('DbError', boom, { cause: error, detail: `${message} (the lock may have been written: release err.lock)`, lock: mayHold });
 }
+
+/**
+ * The `DbError` of a release whose write failed (`error`, a `DbError` with the driver's error as
+ * its cause): what it left behind, in words. A release that surely wrote nothing (a closed client,
+ * a refused command) leaves the lock held until its lease ends; one whose reply was lost may have
+ * released it or not.
+ */
+export function failedRelease(error: Error, boom: BoomLike | undefined): Error {
+  const cause = error.cause ?? error;
+  const message = cause instanceof Error ? cause.message : String(cause);
+  const failure = classifyWriteFailure(cause);
+  const left = failure === 'unknown' ? 'the release may not have landed: the lock may stay held until its lease ends' : `${describeWriteFailure(failure, 'release')}; the lock stays held until its lease ends`;
+  return lockError('DbError', boom, { cause, detail: `${message} (${left})` });
+}
