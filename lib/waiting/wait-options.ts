@@ -5,7 +5,7 @@ export interface WaitOptions {
   /**
    * ms to keep retrying while the lock is held (exponential backoff with jitter, capped), an
    * assertive tag's continuations included. `0` fails fast, as monglock v2. `Infinity` waits until
-   * the lock is free or `signal` aborts (in effect {@link MAX_MS} ms, about 24.8 days: the longest
+   * the lock is free or `signal` aborts (in effect 2^31 - 1 ms, about 24.8 days: the longest
    * a Node.js timer sleeps).
    * @default 0
    */
