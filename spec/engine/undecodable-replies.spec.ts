@@ -8,7 +8,7 @@
  */
 import { expect } from 'chai';
 import { BSON, type Collection, type Document } from 'mongodb';
-import { writeLock } from '../../lib';
+import { multiLock, writeLock } from '../../lib';
 import { failingAfterLanding } from '../../stress/server-faults';
 import { realNow } from '../support/clock';
 import { freshCollection, rejectionOf, sleep, snapshotOf } from '../support/fixture';
@@ -40,6 +40,28 @@ describe('a reply the driver could not decode (BSONError after the command ran)'
       await (await writeLock({ collection: raw }).acquire({ _id: 'a' })).release();
     });
   }
+
+  it('a conversion (read to write): DbError saying it may have landed, and the handle releases the lock under its new tag', async () => {
+    const raw = await freshCollection([{ _id: 'a' }]);
+    let failing = false;
+    const rw = multiLock({
+      collection: failingAfterLanding(raw, (method) => failing && method === 'findOneAndUpdate', undecodable),
+      locktimeouts: { read: 30_000, write: 30_000 },
+      lockRelationships: { read: { cooperative: ['write'] }, write: { cooperative: ['write', 'read'] } },
+    });
+    const handle = await rw.acquire({ _id: 'a' }, { tag: 'read' });
+    failing = true;
+    const error = await rejectionOf(handle.convert('write'));
+    failing = false;
+    expect(error.subtype).to.equal('DbError');
+    expect(error.message).to.match(/may have landed/);
+    const doc = await raw.findOne({ _id: 'a' as never });
+    expect(((doc?.lock?.tags?.write ?? []) as Array<{ id: string }>).map((entry) => entry.id), 'the conversion landed').to.deep.equal([handle.id]);
+    await handle.release();
+    const after = await raw.findOne({ _id: 'a' as never });
+    const live = ['read', 'write'].flatMap((tag) => ((after?.lock?.tags?.[tag] ?? []) as Array<{ exp: Date }>).filter((entry) => entry.exp.getTime() > realNow()));
+    expect(live, 'nothing left held').to.deep.equal([]);
+  });
 
   it('a value the driver cannot serialize (a circular filter) still says nothing was written, and wrote nothing', async () => {
     const raw = await freshCollection([{ _id: 'a', title: 'draft' }]);
