@@ -10,6 +10,7 @@ export type { MultiLock, MultiLockOptions, MultiLockAcquireParams, MultiLockRele
 export { semaphore, PERMIT_TAG } from './locks/semaphore';
 export type { Semaphore, SemaphoreOptions, SemaphoreAcquireParams, SemaphoreReleaseParams, SemaphoreExtendParams } from './locks/semaphore';
 export { withOwner } from './locks/owner-context';
+export type { ForceReleaseParams } from './locks/forced-release';
 export { MAX_HOLDS } from './protocol/reentry';
 export { LockHandle } from './locks/lock-handle';
 export { commit, Commit, type CommitOptions } from './locks/commit';

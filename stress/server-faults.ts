@@ -23,8 +23,8 @@ const WRITES = new Set(['findOneAndUpdate', 'updateOne', 'updateMany', 'deleteOn
 /** The serverNow of this machine, which is also the test server's clock. */
 const serverNow = (): number => performance.timeOrigin + performance.now();
 
-/** `collection`, with the writes `match` names applied and then failed with `error()` (a retry's answer). */
-export function failingAfterLanding(collection: Collection<Document>, match: FaultMatch, error: () => MongoServerError): Collection<Document> {
+/** `collection`, with the writes `match` names applied and then failed with `error()` (a retry's answer, or a reply the driver could not decode). */
+export function failingAfterLanding(collection: Collection<Document>, match: FaultMatch, error: () => MongoServerError | Error): Collection<Document> {
   return wrapWrites(collection, async (method, args, n, send) => {
     const result = await send(args);
     if (match(method, args, n)) throw error();

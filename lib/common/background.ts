@@ -21,5 +21,21 @@ export function inBackground<T>(work: Promise<T>): Promise<T> {
  * server's shutdown awaits before its client closes). Bounded by the calls' `timeout`s.
  */
 export async function backgroundSettled(): Promise<void> {
-  while (pending.size > 0) await Promise.allSettled([...pending]);
+  if (pending.size === 0) return;
+  // Awaited: the process stays up for the background work, whose own pauses do not hold it ({@link backgroundPause}).
+  const keepAlive = setInterval(() => undefined, 60_000);
+  try {
+    while (pending.size > 0) await Promise.allSettled([...pending]);
+  } finally {
+    clearInterval(keepAlive);
+  }
+}
+
+/**
+ * Resolves after `ms`, on a timer that does not keep the process alive: a pause of background
+ * work, which no caller awaits (a process whose own work is done exits, and a lock left behind
+ * ends with its lease), unless {@link backgroundSettled} is awaited.
+ */
+export function backgroundPause(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms).unref());
 }

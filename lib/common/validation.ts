@@ -16,6 +16,7 @@ const FORBIDDEN_NAMES = new Set(['__proto__', 'constructor', 'prototype', 'hasOw
 
 /** Describes a value for an error message: `abc` (string). */
 export function describe(value: unknown): string {
+  if (isThenable(value)) return 'a Promise (did you forget `await`?)';
   let shown: string;
   try {
     if (typeof value === 'string') shown = value;
@@ -28,6 +29,11 @@ export function describe(value: unknown): string {
   if (shown.length > 60) shown = `${shown.slice(0, 57)}...`;
   const kind = value === null ? 'null' : Array.isArray(value) ? 'array' : typeof value;
   return `\`${shown}\` (${kind})`;
+}
+
+/** True for a Promise (any object with a `then` method): a value a forgotten `await` passes. */
+export function isThenable(value: unknown): value is PromiseLike<unknown> {
+  return (typeof value === 'object' || typeof value === 'function') && value !== null && typeof (value as { then?: unknown }).then === 'function';
 }
 
 /** True for a non-null object that is not an array. */

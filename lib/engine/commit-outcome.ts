@@ -138,11 +138,14 @@ export async function settleCommit(settlement: CommitSettlement, target: Documen
   }
 }
 
-/** Resolves once the lower bound of the server's clock is past `ms` (reading the server's clock first if this client has not). */
-export async function untilServerPassed(settlement: Pick<CommitSettlement, 'clock' | 'readClock'>, ms: number): Promise<void> {
+/**
+ * Resolves once the lower bound of the server's clock is past `ms` (reading the server's clock
+ * first if this client has not), pausing with `pause` (background work passes its own).
+ */
+export async function untilServerPassed(settlement: Pick<CommitSettlement, 'clock' | 'readClock'>, ms: number, pause = (wait: number): Promise<unknown> => new Promise((resolve) => setTimeout(resolve, wait))): Promise<void> {
   if (!settlement.clock.synchronized) await settlement.readClock();
   const wait = settlement.clock.untilPast(ms);
-  if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
+  if (wait > 0) await pause(wait);
 }
 
 /**

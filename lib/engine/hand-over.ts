@@ -6,7 +6,7 @@ import { fenceOf, type LockData, type TagRule, type Ticket } from '../protocol/l
 import { newLockId } from '../protocol/lock-ids';
 import { withdrawOperation } from '../protocol/release';
 import { landing, type Acquired } from './acquired';
-import { observeWrite, type WriteSettings } from './stamped-write';
+import { observeWrite, skewError, type WriteSettings } from './stamped-write';
 import { failedAcquisition } from './write-failures';
 import { addressOf } from './address';
 
@@ -43,7 +43,7 @@ export class HandOverFailed extends Error {
  * (the holder's lock is gone, a fair ticket came first, or the stamp was refused: the holder then
  * releases as usual), also without sending anything when the replies show clocks further apart
  * than assumed (the waiter's own acquisition then says so). Nothing is read to explain a miss. A
- * write that failed rejects with {@link HandOverFailed}.
+ * write that failed, or whose own reply shows such clocks, rejects with {@link HandOverFailed}.
  */
 export async function handOver(
   settings: WriteSettings,
@@ -79,7 +79,15 @@ export async function handOver(
   }
   if (!reply.value) return undefined;
   observeWrite(settings, reply.value, reply);
-  return { lock: { ...lock, fence: fenceOf(paths.read(reply.value)) }, target: addressOf(reply.value, store.shardKey) };
+  const handed: Acquired = { lock: { ...lock, fence: fenceOf(paths.read(reply.value)) }, target: addressOf(reply.value, store.shardKey) };
+  const skew = clock.excessSkew();
+  if (skew === undefined) return handed;
+  // Its own reply shows clocks further apart than assumed: the stamp that judged the other entries
+  // expired may have been wrong, so the waiter's lock must not stand. Settled as a hand-over whose
+  // outcome is taken back (lib/locks/hand-over.ts): the waiter's entry withdrawn, and its own next
+  // attempt refused naming the skew.
+  const refused = skewError(skew, clock.skew, call);
+  throw new HandOverFailed(refused, failedAcquisition(refused, call.boom, handed), handed);
 }
 
 /**

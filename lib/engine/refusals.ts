@@ -9,6 +9,7 @@ import { liveEntries, undeadEntries, type LockPaths, type StoredLock } from '../
 import { earlierTickets } from '../protocol/tickets';
 import { refusedBy } from './acquired';
 import { laterStampVerdict, stampLag, stampRefused, type Verdict } from './stamp-refusals';
+import { releasedHere } from './recent-releases';
 import type { Inspection } from './store';
 
 /** Why an update that needed a document matched nothing: there is none. */
@@ -148,7 +149,8 @@ export function explainLostLock(context: LostContext, seen: Inspection, lock: Lo
   // whose reply was lost has no known fence (0): nothing tells whether anyone acquired after it.
   const takenOver = !own && ('timestamp' in proof || (lock.fence > 0 && fenceOf(stored) > lock.fence));
   const subtype: LockErrorSubtype = context.reportsReacquired && takenOver ? 'LockWasReacquired' : 'LockNotFound';
-  const detail = `${own ? 'the lock expired' : 'the lock is not held'}${withUpdate ? '; the update was not applied' : ''}`;
+  const gone = 'id' in proof && releasedHere(proof.id) ? 'the lock is not held: it was already released (an earlier release of this lock in this process succeeded)' : 'the lock is not held';
+  const detail = `${own ? 'the lock expired' : gone}${withUpdate ? '; the update was not applied' : ''}`;
   return { retry: false, error: lockError(subtype, boom, { detail }) };
 }
 

@@ -8,6 +8,8 @@ import { forcedReleaseOperation, releaseOperation } from '../protocol/release';
 import { commitRecord, DATA_WRITE_CONCERN, settleCommit, settleTimestampCommit } from './commit-outcome';
 import type { EngineSettings } from './lock-engine';
 import { explainLostLock } from './refusals';
+import { noteReleased } from './recent-releases';
+import { failedRelease } from './write-failures';
 
 /** What a release writes besides removing the lock: the caller's final write (a commit), and the group of a `commitAll`. */
 export interface ReleaseWrite extends Partial<FinalWrite> {
@@ -36,7 +38,9 @@ export async function releaseLock(settings: EngineSettings, rule: TagRule, reque
   const { target, tag, proof, claimed, write } = request;
   const { update, group } = write;
   if (!proof) {
-    const matched = await withDbErrors(call.boom, () => store.applyOne(forcedReleaseOperation(paths, target, tag), call, call.releaseW));
+    const matched = await withDbErrors(call.boom, () => store.applyOne(forcedReleaseOperation(paths, target, tag), call, call.releaseW)).catch((error: unknown) => {
+      throw isLockError(error, 'DbError') ? failedRelease(error, call.boom) : error;
+    });
     if (!matched) throw lockError('RessourceNotFound', call.boom, { detail: 'no document matches the filter' });
     return;
   }
@@ -49,12 +53,16 @@ export async function releaseLock(settings: EngineSettings, rule: TagRule, reque
     );
   } catch (error) {
     if (inTransaction(call)) throw error; // nothing is settled inside the transaction: it decides what lands
-    if (!update || !isLockError(error, 'DbError')) throw error;
+    if (!isLockError(error, 'DbError')) throw error;
+    if (!update) throw failedRelease(error, call.boom);
     if (!record) return settleTimestampCommit(error, call);
     const lock = claimed ?? { id: record.lock, tag, timestamp: 0, fence: 0, expiresAt: 0 };
     return settleCommit({ store, paths, clock, readClock }, target, { lock, record }, error, call);
   }
-  if (matched) return;
+  if (matched) {
+    if ('id' in proof) noteReleased(proof.id);
+    return;
+  }
   const seen = await withDbErrors(call.boom, () => store.inspect(target, call));
   const lost = explainLostLock({ paths, rule, reportsReacquired, boom: call.boom, withUpdate: update !== undefined, withMatch: write.match !== undefined }, seen, claimed ?? { id: '', tag, timestamp: 0, fence: 0, expiresAt: 0 }, proof);
   throw lost.error ?? lockError('LockNotFound', call.boom, { detail: 'the lock is not held' });

@@ -5,6 +5,7 @@ import { inTransaction } from '../common/write-params';
 import { LockPaths } from '../protocol/stored-format';
 import { replyProjection, withShardKey } from './reply-projection';
 import { commandGateOf, type CommandGate } from './command-gate';
+import { locateFailure } from './write-failures';
 
 export { DeadlineExceededError, UnsentCommandError, withDeadline } from './deadlines';
 
@@ -81,21 +82,28 @@ export class Store {
   }
 
   private sendFindAndModify(filter: Document, update: Document, call: ResolvedCallOptions, arrayFilters: Document[] | undefined, projection: { projection: Document }, w: ResolvedCallOptions['w']): Promise<Timed<Document | null>> {
-    return this.timed('findOneAndUpdate', call, (sent) =>
-      this.collection.findOneAndUpdate(filter, update as UpdateFilter<Document>, {
-        returnDocument: 'after',
-        ...projection,
-        maxTimeMS: sent.timeout,
-        ...writeOptions(sent, w),
-        ...(arrayFilters ? { arrayFilters } : {}),
-      }),
+    return this.timed(
+      'findOneAndUpdate',
+      call,
+      (sent) =>
+        this.collection.findOneAndUpdate(filter, update as UpdateFilter<Document>, {
+          returnDocument: 'after',
+          ...projection,
+          maxTimeMS: sent.timeout,
+          ...writeOptions(sent, w),
+          ...(arrayFilters ? { arrayFilters } : {}),
+        }),
+      [filter, update, projection, arrayFilters],
     );
   }
 
   /** One atomic update of the first matching document, at write concern `w`; resolves whether one matched. */
   async updateOne(filter: Document, update: Document, call: ResolvedCallOptions, w: ResolvedCallOptions['w'] = call.w, arrayFilters?: Document[]): Promise<boolean> {
-    const result = await this.send('updateOne', call, (sent) =>
-      this.collection.updateOne(filter, update as UpdateFilter<Document>, { maxTimeMS: sent.timeout, ...writeOptions(sent, w), ...(arrayFilters ? { arrayFilters } : {}) }),
+    const result = await this.send(
+      'updateOne',
+      call,
+      (sent) => this.collection.updateOne(filter, update as UpdateFilter<Document>, { maxTimeMS: sent.timeout, ...writeOptions(sent, w), ...(arrayFilters ? { arrayFilters } : {}) }),
+      [filter, update, arrayFilters],
     );
     return result.matchedCount > 0;
   }
@@ -125,6 +133,7 @@ export class Store {
           ...(readConcern && !inTransaction(call) && { readConcern: { level: readConcern } }),
         })
         .toArray(),
+      [filter],
     );
     const doc = reply.value[0] ?? null;
     const serverNow: unknown = doc?.[SERVER_NOW];
@@ -138,7 +147,7 @@ export class Store {
    */
   async bulkApply(operations: readonly LockOperation[], call: ResolvedCallOptions, w: ResolvedCallOptions['w'] = call.w): Promise<void> {
     const statements = operations.map(({ filter, update, arrayFilters }) => ({ updateOne: { filter, update: update as UpdateFilter<Document>, ...(arrayFilters && { arrayFilters }) } }));
-    await this.send('bulkWrite', call, (sent) => this.collection.bulkWrite(statements, { ordered: false, maxTimeMS: sent.timeout, writeConcern: writeConcern(sent, w) }));
+    await this.send('bulkWrite', call, (sent) => this.collection.bulkWrite(statements, { ordered: false, maxTimeMS: sent.timeout, writeConcern: writeConcern(sent, w) }), statements);
   }
 
   /**
@@ -150,6 +159,7 @@ export class Store {
       this.collection
         .aggregate([{ $match: { _id: { $in: ids } } }, { $project: { ...this.withShardKey({ [this.field]: 1 }), [SERVER_NOW]: '$$NOW' } }], { maxTimeMS: sent.timeout, readPreference: 'primary' })
         .toArray(),
+      [ids],
     );
   }
 
@@ -157,6 +167,7 @@ export class Store {
   async idsMatching(filter: Document, call: ResolvedCallOptions): Promise<unknown[]> {
     const docs = await this.send('find', call, (sent) =>
       this.collection.find(filter, { projection: { _id: 1 }, limit: 2, maxTimeMS: sent.timeout, readPreference: 'primary' }).toArray(),
+      [filter],
     );
     return docs.map((doc) => doc._id);
   }
@@ -177,22 +188,32 @@ export class Store {
    * and when its reply arrived. `operation` is given the call with what is left of its `timeout`
    * (see {@link send}).
    */
-  protected timed<T>(name: string, call: ResolvedCallOptions, operation: (sent: ResolvedCallOptions) => Promise<T>): Promise<Timed<T>> {
+  protected timed<T>(name: string, call: ResolvedCallOptions, operation: (sent: ResolvedCallOptions) => Promise<T>, parts?: readonly unknown[]): Promise<Timed<T>> {
     let sentAt = 0;
-    return this.send(name, call, (sent) => {
-      sentAt = this.localNow();
-      return operation(sent);
-    }).then((value) => ({ value, sentAt, arrivedAt: this.localNow() }));
+    return this.send(
+      name,
+      call,
+      (sent) => {
+        sentAt = this.localNow();
+        return operation(sent);
+      },
+      parts,
+    ).then((value) => ({ value, sentAt, arrivedAt: this.localNow() }));
   }
 
   /**
    * Runs `operation` in a slot of the client's lock commands, within the call's deadline (see
    * {@link timed}). It is given the call as it leaves the queue: its `timeout` is what is left,
    * the command's `maxTimeMS` and `wtimeoutMS`, so that the server gives up when its caller does
-   * (and the slot, freed then, is not freed while the command may still run).
+   * (and the slot, freed then, is not freed while the command may still run). A failure tells
+   * whether it came before sending from `parts`, what the command is made of ({@link locateFailure}).
    */
-  protected send<T>(name: string, call: ResolvedCallOptions, operation: (sent: ResolvedCallOptions) => Promise<T>): Promise<T> {
-    return this.gate.send(name, call.timeout, call.priority, (leftMs) => operation(leftMs === call.timeout ? call : { ...call, timeout: leftMs }));
+  protected send<T>(name: string, call: ResolvedCallOptions, operation: (sent: ResolvedCallOptions) => Promise<T>, parts?: readonly unknown[]): Promise<T> {
+    return this.gate
+      .send(name, call.timeout, call.priority, (leftMs) => operation(leftMs === call.timeout ? call : { ...call, timeout: leftMs }))
+      .catch((error: unknown) => {
+        throw locateFailure(error, parts);
+      });
   }
 
   /**

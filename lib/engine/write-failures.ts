@@ -1,3 +1,4 @@
+import { BSON } from 'mongodb';
 import { UnsentCommandError } from './deadlines';
 import { lockError, type BoomLike } from '../common/errors';
 
@@ -13,11 +14,12 @@ import { lockError, type BoomLike } from '../common/errors';
  *   limit, a shutdown, an error this library does not know) may be a retry's answer after a first
  *   attempt that landed: `unknown`.
  * - `not-sent`: the driver refused it before sending (an invalid argument, a value BSON cannot
- *   serialize).
+ *   serialize: shown by serializing the command again, see {@link locateFailure}).
  * - `closed`: the client was closed before the call (`MongoNotConnectedError`): nothing was sent.
  * - `unsent`: its deadline passed while it waited for one of its client's lock command slots
  *   ({@link UnsentCommandError}): it was never handed to the driver, so nothing can land.
- * - `unknown`: a network error, a lost or late reply (the client-side deadline), a write concern
+ * - `unknown`: a network error, a lost or late reply (the client-side deadline), a reply the driver
+ *   could not decode (a `BSONError` thrown after the command ran), a write concern
  *   error (the write was applied but not confirmed as asked), an error that may come from the
  *   driver's retry of a write whose first reply was lost, or a client closed while the command
  *   awaited its reply or its retry (`MongoClientClosedError`, `MongoTopologyClosedError`,
@@ -26,7 +28,41 @@ import { lockError, type BoomLike } from '../common/errors';
 export type WriteFailure = 'refused' | 'not-sent' | 'closed' | 'unsent' | 'unknown';
 
 /** Driver errors thrown before a command is sent. */
-const NOT_SENT = new Set(['MongoInvalidArgumentError', 'MongoAPIError', 'MongoParseError', 'MongoCompatibilityError', 'MongoMissingDependencyError', 'BSONError', 'BSONVersionError']);
+const NOT_SENT = new Set(['MongoInvalidArgumentError', 'MongoAPIError', 'MongoParseError', 'MongoCompatibilityError', 'MongoMissingDependencyError']);
+/**
+ * Errors thrown while serializing a command, before it is sent, and as well while decoding its
+ * reply, after it ran (UTF-8 validation is on by default, and a document another driver wrote
+ * can hold invalid UTF-8): `BSONError`, `BSONVersionError`, and any `TypeError` or `RangeError`.
+ */
+const BSON_ERRORS = new Set(['BSONError', 'BSONVersionError']);
+/** Such errors of commands that serialize ({@link locateFailure}): thrown after sending. */
+const afterSending = new WeakSet<Error>();
+
+function thrownWhileSerializingOrDecoding(error: Error): boolean {
+  return BSON_ERRORS.has(error.name) || error instanceof TypeError || error instanceof RangeError;
+}
+
+/**
+ * Tells where the driver threw `error`, a failure of the command made of `parts` (its filter,
+ * update, projection…; undefined: not known): a `BSONError` (or `TypeError`, `RangeError`) of a
+ * command that serializes was thrown after sending, decoding the reply of a command that may have
+ * run, and {@link classifyWriteFailure} says `unknown` of it; only one of a command that does not
+ * serialize again says `not-sent`. Serializes only on such a failure, never on the way out.
+ * Returns `error`.
+ */
+export function locateFailure(error: unknown, parts: readonly unknown[] | undefined): unknown {
+  if (error instanceof Error && thrownWhileSerializingOrDecoding(error) && (parts === undefined || serializes(parts))) afterSending.add(error);
+  return error;
+}
+
+function serializes(parts: readonly unknown[]): boolean {
+  try {
+    BSON.serialize({ parts });
+    return true;
+  } catch {
+    return false;
+  }
+}
 /**
  * Driver errors of a client that was closed before the call: raised before any attempt is sent.
  * Not `MongoClientClosedError` (the driver fails the commands already sent with it when the client
@@ -51,7 +87,8 @@ const REFUSED_CODES = new Set([2, 9, 14, 15, 16, 22, 28, 30, 40, 52, 53, 54, 55,
 export function classifyWriteFailure(error: unknown): WriteFailure {
   if (!(error instanceof Error)) return 'unknown';
   if (error instanceof UnsentCommandError) return 'unsent';
-  if (NOT_SENT.has(error.name) || error instanceof TypeError || error instanceof RangeError) return 'not-sent';
+  if (NOT_SENT.has(error.name)) return 'not-sent';
+  if (thrownWhileSerializingOrDecoding(error)) return afterSending.has(error) ? 'unknown' : 'not-sent';
   if (CLOSED.has(error.name)) return 'closed';
   if (error.name !== 'MongoServerError') return 'unknown';
   const failed = error as Error & { code?: unknown; writeConcernError?: unknown; errorLabels?: unknown; hasErrorLabel?: (label: string) => boolean };
@@ -96,4 +133,18 @@ export function failedAcquisition(error: unknown, boom: BoomLike | undefined, ma
   const failure = classifyWriteFailure(error);
   if (failure !== 'unknown') return lockError('DbError', boom, { cause: error, detail: `${message} (${describeWriteFailure(failure, 'lock')})` });
   return lockError('DbError', boom, { cause: error, detail: `${message} (the lock may have been written: release err.lock)`, lock: mayHold });
+}
+
+/**
+ * The `DbError` of a release whose write failed (`error`, a `DbError` with the driver's error as
+ * its cause): what it left behind, in words. A release that surely wrote nothing (a closed client,
+ * a refused command) leaves the lock held until its lease ends; one whose reply was lost may have
+ * released it or not.
+ */
+export function failedRelease(error: Error, boom: BoomLike | undefined): Error {
+  const cause = error.cause ?? error;
+  const message = cause instanceof Error ? cause.message : String(cause);
+  const failure = classifyWriteFailure(cause);
+  const left = failure === 'unknown' ? 'the release may not have landed: the lock may stay held until its lease ends' : `${describeWriteFailure(failure, 'release')}; the lock stays held until its lease ends`;
+  return lockError('DbError', boom, { cause, detail: `${message} (${left})` });
 }

@@ -1,4 +1,4 @@
-import { inBackground } from '../common/background';
+import { backgroundPause, inBackground } from '../common/background';
 import { untilServerPassed } from '../engine/commit-outcome';
 import { isLockError } from '../common/errors';
 import { lockWrittenBy, type Acquired } from '../engine/acquired';
@@ -111,14 +111,14 @@ export class Acquisition {
    */
   private async releaseOnceLanded(lock: Acquired): Promise<void> {
     const passed = (ms: number | undefined): Promise<void> =>
-      ms === undefined ? Promise.resolve() : untilServerPassed({ clock: this.clock, readClock: this.readClock }, ms); // reads the server's clock first, before any reply
+      ms === undefined ? Promise.resolve() : untilServerPassed({ clock: this.clock, readClock: this.readClock }, ms, backgroundPause); // reads the server's clock first, before any reply
     try {
       await passed(lock.startsBy ?? lock.landsBy);
       for (let pause = LATE_LANDING_PAUSE; ; pause *= 2) {
         if (await this.releaseRetrying(lock)) return;
         const left = lock.landsBy === undefined ? 0 : this.clock.untilPast(Math.min(lock.landsBy, lock.lock.expiresAt));
         if (left <= 0) return;
-        await sleep(Math.min(pause, left));
+        await backgroundPause(Math.min(pause, left));
       }
     } catch {
       // MongoDB could not be reached to read its clock: the lease, if any, ends the lock.
@@ -134,13 +134,10 @@ export class Acquisition {
       } catch (error) {
         if (!isLockError(error, 'DbError')) return false;
         if (retryAfter === undefined) return true; // gave up: nothing more to try
-        await sleep(retryAfter);
+        await backgroundPause(retryAfter);
       }
     }
     return false;
   }
 }
 
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
-}

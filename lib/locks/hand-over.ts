@@ -4,6 +4,7 @@ import type { ResolvedCallOptions } from '../common/options';
 import { namesOneDocument } from '../common/validation';
 import type { Acquired } from '../engine/acquired';
 import { HandOverFailed, type GranteeTerms } from '../engine/hand-over';
+import { noteReleased } from '../engine/recent-releases';
 import type { LockEngine } from '../engine/lock-engine';
 import type { LockData } from '../protocol/lock-data';
 import type { LocalWaiters } from '../waiting/local-waiters';
@@ -60,6 +61,7 @@ export async function releaseHandingOver(
   }
   if (handed) {
     waiters.handedOver(target._id, holder.id);
+    noteReleased(holder.id);
     return settle(Promise.resolve(handed));
   }
   try {

@@ -1,5 +1,5 @@
 import type { LockData } from '../protocol/lock-data';
-import { expectOwner } from '../common/validation';
+import { expectOwner, isThenable } from '../common/validation';
 import { Handle } from './lock-handle';
 
 /** Ids monglock issues are 32 hex digits; any such plain string is accepted (a forged one is then `LockNotFound`). */
@@ -10,6 +10,9 @@ const LOCK_ID = /^[A-Za-z0-9_-]{1,64}$/;
  * Throws a TypeError naming `name` for anything else, including handles edited by hand.
  */
 export function readLockData(name: string, value: unknown, knownTags: ReadonlySet<string>): LockData & { readonly landsBy?: number } {
+  if (isThenable(value)) {
+    throw new TypeError(`Expected \`${name}\` to be a lock returned by acquire, got a Promise: did you forget \`await\`? (\`const handle = await lock.acquire(filter)\`)`);
+  }
   if (typeof value !== 'object' || value === null) {
     throw new TypeError(`Expected \`${name}\` to be a lock returned by acquire, got ${value === null ? 'null' : typeof value}`);
   }

@@ -9,6 +9,7 @@ import { didYouMean, knownKeys, type KnownKeys } from '../common/known-keys';
 import { CALL_KEYS, FIXED_PER_LOCK, LOCK_OPTION_KEYS, readParams, UPDATE_KEYS, type CallOptions, type DocumentOf, type DocumentOptionOf, type DocumentParams, type HoldParams, type LockFilter, type LockOptions, type PromiseLibrary, type UpdateParams } from '../common/options';
 import { describe, expectFilter, expectSafeName } from '../common/validation';
 import { resolveTagRules, withUpgradePreference, type LockRelationships, type TagLimits } from './relationships';
+import { forceReleaseMethod, NOT_FORCED, type ForceReleaseParams } from './forced-release';
 import type { WaitOptions } from '../waiting/wait-options';
 
 /**
@@ -95,12 +96,19 @@ export interface MultiLock<TSchema extends Document = Document, P = undefined, T
    * document matches. What it shows may change the moment after it is read.
    */
   inspect(filter: LockFilter<TSchema>, params?: InspectParams): PromiseOf<P, LockInspection>;
+  /**
+   * Takes every lock of `params.tag` of the first document matching `filter` from whoever holds
+   * it (a multiLock's `release` always names its lock). Rejects with `RessourceNotFound` (404)
+   * when none matches.
+   */
+  forceRelease<F extends ForceReleaseParams & { readonly tag: Tag } = ForceReleaseParams & { readonly tag: Tag }>(filter: LockFilter<TSchema>, params: F): PromiseOf<P, void>;
 }
 
 const WAIT_KEYS = ['wait', 'signal', 'fair'] as const;
 const OPTIONS = knownKeys<MultiLockOptions>()([...LOCK_OPTION_KEYS, 'locktimeouts', 'locktimeout', 'lockRelationships', 'limits'], {
   tag: 'the tag is per call: `acquire(filter, { tag })`',
   wait: 'waiting is per call: `acquire(filter, { tag, wait })`',
+  forcedRelease: "a multiLock's release always names its lock; `forceRelease(filter, { tag })` takes a tag's locks from their holders",
 });
 const ACQUIRE = knownKeys<MultiLockAcquireParams>()([...CALL_KEYS, ...WAIT_KEYS, 'document', 'tag', 'lock', 'locktimeout', 'permits', 'owner'], FIXED_PER_LOCK);
 const USING = knownKeys<MultiLockAcquireParams & HoldParams>()([...CALL_KEYS, ...WAIT_KEYS, 'document', 'tag', 'lock', 'locktimeout', 'permits', 'owner', 'maxHold'], FIXED_PER_LOCK);
@@ -110,6 +118,7 @@ const RELEASE = knownKeys<MultiLockReleaseParams>()([...CALL_KEYS, ...UPDATE_KEY
   tag: 'a release names its lock (`{ lock }`), whose tag it knows',
 });
 const EXTEND = knownKeys<MultiLockExtendParams>()([...CALL_KEYS, ...UPDATE_KEYS, 'lock', 'locktimeout'], FIXED_PER_LOCK);
+const FORCE = knownKeys<ForceReleaseParams & { tag: string }>()([...CALL_KEYS, 'tag'], NOT_FORCED);
 
 /** The lock `params.lock` names (required: a multiLock or semaphore release or extension names its lock), and the caller's filter, validated. */
 function namedLock(core: DocumentLock, filter: unknown, params: unknown, known: KnownKeys): { lock: LockData; target: Document } {
@@ -202,6 +211,10 @@ export function multiLock<TSchema extends Document = Document, P extends Promise
         return core.using(filter, continued?.tag ?? tagOf(p), p, body, cancellation, continued);
       }),
     ...namedLockMethods(core, RELEASE, EXTEND),
+    forceRelease: forceReleaseMethod(core, FORCE, (p) => {
+      if (p.tag === undefined) throw new TypeError(`Expected \`params.tag\` (one of ${[...core.engine.tags].join(', ')}): the tag whose locks a forced release takes`);
+      return tagOf(p);
+    }),
   };
   // The methods return the `Promise` option's promises (run() makes them): typed as such here.
   return describedAs(lock, { kind: 'multiLock', tags: core.engine.tags, field: core.engine.field, core }) as unknown as MultiLock<TSchema, P, Tag>;

@@ -10,6 +10,7 @@ import { knownKeys } from '../common/known-keys';
 import { CALL_KEYS, FIXED_PER_LOCK, LOCK_OPTION_KEYS, readParams, UPDATE_KEYS, type CallOptions, type DocumentOf, type DocumentOptionOf, type DocumentParams, type HoldParams, type LockFilter, type LockOptions, type PromiseLibrary } from '../common/options';
 import { expectMs } from '../common/validation';
 import { resolveTagRules } from './relationships';
+import { FORCE_RELEASE, forceReleaseMethod, type ForceReleaseParams } from './forced-release';
 import type { WaitOptions } from '../waiting/wait-options';
 
 /** The tag under which a semaphore stores its holders (a multiLock on the same document sees it as `permit`). */
@@ -64,6 +65,11 @@ export interface Semaphore<TSchema extends Document = Document, P = undefined> {
   ): PromiseOf<P, T>;
   /** A look without locking: the live holders (with their permits), the stored limit and the fair-mode waiters. */
   inspect(filter: LockFilter<TSchema>, params?: InspectParams): PromiseOf<P, LockInspection>;
+  /**
+   * Takes every permit of the first document matching `filter` from its holders (a semaphore's
+   * `release` always names its holder). Rejects with `RessourceNotFound` (404) when none matches.
+   */
+  forceRelease(filter: LockFilter<TSchema>, params?: ForceReleaseParams): PromiseOf<P, void>;
 }
 
 const WAIT_KEYS = ['wait', 'signal', 'fair'] as const;
@@ -71,6 +77,7 @@ const OPTIONS = knownKeys<SemaphoreOptions>()([...LOCK_OPTION_KEYS, 'limit', 'lo
   limits: 'a semaphore has one limit: `limit` (per-tag limits are for multiLock)',
   permits: 'permits are per call: `acquire(filter, { permits })`',
   wait: 'waiting is per call: `acquire(filter, { wait })`',
+  forcedRelease: "a semaphore's release always names its holder; `forceRelease(filter)` takes every permit from its holders",
 });
 const NOT_OWNED = {
   ...FIXED_PER_LOCK,
@@ -110,6 +117,7 @@ export function semaphore<TSchema extends Document = Document, P extends Promise
       core.runAcquisition((cancellation) => core.acquire(filter, PERMIT_TAG, readParams('params', params, ACQUIRE), undefined, cancellation)),
     using: (filter: unknown, params: unknown, body: unknown) => core.run((cancellation) => core.using(filter, PERMIT_TAG, readParams('params', params, USING), body, cancellation)),
     ...namedLockMethods(core, RELEASE, EXTEND),
+    forceRelease: forceReleaseMethod(core, FORCE_RELEASE, () => PERMIT_TAG),
   };
   // The methods return the `Promise` option's promises (run() makes them): typed as such here.
   return describedAs(lock, { kind: 'semaphore', tags: core.engine.tags, field: core.engine.field, core }) as unknown as Semaphore<TSchema, P>;

@@ -7,7 +7,8 @@ import type { LockData, LockHandle } from './lock-handle';
 import type { PromiseOf } from '../common/promise-types';
 import { knownKeys } from '../common/known-keys';
 import { CALL_KEYS, FIXED_PER_LOCK, LOCK_OPTION_KEYS, readParams, UPDATE_KEYS, type CallOptions, type DocumentOf, type DocumentOptionOf, type DocumentParams, type HoldParams, type LockFilter, type LockOptions, type PromiseLibrary, type UpdateParams } from '../common/options';
-import { expectFilter, expectMs, expectTimestamp } from '../common/validation';
+import { expectBoolean, expectFilter, expectMs, expectTimestamp } from '../common/validation';
+import { FORCE_RELEASE, forcedReleaseRefused, forceReleaseMethod, type ForceReleaseParams } from './forced-release';
 import { resolveTagRules } from './relationships';
 import type { WaitOptions } from '../waiting/wait-options';
 
@@ -21,6 +22,13 @@ export interface WriteLockOptions<TSchema extends Document = Document, P extends
    * @default 10000
    */
   readonly locktimeout?: number;
+  /**
+   * Whether `release(filter)` without a proof is monglock v2's forced release (whoever holds the
+   * lock loses it). `false` refuses it with a TypeError: taking a lock from its holder is then
+   * said explicitly, with `forceRelease(filter)`.
+   * @default true (as monglock v2)
+   */
+  readonly forcedRelease?: boolean;
 }
 
 /** Per-call options of `acquire` and `using`. */
@@ -51,7 +59,7 @@ export interface WriteLockExtendParams<TSchema extends Document = Document> exte
 }
 
 const WAIT_KEYS = ['wait', 'signal', 'fair'] as const;
-const OPTIONS = knownKeys<WriteLockOptions>()([...LOCK_OPTION_KEYS, 'locktimeout'], {
+const OPTIONS = knownKeys<WriteLockOptions>()([...LOCK_OPTION_KEYS, 'locktimeout', 'forcedRelease'], {
   locktimeouts: 'a writeLock has one tag (`write`): its lease is `locktimeout`; tags are for multiLock',
   lockRelationships: 'a writeLock has one tag (`write`); relationships are for multiLock',
   wait: 'waiting is per call: `acquire(filter, { wait })`',
@@ -82,9 +90,15 @@ export interface WriteLock<TSchema extends Document = Document, P = undefined> {
   /**
    * Releases the lock proven by `params.lock` or `params.timestamp`; rejects with
    * `LockWasReacquired` (409) if it expired and someone else acquired it. Without a proof this
-   * is monglock v2's forced release: whoever holds the lock loses it.
+   * is monglock v2's forced release: whoever holds the lock loses it (refused, with a TypeError,
+   * by a lock made with `forcedRelease: false`).
    */
   release(filter: LockFilter<TSchema>, params?: WriteLockReleaseParams<TSchema>): PromiseOf<P, void>;
+  /**
+   * Takes the lock of the first document matching `filter` from whoever holds it (monglock v2's
+   * forced release, said explicitly). Rejects with `RessourceNotFound` (404) when none matches.
+   */
+  forceRelease(filter: LockFilter<TSchema>, params?: ForceReleaseParams): PromiseOf<P, void>;
   /** Pushes the lease forward from the server's now; rejects with `LockWasReacquired`/`LockNotFound` if the lock was lost. */
   extend(filter: LockFilter<TSchema>, params: WriteLockExtendParams<TSchema>): PromiseOf<P, LockHandle<TSchema, P, never>>;
   /**
@@ -117,6 +131,7 @@ export interface WriteLock<TSchema extends Document = Document, P = undefined> {
 export function writeLock<TSchema extends Document = Document, P extends PromiseLibrary | undefined = undefined>(options: WriteLockOptions<TSchema, P>): WriteLock<TSchema, P> {
   const o = readParams('options', options, OPTIONS, false);
   const lease = o.locktimeout === undefined ? 10_000 : expectMs('options.locktimeout', o.locktimeout);
+  const forcedRelease = o.forcedRelease === undefined ? true : expectBoolean('options.forcedRelease', o.forcedRelease);
   const core = new DocumentLock(options, {
     options: OPTIONS,
     rules: resolveTagRules({ [WRITE_TAG]: lease }, undefined, { [WRITE_TAG]: { cooperative: [WRITE_TAG] } }),
@@ -152,6 +167,7 @@ export function writeLock<TSchema extends Document = Document, P extends Promise
       core.run(async () => {
         const { lock, timestamp, target } = proofOf(filter, params, RELEASE);
         const proof = lock ? { id: lock.id } : timestamp !== undefined ? { timestamp } : undefined;
+        if (!proof && !forcedRelease) throw forcedReleaseRefused('writeLock');
         await core.releaseWith(target, WRITE_TAG, proof, lock, params);
       }),
     extend: (filter: unknown, params: unknown) =>
@@ -162,6 +178,7 @@ export function writeLock<TSchema extends Document = Document, P extends Promise
         const claimed: LockData = { id: '', tag: WRITE_TAG, timestamp, fence: 0, expiresAt: 0 };
         return core.extendWith(target, claimed, { timestamp }, params);
       }),
+    forceRelease: forceReleaseMethod(core, FORCE_RELEASE, () => WRITE_TAG),
     inspect: inspectMethod(core),
   };
   // The methods return the `Promise` option's promises (run() makes them): typed as such here.

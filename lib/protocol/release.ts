@@ -79,6 +79,16 @@ export function withdrawOperation(paths: LockPaths, target: Document, tag: strin
 }
 
 /**
+ * Withdraw ({@link withdrawOperation}), only while the entry is live by the server's clock: what an
+ * operator's release takes (`monglock release`). An entry whose lease ended holds nothing: it is
+ * not reported released (the next acquisition prunes it).
+ */
+export function withdrawLiveOperation(paths: LockPaths, target: Document, tag: string, id: string): LockOperation {
+  const { filter, update } = withdrawOperation(paths, target, tag, id);
+  return { filter: allOf(filter, [{ $expr: entryLiveOnServer(paths, tag, { id }) }]), update };
+}
+
+/**
  * What a write carrying the caller's data must also check: the lock is unexpired by `$$NOW`, and
  * every tag it asserts over is gone (an assertive registration still waiting for readers may not
  * write under them).

@@ -15,6 +15,7 @@ export class ResourceStore extends Store {
     try {
       const result = await this.send('updateOne', call, (sent) =>
         this.collection.updateOne(operation.filter, operation.update as UpdateFilter<Document>, { upsert: true, maxTimeMS: sent.timeout, writeConcern: writeConcern(sent) }),
+        [operation.filter, operation.update],
       );
       return result.upsertedCount > 0;
     } catch (error) {
@@ -36,6 +37,7 @@ export class ResourceStore extends Store {
         maxTimeMS: sent.timeout,
         writeConcern: writeConcern(sent),
       }),
+      [clockReading.filter, clockReading.update],
     );
     const serverNow: unknown = reply.value?.now;
     if (!(serverNow instanceof Date)) throw new Error('The server did not return its time');
@@ -48,6 +50,7 @@ export class ResourceStore extends Store {
       this.collection
         .aggregate([{ $match: filter }, { $addFields: { [SERVER_NOW]: '$$NOW' } }], { maxTimeMS: sent.timeout, readPreference: 'primary' })
         .toArray(),
+      [filter],
     );
     const serverNow: unknown = docs[0]?.[SERVER_NOW];
     return { docs, serverNow: serverNow instanceof Date ? serverNow : undefined };
@@ -61,6 +64,7 @@ export class ResourceStore extends Store {
         maxTimeMS: sent.timeout,
         writeConcern: writeConcern(sent),
       }),
+      [operation.filter, operation.update],
     );
   }
 
@@ -68,6 +72,7 @@ export class ResourceStore extends Store {
   async updateMany(operation: LockOperation, call: ResolvedCallOptions): Promise<number> {
     const result = await this.send('updateMany', call, (sent) =>
       this.collection.updateMany(operation.filter, operation.update as UpdateFilter<Document>, { maxTimeMS: sent.timeout, writeConcern: writeConcern(sent) }),
+      [operation.filter, operation.update],
     );
     return result.modifiedCount;
   }
@@ -76,6 +81,7 @@ export class ResourceStore extends Store {
   async deleteMany(filter: Document, call: ResolvedCallOptions): Promise<number> {
     const result = await this.send('deleteMany', call, (sent) =>
       this.collection.deleteMany(filter, { maxTimeMS: sent.timeout, writeConcern: writeConcern(sent) }),
+      [filter],
     );
     return result.deletedCount;
   }

@@ -150,10 +150,11 @@ export class LocalWaiters {
    * Joins the waiters of document `id` for a lock of `tag`. `blockedBy` are the tags whose locks it waits for;
    * `rank` orders the waiters (lowest woken first): the time since they came, or in fair mode
    * their ticket; `reliesOnStream` says whether it may sleep long while the change stream covers
-   * its document (see Polling). Returns the waiter: `sleep(ms, signal, left)` resolves after `ms` or when woken;
+   * its document (see Polling); `listen`: whether the change stream carries its document from now
+   * (else from {@link listen}, once it waits). Returns the waiter: `sleep(ms, signal, left)` resolves after `ms` or when woken;
    * `leave()` when done.
    */
-  join(id: unknown, tag: string, blockedBy: ReadonlySet<string>, rank: () => readonly [number, string], nudgeable: () => boolean = () => true, reliesOnStream: () => boolean = () => true): Waiter {
+  join(id: unknown, tag: string, blockedBy: ReadonlySet<string>, rank: () => readonly [number, string], nudgeable: () => boolean = () => true, reliesOnStream: () => boolean = () => true, listen = true): Waiter {
     const key = keyOf(id);
     let waiters = this.byDocument.get(key);
     if (!waiters) this.byDocument.set(key, (waiters = new Set()));
@@ -177,8 +178,13 @@ export class LocalWaiters {
       this.remote?.streamOf(id, this.serverNow, reliesOnStream),
     );
     waiters.add(waiter);
-    this.remote?.open(id);
+    if (listen) this.listen(id);
     return waiter;
+  }
+
+  /** A waiter of document `id` waits (it was refused, or queues behind others here): the change stream carries the document's changes. */
+  listen(id: unknown): void {
+    this.remote?.open(id);
   }
 
   /** Wakes the `count` first-ranked waiters of the document `key` that a `tag` lock blocks (any waiter without `tag`). */

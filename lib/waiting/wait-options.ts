@@ -1,10 +1,12 @@
-import { describe, expectMs } from '../common/validation';
+import { describe, expectMs, MAX_MS } from '../common/validation';
 
 /** Per-call options for waiting on a held lock. */
 export interface WaitOptions {
   /**
    * ms to keep retrying while the lock is held (exponential backoff with jitter, capped), an
-   * assertive tag's continuations included. `0` fails fast, as monglock v2.
+   * assertive tag's continuations included. `0` fails fast, as monglock v2. `Infinity` waits until
+   * the lock is free or `signal` aborts (in effect 2^31 - 1 ms, about 24.8 days: the longest
+   * a Node.js timer sleeps).
    * @default 0
    */
   readonly wait?: number;
@@ -29,9 +31,9 @@ export const MIN_RETRY_DELAY = 4;
 /** Largest retry delay, in ms. */
 export const MAX_RETRY_DELAY = 150;
 
-/** Reads `params.wait` (ms, default 0) and `params.signal` (an AbortSignal). */
+/** Reads `params.wait` (ms, default 0; `Infinity`: {@link MAX_MS}) and `params.signal` (an AbortSignal). */
 export function readWaitParams(params: Record<string, unknown>): WaitParams {
-  const wait = params.wait === undefined ? 0 : expectMs('params.wait', params.wait, 0);
+  const wait = params.wait === undefined ? 0 : params.wait === Infinity ? MAX_MS : expectMs('params.wait', params.wait, 0);
   const signal = params.signal;
   if (signal !== undefined && !(signal instanceof AbortSignal)) {
     throw new TypeError(`Expected \`params.signal\` to be an AbortSignal, got ${describe(signal)}`);

@@ -68,7 +68,8 @@ export class WaitingPlace {
     // nor does a tag with a limit (its waiters may all fit: each tries, a release wakes as many as it freed).
     const behind = !this.limited && this.waiters.queued(id, this.blockedBy) > 0;
     this.join(id);
-    if (!behind) return;
+    if (!behind) return; // no stream yet: an attempt that wins at once never needs one
+    this.waiters.listen(id);
     // Waiters of this process came first: wait behind them (a release here wakes the first of
     // them); in fair mode, with a ticket in the document's queue.
     this.behindOthers = true;
@@ -155,6 +156,7 @@ export class WaitingPlace {
     if (this.left) return;
     const id = refusedDocumentOf(error);
     if (id !== undefined) this.join(id);
+    if (this.documentId !== undefined) this.waiters.listen(this.documentId);
     // Known to be a conflict when a read explained it (it tells when the blocking leases end, if they do) or a lock held here refused it (whose lease end is known here).
     if (error !== undefined && !isUnexplained(error)) this.waiter?.refused(true, blockingLeaseEnd(error));
     else if (error !== undefined) this.waiter?.refused(this.refusalIsConflict, this.refusalIsConflict ? this.waiters.heldUntil(this.documentId, this.blockedBy) : undefined);
@@ -191,7 +193,7 @@ export class WaitingPlace {
     // A change elsewhere can be its turn only when, as last seen, at most one ticket came first (the one a release may have served);
     // it relies on the stream only when its filter names this document alone (one that says more may come to match another) and no fair ticket paces it.
     const reliesOnStream = (): boolean => this.plainFilter && this.queue.ticket === undefined;
-    this.waiter = this.waiters.join(id, this.tag, this.blockedBy, rank, () => !this.queue.ticket || this.queue.position.waitersAhead <= 1, reliesOnStream);
+    this.waiter = this.waiters.join(id, this.tag, this.blockedBy, rank, () => !this.queue.ticket || this.queue.position.waitersAhead <= 1, reliesOnStream, false);
     this.waiter.terms = this.terms;
   }
 

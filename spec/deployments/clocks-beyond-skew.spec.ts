@@ -13,7 +13,9 @@ import type { Collection, Document } from 'mongodb';
 import { multiLock, writeLock, type LockHandle, type MultiLock } from '../../lib';
 import { simulatedCluster } from '../../stress/simulated-cluster';
 import { onShardClock } from '../support/shard-clock';
-import { commandsSentBy, freshCollection, rejectionOf } from '../support/fixture';
+import { commandsSentBy, freshCollection, rejectionOf, sleep } from '../support/fixture';
+import { isHandOverCall } from '../../stress/delayed-collection';
+import { wrapWrites } from '../../stress/server-faults';
 import { liveEntries } from '../support/lock-commands';
 
 const LEASE = 10_000;
@@ -91,6 +93,27 @@ describe('a sharded cluster whose clocks are further apart than maxClockSkew', (
     expect(n, 'the update landed').to.equal(1);
     expect(outcome.applied, `the update landed, and the call said: ${outcome.said} (data.applied: ${String(outcome.applied)})`).to.equal(true);
     expect(outcome.said, 'the extension is refused naming the skew its reply showed').to.match(/clocks are at least \d+ ms apart/);
+  });
+
+  it('a hand-over whose own reply shows the skew (the shard\'s clock stepped back): the waiter is not handed the lock, and it is not left held', async function () {
+    this.timeout(30_000);
+    const raw = await freshCollection([{ _id: 'doc' }]);
+    let shardOffset = 0;
+    let handOvers = 0;
+    const counted = wrapWrites(onShardClock(raw, () => shardOffset), (method, args, _n, send) => ((handOvers += isHandOverCall(method, args) ? 1 : 0), send(args)));
+    const lock = writeLock({ collection: simulatedCluster(counted, { routers: [{ offsetMs: 0 }] }), locktimeout: LEASE, maxClockSkew: 100 });
+    const holder = await lock.acquire({ _id: 'doc' });
+    const waiting = lock.acquire({ _id: 'doc' }, { wait: 5_000 }).then(
+      (handle) => `handed the lock (fence ${handle.fence}) over a skew its hand-over's reply showed`,
+      (error: Error) => error.message,
+    );
+    await sleep(300); // the waiter was refused and sleeps: the release hands the lock over to it
+    shardOffset = -1_000; // the shard's primary fails over to a member whose clock is 1 s behind
+    const released = await holder.release().then(() => 'released', (error: Error) => error.message);
+    expect(handOvers, 'the release was a hand-over').to.equal(1);
+    expect(await waiting, 'the waiter is refused naming the skew').to.match(/clocks are at least \d+ ms apart/);
+    expect(await liveEntries(raw, 'doc', 'write'), 'no lock left held').to.deep.equal([]);
+    expect(released, "the holder's lock was released").to.equal('released');
   });
 
   it('what it costs: a lock\'s first call reads a router\'s clock and writes the shard\'s at once, before its write; later calls, and every call on one clock, send their write alone', async () => {

@@ -5,6 +5,7 @@
  */
 import { expect } from 'chai';
 import {
+  BSON,
   MongoClientClosedError,
   MongoInvalidArgumentError,
   MongoNetworkError,
@@ -12,7 +13,7 @@ import {
   MongoServerError,
   MongoTopologyClosedError,
 } from 'mongodb';
-import { classifyWriteFailure } from '../../lib/engine/write-failures';
+import { classifyWriteFailure, locateFailure } from '../../lib/engine/write-failures';
 
 const serverError = (code: number, more: Record<string, unknown> = {}): MongoServerError => new MongoServerError({ ok: 0, code, errmsg: `code ${code}`, ...more });
 
@@ -53,5 +54,13 @@ describe('classifying a failed write', () => {
   it('a client closed before the call, or an argument the driver refused, sent nothing', () => {
     expect(classifyWriteFailure(new MongoNotConnectedError('not connected'))).to.equal('closed');
     expect(classifyWriteFailure(new MongoInvalidArgumentError('bad'))).to.equal('not-sent');
+  });
+
+  it('a BSONError (TypeError, RangeError) sent nothing only when its command does not serialize: otherwise it was thrown decoding the reply of a command that may have run', () => {
+    const circular: Record<string, unknown> = {};
+    circular.self = circular;
+    expect(classifyWriteFailure(locateFailure(new BSON.BSONError('Cannot convert circular structure to BSON'), [{ _id: 1 }, { $set: circular }]))).to.equal('not-sent');
+    expect(classifyWriteFailure(locateFailure(new BSON.BSONError('Invalid UTF-8 string in BSON document'), [{ _id: 1 }, { $set: { a: 1 } }]))).to.equal('unknown');
+    expect(classifyWriteFailure(locateFailure(new RangeError('out of range'), undefined)), 'a command not known').to.equal('unknown');
   });
 });

@@ -6,8 +6,9 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { resolve } from 'node:path';
 import { expect } from 'chai';
-import { resourceLocks, type ResourceLocks } from '../../lib';
-import { freshCollection, mongoBackend } from '../support/fixture';
+import { resourceLocks, writeLock, type ResourceLocks } from '../../lib';
+import { runCli } from '../support/cli-process';
+import { freshCollection, mongoBackend, sleep } from '../support/fixture';
 
 const ROOT = resolve(__dirname, '..', '..');
 
@@ -111,5 +112,22 @@ describe('monglock release: only what it showed', function () {
     expect(await heldBy(locks, 'job-8'), 'the lock shown and still held was released').to.deep.equal([]);
     expect(run.output, 'counts what it released').to.match(/released 1 resource lock\(s\)/);
     expect(run.output, 'says the other was let go').to.match(/1 of the 2 locks shown had been let go before the confirmation/);
+  });
+
+  it('release --doc --tag: an entry whose lease ended is not listed nor counted as released (it holds nothing); a lock whose lease ends before the confirmation was let go, not released', async () => {
+    const collection = await freshCollection([{ _id: 'a' }, { _id: 'b' }]);
+    const where = ['--uri', mongoBackend().uri, '--db', collection.dbName, '--collection', collection.collectionName];
+    await writeLock({ collection, locktimeout: 200 }).acquire({ _id: 'a' });
+    await sleep(400);
+    const expired = await runCli(['release', ...where, '--doc', 'a', '--tag', 'write', '--yes']);
+    expect(expired.out, 'an expired entry shown or counted').not.to.match(/released 1|expired/);
+    expect({ code: expired.code, err: expired.err }).to.deep.equal({ code: 1, err: 'monglock: no write lock on document a\n' });
+
+    const short = await writeLock({ collection, locktimeout: 2_000 }).acquire({ _id: 'b' });
+    const run = await answerYes(['release', ...where, '--doc', 'b', '--tag', 'write'], () => sleep(Math.max(0, short.expiresAt - Date.now()) + 300));
+    console.log(run.output.replace(/^/gm, '      | '));
+    expect(run.output, 'listed while it was held').to.match(new RegExp(`b\\s+write\\s+held\\s+${short.id}`));
+    expect(run.output, 'says what happened').to.match(/nothing released: the lock shown was let go before the confirmation/);
+    expect(run.code, run.output).to.equal(1);
   });
 });

@@ -81,6 +81,11 @@ export async function typedCollections(db: Db): Promise<void> {
   await tagged.acquire({ _id: 'o-1' }, { tag: 'wirte' });
   // @ts-expect-error: nor in using()
   await tagged.using({ _id: 'o-1' }, { tag: 'wirte' }, () => 1);
+  await tagged.forceRelease({ _id: 'o-1' }, { tag: 'read' });
+  // @ts-expect-error: nor in forceRelease()
+  await tagged.forceRelease({ _id: 'o-1' }, { tag: 'wirte' });
+  // @ts-expect-error: a forced release of a multiLock names its tag
+  await tagged.forceRelease({ _id: 'o-1' });
   const byRelationships = multiLock({ collection: orders, locktimeout: 1_000, lockRelationships: { run: {}, audit: { cooperative: ['run'] } } });
   expectTypeOf<NonNullable<MultiLockAcquireParamsOf<typeof byRelationships>['tag']>>().toEqualTypeOf<'run' | 'audit'>();
   await byRelationships.acquire({ _id: 'o-1' }, { tag: 'audit' });

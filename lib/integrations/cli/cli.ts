@@ -14,7 +14,7 @@ import { RESOURCE_FIELD } from '../../protocol/resource-document';
 import { doctorCommand } from './doctor-command';
 import { collectionOptions } from './cli-options';
 import { LockPaths } from '../../protocol/stored-format';
-import { withdrawOperation } from '../../protocol/release';
+import { withdrawLiveOperation } from '../../protocol/release';
 import { readLockStreams, renderStreams, streamWatcher } from './stream-listing';
 import { textTable } from './text-table';
 import { dropTicketOperation } from '../../protocol/tickets';
@@ -211,7 +211,7 @@ async function release(target: Target & { id?: string; doc?: string; tag?: strin
     const rows =
       target.id !== undefined
         ? (await list(collection, target)).filter((row) => row.lockId === target.id && row.state !== 'upgrading')
-        : (await documentLocks(collection, target.field, parseId(target.doc!))).filter((row) => sameId(row.target, parseId(target.doc!)) && row.tag === target.tag && row.state !== 'waiting' && row.state !== 'upgrading');
+        : (await documentLocks(collection, target.field, parseId(target.doc!))).filter((row) => sameId(row.target, parseId(target.doc!)) && row.tag === target.tag && row.state === 'held');
     if (rows.length === 0) throw new CliError(target.id !== undefined ? `no lock with id ${target.id}` : `no ${target.tag} lock on document ${target.doc}`);
     console.log(render(rows, target.json));
     if (!target.yes && !(await confirm(`Release ${rows.length === 1 ? 'this lock' : `these ${rows.length} locks`}? Their holders lose them.`))) throw new CliError('not released');
@@ -219,8 +219,8 @@ async function release(target: Target & { id?: string; doc?: string; tag?: strin
     const paths = new LockPaths(lockField(target));
     let released = 0;
     for (const row of rows) {
-      // A lock entry is withdrawn from its tag; a fair-mode ticket from the queue.
-      const { filter, update } = row.state === 'waiting' ? dropTicketOperation(paths, { _id: row.target }, row.lockId) : withdrawOperation(paths, { _id: row.target }, row.tag, row.entryId ?? row.lockId);
+      // A lock entry is withdrawn from its tag while it is live (one whose lease ended since was let go); a fair-mode ticket from the queue.
+      const { filter, update } = row.state === 'waiting' ? dropTicketOperation(paths, { _id: row.target }, row.lockId) : withdrawLiveOperation(paths, { _id: row.target }, row.tag, row.entryId ?? row.lockId);
       const result = await collection.updateOne(filter, update, { writeConcern: { w: 'majority' } });
       released += result.modifiedCount;
     }
