@@ -2,17 +2,7 @@ import type { Collection, Document } from 'mongodb';
 import type { CommandPriority } from '../common/options';
 import { AttemptThrottle } from './attempt-throttle';
 import { DeadlineExceededError, deadlines, failInSlices, UnsentCommandError, type Watched } from './deadlines';
-
-/** A command waiting for a slot. */
-interface Queued extends Watched {
-  /** Sends it, in the slot it was given. */
-  readonly start: () => void;
-  /** Fails it, unsent (its deadline passed). */
-  readonly fail: () => void;
-  /** Set once it left the queue (started or expired): the queue skips it. */
-  gone: boolean;
-  readonly attempt: boolean;
-}
+import { isAttempt, RankedQueue, type Queued } from './ranked-queue';
 
 /** A slot handed to the first command sent synchronously inside {@link CommandGate.admitted}; `expired`: none came in time. */
 interface Baton {
@@ -20,9 +10,6 @@ interface Baton {
   readonly expired: boolean;
   readonly attempt: boolean;
 }
-
-/** Queue index of each priority: releases first, then extensions, then attempts and reads. */
-const RANK: Readonly<Record<CommandPriority, number>> = { release: 0, extend: 1, attempt: 2 };
 
 /** The driver's `maxPoolSize` when the client's options do not say (its documented default). */
 const DRIVER_POOL_DEFAULT = 100;
@@ -58,9 +45,7 @@ export function capFor(maxPoolSize: number): number {
  */
 export class CommandGate {
   #inFlight = 0;
-  readonly #queues: Queued[][] = [[], [], []];
-  readonly #heads = [0, 0, 0];
-  #queued = 0;
+  readonly #queue = new RankedQueue();
   #baton: Baton | undefined;
   /** Slots freed and not yet passed on, while {@link free} passes one on. */
   #frees = 0;
@@ -76,7 +61,7 @@ export class CommandGate {
 
   /** Lock commands waiting for a slot now. */
   get waiting(): number {
-    return this.#queued;
+    return this.#queue.size;
   }
 
   /** The client's lease keepers are behind: attempts and reads are held back for `forMs` ({@link AttemptThrottle.keepersBehind}). */
@@ -186,13 +171,11 @@ export class CommandGate {
       attempt: isAttempt(priority),
       expire: () => {
         if (entry.gone) return;
-        entry.gone = true;
-        this.#queued--;
+        this.#queue.left(entry);
         fail();
       },
     };
-    this.#queues[RANK[priority ?? 'attempt']]!.push(entry);
-    this.#queued++;
+    this.#queue.push(priority, entry);
     deadlines.add(entry);
   }
 
@@ -209,10 +192,10 @@ export class CommandGate {
   /** More attempts may be in flight: slots left free while they were held back are passed on, as far as the throttle allows. */
   #fill(): void {
     const room = this.cap - this.#inFlight;
-    if (room <= 0 || this.#queued === 0) return;
+    if (room <= 0 || this.#queue.size === 0) return;
     this.#inFlight += room;
     this.#passOnSlots(room);
-    if (this.#inFlight < this.cap && this.#queued > 0) this.#attempts.rampOn();
+    if (this.#inFlight < this.cap && this.#queue.size > 0) this.#attempts.rampOn();
   }
 
   /** Passes on `count` slots, each as {@link passOn} does, in one loop (see {@link free}). */
@@ -229,9 +212,8 @@ export class CommandGate {
 
   /** The first queued command of the best class takes a freed slot (one whose deadline passed fails instead, unsent), or it is returned. */
   #passOn(): void {
-    for (let next = this.#next(); next; next = this.#next()) {
-      next.gone = true;
-      this.#queued--;
+    const attempts = (): boolean => this.#attempts.allows();
+    for (let next = this.#queue.take(attempts); next; next = this.#queue.take(attempts)) {
       deadlines.delete(next);
       if (performance.now() >= next.endsAt) {
         // Thousands can expire together: they fail in slices, not in this loop (see failInSlices).
@@ -251,34 +233,6 @@ export class CommandGate {
     if (attempt) this.#attempts.started();
     return true;
   }
-
-  /** The first live entry of the best class, or undefined. */
-  #next(): Queued | undefined {
-    if (this.#queued === 0) return undefined;
-    for (let rank = 0; rank < this.#queues.length; rank++) {
-      if (rank === RANK.attempt && !this.#attempts.allows()) return undefined;
-      const queue = this.#queues[rank]!;
-      let head = this.#heads[rank]!;
-      while (head < queue.length && queue[head]!.gone) head++;
-      if (head === queue.length) {
-        queue.length = 0;
-        this.#heads[rank] = 0;
-        continue;
-      }
-      const entry = queue[head]!;
-      this.#heads[rank] = head + 1;
-      if (head + 1 > 1_024 && head * 2 > queue.length) {
-        queue.splice(0, head + 1);
-        this.#heads[rank] = 0;
-      }
-      return entry;
-    }
-    return undefined;
-  }
-}
-
-function isAttempt(priority: CommandPriority | undefined): boolean {
-  return RANK[priority ?? 'attempt'] === RANK.attempt;
 }
 
 const gates = new WeakMap<object, CommandGate>();
