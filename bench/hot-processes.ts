@@ -6,7 +6,9 @@
  * round, which is not timed: command monitoring costs CPU). At L = 0 the driver
  * talks to the server directly; at L > 0 through the majority proxy, in a process of its own.
  * monglock runs from the built `dist/`. Rounds are interleaved (each round measures every
- * contender and layout once, in a rotated order); figures are medians with min–max. Writes
+ * contender and layout once, in a rotated order); figures are medians with min–max. The backend's
+ * CPU time per section (a server on this host: its `/proc`) tells what a library costs the server
+ * beyond its commands (a change stream's events, matched per stream). Writes
  * bench/results/hot.md and hot.json (or to `--out`).
  */
 import { randomBytes } from 'node:crypto';
@@ -17,6 +19,7 @@ import { startMongoBackend } from '../support/mongo-backend';
 import { closeChangeFeed, contenders, type Contender } from './contenders';
 import { argument, ChildPool, countsAsCommand, loadAverage, median, serveTasks, spread } from './harness';
 import { renderHotChart } from './hot-chart';
+import { listenerPid, sampleProcess } from './scale-host';
 import { startProxy } from './proxy-process';
 import { writeTargets } from './targets';
 import { takeTurns } from './workloads';
@@ -81,6 +84,8 @@ interface Figure {
   fairness: number[];
   worstWait: number[];
   commandsPerSection: number[];
+  /** The backend's CPU time per section, ms (a measured round; none when the server is not on this host). */
+  backendMs: number[];
   /** The library's errors, in the rounds where it failed (those rounds are not counted). */
   failures: string[];
 }
@@ -102,6 +107,7 @@ async function main(): Promise<void> {
     .filter((name) => only.length === 0 || only.some((part) => name.includes(part)));
   const levels: Array<{ delay: number; load: string; figures: Figure[] }> = [];
   const admin = await MongoClient.connect(backend.uri);
+  const backendPid = listenerPid(backend.uri);
   try {
     for (const delay of delays) {
       const proxy = delay > 0 ? await startProxy(backend.uri, delay) : undefined;
@@ -117,13 +123,15 @@ async function main(): Promise<void> {
           for (const { contender, processes, workers } of rotated) {
             const suffix = randomBytes(5).toString('hex');
             const task: Task = { uri, db: dbName, collection: `l_${suffix}`, data: `d_${suffix}`, contender, workers, durationMs, monitor: round === 0 };
+            const before = sampleProcess(backendPid);
             const outcomes = await pool.run(Array.from({ length: processes }, () => task));
+            const after = sampleProcess(backendPid);
             const counts = outcomes.flatMap((outcome) => outcome.counts);
             const total = counts.reduce((a, b) => a + b, 0);
             const seconds = Math.max(...outcomes.map((outcome) => outcome.seconds));
             const layout = `${processes} × ${workers}`;
             const key = `${contender} ${layout}`;
-            const figure = figures.get(key) ?? { contender, layout, perSecond: [], fairness: [], worstWait: [], commandsPerSection: [], failures: [] };
+            const figure = figures.get(key) ?? { contender, layout, perSecond: [], fairness: [], worstWait: [], commandsPerSection: [], backendMs: [], failures: [] };
             figures.set(key, figure);
             await db.dropCollection(task.collection).catch(() => undefined);
             await db.dropCollection(task.data).catch(() => undefined);
@@ -139,6 +147,7 @@ async function main(): Promise<void> {
             figure.perSecond.push(total / seconds);
             figure.fairness.push((total * total) / (counts.length * counts.reduce((a, b) => a + b * b, 0)));
             figure.worstWait.push(Math.max(...outcomes.map((outcome) => outcome.worstWait)));
+            if (before && after) figure.backendMs.push(((after.cpuSeconds - before.cpuSeconds) * 1000) / total);
           }
           console.log(`L = ${delay} ms: ${round === 0 ? 'warm-up' : `round ${round}/${rounds}`} done, load ${loadAverage()}`);
         }
@@ -163,7 +172,7 @@ async function main(): Promise<void> {
 
 /** One level's table: per layout, each contender's sections/s (and its ratio to the best safe peer), fairness, worst wait, commands. */
 function tableOf(level: { delay: number; load: string; figures: Figure[] }): string {
-  const lines = [`### L = ${level.delay} ms (load average at the end: ${level.load})`, '', '| layout | contender | sections/s | × best peer | Jain | worst wait, ms | commands/section (warm-up) |', '|---|---|---|---|---|---|---|'];
+  const lines = [`### L = ${level.delay} ms (load average at the end: ${level.load})`, '', '| layout | contender | sections/s | × best peer | Jain | worst wait, ms | commands/section (warm-up) | backend CPU, ms/section |', '|---|---|---|---|---|---|---|---|'];
   for (const [processes, workers] of LAYOUTS) {
     const layout = `${processes} × ${workers}`;
     const rows = level.figures.filter((figure) => figure.layout === layout);
@@ -171,11 +180,11 @@ function tableOf(level: { delay: number; load: string; figures: Figure[] }): str
     const best = Math.max(...peers.filter((figure) => figure.perSecond.length > 0).map((figure) => median(figure.perSecond)));
     for (const figure of rows) {
       if (figure.perSecond.length === 0) {
-        lines.push(`| ${layout} | ${figure.contender} | failed in every round: ${figure.failures[0] ?? 'no result'} | | | | |`);
+        lines.push(`| ${layout} | ${figure.contender} | failed in every round: ${figure.failures[0] ?? 'no result'} | | | | | |`);
         continue;
       }
       const ratio = figure.perSecond.map((value) => value / best);
-      lines.push(`| ${layout} | ${figure.contender} | ${spread(figure.perSecond)} | ${spread(ratio, 2)} | ${spread(figure.fairness, 2)} | ${spread(figure.worstWait)} | ${figure.commandsPerSection[0]?.toFixed(2) ?? '–'} |${figure.failures.length > 0 ? ` (failed in ${figure.failures.length} round(s): ${figure.failures[0]})` : ''}`);
+      lines.push(`| ${layout} | ${figure.contender} | ${spread(figure.perSecond)} | ${spread(ratio, 2)} | ${spread(figure.fairness, 2)} | ${spread(figure.worstWait)} | ${figure.commandsPerSection[0]?.toFixed(2) ?? '–'} | ${figure.backendMs.length > 0 ? spread(figure.backendMs, 2) : '–'} |${figure.failures.length > 0 ? ` (failed in ${figure.failures.length} round(s): ${figure.failures[0]})` : ''}`);
     }
   }
   return `${lines.join('\n')}\n`;
