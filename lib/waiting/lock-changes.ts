@@ -9,6 +9,11 @@ import type { Collection, Document } from 'mongodb';
  */
 export const AWAIT_MS = 500;
 
+/** Fields the filter adds to an event while it decides (its last stage keeps only the document's key). */
+const PATHS = 'monglockPaths';
+const TAGS_HELD = 'monglockTagsHeld';
+const FENCE_MOVED = 'monglockFenceMoved';
+
 /**
  * The server-side filter of a feed: deletes, replacements, and updates that set or remove what
  * says who holds the lock — the field itself, its `tags` or one tag's list or entry, a pending
@@ -26,44 +31,52 @@ export const AWAIT_MS = 500;
  * pruned, the whole field written) still passes: it may let another waiter in.
  */
 export function lockChanges(field: string): Document[] {
+  // Each path the update names (set, removed, or truncated), split once into its parts.
+  const paths = {
+    $map: {
+      input: {
+        $concatArrays: [
+          { $map: { input: { $objectToArray: { $ifNull: ['$updateDescription.updatedFields', {}] } }, in: '$$this.k' } },
+          { $ifNull: ['$updateDescription.removedFields', []] },
+          { $map: { input: { $ifNull: ['$updateDescription.truncatedArrays', []] }, in: '$$this.field' } },
+        ],
+      },
+      in: { $split: ['$$this', '.'] },
+    },
+  };
+  const part = (n: number): Document => ({ $arrayElemAt: ['$$this', n] });
+  const size = { $size: '$$this' };
   // A path's parts: the field; then `tags` with at most a tag and an index, `upgrade` or `limits` with anything, or `active`/`timestamp` alone.
-  const parts = (path: string): Document => ({ $split: [path, '.'] });
-  const part = (path: string, n: number): Document => ({ $arrayElemAt: [parts(path), n] });
-  const size = (path: string): Document => ({ $size: parts(path) });
-  const holds = (path: string): Document => ({
+  const holds = {
     $and: [
-      { $eq: [part(path, 0), field] },
+      { $eq: [part(0), field] },
       {
         $or: [
-          { $eq: [size(path), 1] },
-          { $and: [{ $eq: [part(path, 1), 'tags'] }, { $lte: [size(path), 4] }] },
-          { $in: [part(path, 1), ['upgrade', 'limits']] },
-          { $and: [{ $eq: [size(path), 2] }, { $eq: [part(path, 1), 'queue'] }] }, // a ticket taken out (pulled: the whole array), so the next may go
-          { $and: [{ $eq: [size(path), 2] }, { $in: [part(path, 1), ['active', 'timestamp']] }] },
+          { $eq: [size, 1] },
+          { $and: [{ $eq: [part(1), 'tags'] }, { $lte: [size, 4] }] },
+          { $in: [part(1), ['upgrade', 'limits']] },
+          { $and: [{ $eq: [size, 2] }, { $eq: [part(1), 'queue'] }] }, // a ticket taken out (pulled: the whole array), so the next may go
+          { $and: [{ $eq: [size, 2] }, { $in: [part(1), ['active', 'timestamp']] }] },
         ],
       },
     ],
-  });
-  // Every path the update names: set, removed, or truncated.
-  const changed = {
-    $concatArrays: [
-      { $map: { input: { $objectToArray: { $ifNull: ['$updateDescription.updatedFields', {}] } }, in: '$$this.k' } },
-      { $ifNull: ['$updateDescription.removedFields', []] },
-      { $map: { input: { $ifNull: ['$updateDescription.truncatedArrays', []] }, in: '$$this.field' } },
-    ],
   };
-  const holding = { $filter: { input: changed, cond: holds('$$this') } };
-  // The tag whose list a path is in, or null for a path elsewhere (the field, `upgrade`, `queue`...).
-  const tagOf = { $cond: [{ $and: [{ $eq: [part('$$this', 1), 'tags'] }, { $gte: [size('$$this'), 3] }] }, part('$$this', 2), null] };
-  const tagsHeld = { $setUnion: [{ $map: { input: holding, in: tagOf } }] };
-  const acquisition = { $and: [{ $in: [`${field}.fence`, changed] }, { $eq: [{ $size: tagsHeld }, 1] }, { $not: [{ $in: [null, tagsHeld] }] }] };
+  // Among the paths: the fence moved (every acquisition and hand-over, never a release)...
+  const fenceMoved = { $gt: [{ $size: { $filter: { input: `$${PATHS}`, cond: { $and: [{ $eq: [size, 2] }, { $eq: [part(0), field] }, { $eq: [part(1), 'fence'] }] } } } }, 0] };
+  // ...and the paths that say who holds the lock, each as the tag whose list it is in, or null (the field, `upgrade`, `queue`...).
+  const tagsHeld = { $setUnion: [{ $map: { input: { $filter: { input: `$${PATHS}`, cond: holds } }, in: { $cond: [{ $and: [{ $eq: [part(1), 'tags'] }, { $gte: [size, 3] }] }, part(2), null] } } }] };
+  const held = `$${TAGS_HELD}`;
   return [
+    // Computed once per event (a server without $let: mongo-java-server), then matched.
+    { $addFields: { [PATHS]: paths } },
+    { $addFields: { [TAGS_HELD]: tagsHeld, [FENCE_MOVED]: fenceMoved } },
     {
       $match: {
         $or: [
           { operationType: { $in: ['delete', 'replace'] } },
           { operationType: 'update', updateDescription: { $exists: false } },
-          { operationType: 'update', $expr: { $and: [{ $gt: [{ $size: holding }, 0] }, { $not: [acquisition] }] } },
+          // It changes who holds the lock, and is not an acquisition (the fence moved, one tag's list changed, nothing else).
+          { operationType: 'update', $expr: { $and: [{ $gt: [{ $size: held }, 0] }, { $not: [{ $and: [`$${FENCE_MOVED}`, { $eq: [{ $size: held }, 1] }, { $not: [{ $in: [null, held] }] }] }] }] } },
         ],
       },
     },

@@ -116,22 +116,26 @@ const isChangeStage = (stage: unknown): boolean => typeof stage === 'object' && 
 
 /**
  * Whether `stages` (a change stream's pipeline after `$changeStream`) are monglock's waiting filter
- * on `field` (`lockChanges` of lib/waiting/change-feed.ts): a `$match` that tests a changed path's first part against the
- * field (`{ $eq: [<first part>, '<field>'] }`), then the projection of `documentKey` alone.
+ * on `field` (`lockChanges` of lib/waiting/change-feed.ts): a `$match` or `$addFields` that tests a
+ * changed path's first part against the field (`{ $eq: [<first part>, '<field>'] }`), then the
+ * projection of `documentKey` alone.
  */
 export function isLockFeed(stages: readonly Document[], field: string): boolean {
   const last = stages[stages.length - 1]?.$project as Document | undefined;
   if (!last || Object.keys(last).join() !== 'documentKey' || Number(last.documentKey) !== 1) return false;
-  return stages.some((stage) => stage.$match !== undefined && testsFirstPart(stage.$match, field));
+  return stages.some((stage) => [stage.$match, stage.$addFields].some((body) => body !== undefined && testsFirstPart(body, field)));
 }
 
-/** Whether `value` holds `{ $eq: [{ $arrayElemAt: [{ $split: [<path>, '.'] }, 0] }, field] }`, at any depth. */
+/**
+ * Whether `value` holds `{ $eq: [{ $arrayElemAt: [<parts>, 0] }, field] }` at any depth, the parts a
+ * path split at its dots (`{ $split: [<path>, '.'] }`), or split before (`'$$this'` of a `$map` over them).
+ */
 function testsFirstPart(value: unknown, field: string): boolean {
   if (typeof value !== 'object' || value === null) return false;
   const eq = (value as Document).$eq;
   if (Array.isArray(eq) && eq[1] === field) {
-    const [split, index] = ((eq[0] as Document | undefined)?.$arrayElemAt ?? []) as unknown[];
-    if (Number(index) === 0 && ((split as Document | undefined)?.$split as unknown[] | undefined)?.[1] === '.') return true;
+    const [parts, index] = ((eq[0] as Document | undefined)?.$arrayElemAt ?? []) as unknown[];
+    if (Number(index) === 0 && (parts === '$$this' || ((parts as Document | undefined)?.$split as unknown[] | undefined)?.[1] === '.')) return true;
   }
   return Object.values(value).some((child) => testsFirstPart(child, field));
 }
