@@ -76,22 +76,24 @@ describe('a client keeps its leases before it takes new ones', () => {
     await Promise.all([kept, ...handles].map((handle) => handle.release()));
   });
 
-  it('sends a release its lease keeper gave up behind extensions: after an extension queued after it', async function () {
+  it('sends a release its lease keeper gave up with the extensions, first come first served, after a release queued after it', async function () {
     this.timeout(30_000);
     const client = await newClient({ maxPoolSize: 5, monitorCommands: true });
-    const shared = await freshCollection(['blocker', 'lapsed', 'ext'].map((_id) => ({ _id })));
+    const shared = await freshCollection(['blocker', 'lapsed', 'ext', 'rel'].map((_id) => ({ _id })));
     const collection = client.db(shared.dbName).collection(shared.collectionName);
     expect(commandGateOf(collection).cap).to.equal(1);
     const order: string[] = [];
     client.on('commandStarted', (event) => {
-      const named = ['blocker', 'lapsed', 'ext'].find((id) => JSON.stringify(event.command).includes(`"${id}"`));
+      const named = ['blocker', 'lapsed', 'ext', 'rel'].find((id) => JSON.stringify(event.command).includes(`"${id}"`));
       if (named && (event.commandName === 'update' || event.commandName === 'findAndModify')) order.push(`${event.commandName} ${named}`);
     });
     const held = gate();
     let holding!: () => void;
     const blocked = new Promise<void>((resolve) => (holding = resolve));
+    // The blocker's reply is held, not its request: a request held past its stamp's tight tolerance
+    // (100 ms and four round trips: a loaded machine's late timers) would be refused and sent again.
     const slow = delayedCollection(collection, {
-      request: (method, _n, args) => {
+      reply: (method, _n, args) => {
         if (method !== 'findOneAndUpdate' || !JSON.stringify(args[0]).includes('"blocker"')) return 0;
         holding();
         return held.promise;
@@ -100,17 +102,20 @@ describe('a client keeps its leases before it takes new ones', () => {
     const locks = writeLock({ collection: slow, locktimeout: 10_000, timeout: 20_000, changeStreams: false });
     const lapsed = await locks.acquire({ _id: 'lapsed' });
     const extending = await locks.acquire({ _id: 'ext' });
+    const releasing = await locks.acquire({ _id: 'rel' });
     Handle.lapse(lapsed as unknown as Handle);
+    const from = order.length;
     const blocker = locks.acquire({ _id: 'blocker' });
     await blocked;
-    const from = order.length;
-    const released = lapsed.release();
+    const queued = [lapsed.release()];
     await sleep(50);
-    const extended = extending.extend(10_000);
+    queued.push(extending.extend(10_000).then(() => undefined));
+    await sleep(50);
+    queued.push(releasing.release());
     await sleep(50);
     held.open();
-    await Promise.all([blocker, released, extended]);
-    expect(order.slice(from)).to.deep.equal(['findAndModify blocker', 'findAndModify ext', 'update lapsed']);
+    await Promise.all([blocker, ...queued]);
+    expect(order.slice(from)).to.deep.equal(['findAndModify blocker', 'update rel', 'update lapsed', 'findAndModify ext']);
     await Promise.all([(await blocker).release(), extending.release()]);
   });
 
