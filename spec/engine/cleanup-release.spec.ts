@@ -1,9 +1,10 @@
 /**
- * A release waits with the acquisition attempts (a cleanup, lib/engine/lock-engine.ts) only when
- * the lock's lease is ending by all the client can know: never when one of its extensions landed
- * after its keeper gave up, nor when one's reply was lost (it may land). Such a lock is held on
- * the server for a whole lease: held back behind throttled attempts, its release would leave it
- * held past what its holder was told (the lease ended), or never be sent at all.
+ * A cleanup release (its keeper gave up, its lease about to end: lib/engine/lock-engine.ts) goes
+ * with the extensions, never held back with throttled acquisition attempts: the lease it ends may
+ * be longer than the client knows (an extension landed after its keeper gave up, a reply was lost
+ * and its write landed, a lock passed back as JSON whose lease grew since, the client's clock
+ * stepped back). Held back, it could wait out its timeout and leave the lock held for a whole
+ * lease while its holder was told the lease ended.
  */
 import { expect } from 'chai';
 import { writeLock, type WriteLock } from '../../lib';
@@ -64,7 +65,7 @@ const untilLost = async (_handle: unknown, signal: AbortSignal): Promise<never> 
   throw signal.reason;
 };
 
-describe('a release held back as a cleanup only while its lease is surely ending', () => {
+describe('a cleanup release is never held back with throttled attempts', () => {
   it('releases at once, ahead of throttled attempts, a lock whose extension landed after its keeper gave up', async function () {
     this.timeout(60_000);
     let replied!: () => void;
