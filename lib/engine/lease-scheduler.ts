@@ -93,8 +93,8 @@ export class LeaseScheduler {
     while (urgent.length > 0 && this.inFlight < MAX_URGENT_IN_FLIGHT) this.launch(urgent.splice(0, BATCH_CAP));
     while (rest.length > 0 && this.inFlight < MAX_IN_FLIGHT) this.launch(rest.splice(0, BATCH_CAP));
     this.pending = [...urgent, ...rest];
-    // Urgent extensions wait, some came too late, or the most pressed has less than two batches' time left: the keepers are behind, and new acquisitions would take the server from them.
-    const tight = (live[0]?.left ?? Infinity) < 2 * this.batch.expectedMs() + URGENT_SLACK_MS;
+    // Urgent extensions wait, some came too late, or the most pressed has less than two batches' time left (so a lease of a few hundred ms extended on time does not hold attempts back for good): the keepers are behind, and new acquisitions would take the server from them.
+    const tight = (live[0]?.left ?? Infinity) < 2 * this.batch.expectedMs();
     if (urgent.length > 0 || tight || live.length < byLeft.length) this.engine.store.keepersBehind(BEHIND_MS);
     this.congested = this.pending.length > 0;
     // What waits becomes urgent in time, and is looked at again; a batch that ends sends it sooner.
