@@ -197,7 +197,8 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       live.add(state);
       state.keeping = held.keep(controller, maxHoldMs, (releasing) => {
         state.released = true;
-        void releasing.finally(() => finish(state));
+        // An answer settled from now on goes out once this release is done, as one settle() releases for.
+        state.releasing = releasing.then(() => undefined).finally(() => finish(state));
       });
       void settle(state); // hapi may have answered while we waited for the lock
       return controller.signal;

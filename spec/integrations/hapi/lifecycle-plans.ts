@@ -25,6 +25,8 @@ export interface Probe {
   readonly stopBegan: Promise<void>;
   /** Route code tells it runs. */
   started(): void;
+  /** Takes the lock of document `a` from its holder (v2's forced release, proof-less), as another process may. */
+  forceRelease(): Promise<void>;
 }
 
 /** How the case drives the request besides sending it. */
@@ -46,6 +48,8 @@ export interface Plan {
   readonly drive?: Drive;
   /** The route waits for its lock (held elsewhere by the case). */
   readonly wait?: number;
+  /** The route's lock settings besides its lock, filter(s), mode and wait. */
+  readonly settings?: { readonly maxHold?: number; readonly locktimeout?: number };
 }
 
 /** The column's answer, returned by the handler. */
@@ -119,6 +123,23 @@ export const PLANS: Record<string, Plan> = {
     }),
   },
   close: { route: () => ({ handler: (_request, h) => h.close }) },
+  'close-pre': { route: (probe) => ({ pre: [{ method: (_request, h) => h.close }], handler: answers(probe) }) },
+  'close-post-handler': { route: (probe) => ({ ext: { onPostHandler: { method: (_request, h) => h.close } }, handler: answers(probe) }) },
+  'max-hold': {
+    settings: { maxHold: 200 },
+    // Ignores what its signal says: answers once it aborted (maxHold released the lock).
+    route: (probe) => ({ handler: async (request) => (await Promise.race([aborted(lockOf(request).signal), sleep(3_000)]), probe.answer(request) as never) }),
+  },
+  'lease-lost': {
+    settings: { locktimeout: 1_000 },
+    route: (probe) => ({
+      handler: async (request) => {
+        await probe.forceRelease();
+        await Promise.race([aborted(lockOf(request).signal), sleep(3_000)]); // the next extension is refused
+        return probe.answer(request) as never;
+      },
+    }),
+  },
   abandon: {
     route: () => ({
       handler: (request, h) => {

@@ -73,7 +73,7 @@ export async function runCell(row: Row, column: Column): Promise<Observed> {
     reply: () => void events.attempted.resolve(),
   });
   const others = plan.drive === 'stop-waiting' ? await Promise.all(ids.map(async (id) => (await writeLock({ collection: seeded, locktimeout: 30_000 }).acquire({ _id: id })).id)) : [];
-  const probe = makeProbe(row, column, events);
+  const probe = makeProbe(row, column, events, async () => void (await writeLock({ collection: seeded }).release({ _id: 'a' })));
   let acquired = false;
   const server = await serverFor(plan, probe, column, writeLock({ collection, locktimeout: LEASE_MS }), () => (acquired = true), events.stopBegan.resolve);
   const held = (): Promise<Array<{ id: string; exp: Date }>> => entries(seeded, ids, others);
@@ -92,7 +92,7 @@ export async function runCell(row: Row, column: Column): Promise<Observed> {
   return { release, status: seen.status, commit: await applied(seeded, column, ids) };
 }
 
-function makeProbe(row: Row, column: Column, events: Record<'answered' | 'stopBegan' | 'started', Deferred>): Probe {
+function makeProbe(row: Row, column: Column, events: Record<'answered' | 'stopBegan' | 'started', Deferred>, forceRelease: () => Promise<void>): Probe {
   const answerWith = (request: Hapi.Request, value: unknown): unknown => {
     if (column === 'commit') return commit({ $inc: { n: 1 } }, value);
     if (column === 'commitAll') return commitAll([{ $inc: { n: 1 } }, { $inc: { n: 1 } }], value);
@@ -106,6 +106,7 @@ function makeProbe(row: Row, column: Column, events: Record<'answered' | 'stopBe
     untilAnswered: (ms) => Promise.race([events.answered.promise, sleep(ms)]),
     stopBegan: events.stopBegan.promise,
     started: events.started.resolve,
+    forceRelease,
   };
 }
 
@@ -119,6 +120,7 @@ async function serverFor(plan: Plan, probe: Probe, column: Column, lock: ReturnT
     ...(column === 'commitAll' ? { filters: () => [{ _id: 'a' }, { _id: 'b' }] } : { filter: byId }),
     ...(column === 'checkout' && { mode: 'checkout' as const }),
     ...(plan.wait !== undefined && { wait: plan.wait }),
+    ...plan.settings,
   };
   const route = (): void => void server.route({ method: plan.method ?? 'POST', path: '/docs/{id}', options: { ...plan.route(probe), plugins: { monglock } } });
   await plan.before?.(server);
