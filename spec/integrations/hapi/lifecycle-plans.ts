@@ -48,6 +48,8 @@ export interface Plan {
   readonly drive?: Drive;
   /** The route waits for its lock (held elsewhere by the case). */
   readonly wait?: number;
+  /** The replies to the lock's writes after its acquisition never come (the call's timeout, 1 s, ends each). */
+  readonly lostReplies?: boolean;
   /** The route's lock settings besides its lock, filter(s), mode and wait. */
   readonly settings?: { readonly maxHold?: number; readonly locktimeout?: number };
 }
@@ -186,6 +188,7 @@ export const PLANS: Record<string, Plan> = {
     }),
   },
   'stop-committing': { drive: 'stop-committing', route: (probe) => ({ handler: answers(probe) }) },
+  'commit-unknown': { lostReplies: true, route: (probe) => ({ handler: answers(probe) }) },
 };
 
 /** Resolves once `signal` aborts. */

@@ -26,8 +26,8 @@ export const COLUMN_TITLES: Record<Column, string> = {
  */
 export type Release = 'before' | 'handed' | 'last-byte' | 'after' | 'none';
 
-/** Whether the route's commit was applied (`null`: the column has no commit). */
-export type Applied = 'applied' | 'not applied' | null;
+/** Whether the route's commit was applied (`partly applied`: a group's first writes only; `null`: the column has no commit). */
+export type Applied = 'applied' | 'partly applied' | 'not applied' | null;
 
 /** What one cell says. */
 export interface Cell {
@@ -64,7 +64,17 @@ export const NOTES: Record<string, string> = {
   partial: 'a 206 carrying part of the JSON, or a 304 hapi made of it: the client has no whole lock; released once the response is finished',
   stop: 'server.stop() through server.inject: hapi waits for no injected request, so onPostStop aborts the route\'s signal at once; a commit returned after that is refused',
   head: 'HEAD on a GET route runs the handler: its commit is applied (the route decides what a GET does)',
+  unknown: "the commit landed but its outcome stays unknown: answered with its `DbError` (`data.applied: 'unknown'`), as the lock layer settles it",
+  group: "a group's commits are separate writes, one after another: those before the unsettled one landed, those after it were not sent (docs/api.md, commitAll)",
   unasked: 'the handler returned no commit (it never ran, or answered `h.close`/`h.abandon`): a success status says nothing of one',
+};
+
+const RELEASE_TEXT: Record<Release, string> = {
+  before: 'released before',
+  handed: 'kept (client has it)',
+  'last-byte': 'released before last byte',
+  after: 'released after',
+  none: 'never held',
 };
 
 const EXCEPTIONS: Record<string, string> = {
@@ -72,7 +82,7 @@ const EXCEPTIONS: Record<string, string> = {
 };
 
 /**
- * Parses a cell: `'<release> <status> [applied|none] [^note …]'`, or `'x:<why>'` for a cell that
+ * Parses a cell: `'<release> <status> [applied|partly|none] [^note …]'`, or `'x:<why>'` for a cell that
  * cannot occur. The commit token is required in the commit columns and refused in the others.
  */
 function cell(column: Column, text: string): Cell | Impossible {
@@ -83,10 +93,12 @@ function cell(column: Column, text: string): Cell | Impossible {
   const commits = column === 'commit' || column === 'commitAll';
   if (commits !== (commitToken !== undefined)) throw new Error(`cell ${column} "${text}": the commit columns say whether it was applied, the others do not`);
   for (const note of notes) if (!(note in NOTES)) throw new Error(`cell ${column} "${text}": no note ${note}`);
+  const known = !Number.isNaN(Number(status)) && (release ?? '') in RELEASE_TEXT && ['applied', 'partly', 'none', undefined].includes(commitToken);
+  if (!known) throw new Error(`cell ${column} "${text}": expected <release> <status> [applied|partly|none] [^note …]`);
   return {
     release: release as Release,
     status: Number(status),
-    commit: commitToken === undefined ? null : commitToken === 'applied' ? 'applied' : 'not applied',
+    commit: commitToken === undefined ? null : ({ applied: 'applied', partly: 'partly applied', none: 'not applied' } as const)[commitToken as 'applied' | 'partly' | 'none'],
     notes,
   };
 }
@@ -134,6 +146,7 @@ export const ROWS: readonly Row[] = [
   row('205', 'answered 205', 'http', ['before 205', 'before 205 applied', 'before 205 applied', 'before 205']),
   row('206', '206 (a `Range` request on a GET route)', 'http', ['before 206', 'before 206 applied', 'before 206 applied', 'after 206 ^partial']),
   row('304', '304 (`If-None-Match` on a GET route with an etag)', 'http', ['before 304', 'before 304 applied', 'before 304 applied', 'after 304 ^partial']),
+  row('commit-unknown', "the commit's reply is lost and MongoDB cannot be reached to settle it", 'http', ['x:no-commit', 'before 500 applied ^unknown', 'before 500 partly ^unknown ^group', 'x:no-commit']),
   row('stop-waiting', '`server.stop()` while the request waits for its lock', 'http', ['none 503', 'none 503 none', 'none 503 none', 'none 503']),
   row('stop-waiting-inject', '`server.stop()` while the request waits for its lock', 'inject', ['none 503', 'none 503 none', 'none 503 none', 'none 503']),
   row('stop-running', '`server.stop()` while the handler runs', 'http', ['before 200', 'before 200 applied', 'before 200 applied', 'handed 200']),
@@ -142,13 +155,6 @@ export const ROWS: readonly Row[] = [
   row('stop-committing-inject', "`server.stop()` while the commit's write is on its way", 'inject', ['x:no-commit', 'before 200 applied', 'before 200 applied', 'x:no-commit']),
 ];
 
-const RELEASE_TEXT: Record<Release, string> = {
-  before: 'released before',
-  handed: 'kept (client has it)',
-  'last-byte': 'released before last byte',
-  after: 'released after',
-  none: 'never held',
-};
 
 /** A cell as the markdown table shows it. */
 function cellText(value: Cell | Impossible): string {
