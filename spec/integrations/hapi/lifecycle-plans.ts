@@ -127,6 +127,7 @@ export const PLANS: Record<string, Plan> = {
   close: { route: () => ({ handler: (_request, h) => h.close }) },
   'close-pre': { route: (probe) => ({ pre: [{ method: (_request, h) => h.close }], handler: answers(probe) }) },
   'close-post-handler': { route: (probe) => ({ ext: { onPostHandler: { method: (_request, h) => h.close } }, handler: answers(probe) }) },
+  'max-hold-after': { settings: { maxHold: 250 }, route: (probe) => ({ handler: answers(probe) }) },
   'max-hold': {
     settings: { maxHold: 200 },
     // Ignores what its signal says: answers once it aborted (maxHold released the lock).

@@ -123,6 +123,7 @@ export const ROWS: readonly Row[] = [
   row('close', '`h.close` (handler)', 'http', ['before 200', 'before 200 none ^unasked', 'before 200 none ^unasked', 'before 200']),
   row('close-pre', '`h.close` (pre method)', 'http', ['before 200', 'before 200 none ^unasked', 'before 200 none ^unasked', 'before 200']),
   row('close-post-handler', '`h.close` (onPostHandler extension)', 'http', ['before 200', 'before 200 none', 'before 200 none', 'before 200']),
+  row('max-hold-after', '`maxHold` (250 ms) passes after the answer (a checkout is still held 300 ms after it)', 'http', ['before 200', 'before 200 applied', 'before 200 applied', 'handed 200']),
   row('max-hold', '`maxHold` passes while the handler runs (it answers all the same)', 'http', ['before 200', 'before 500 none', 'before 500 none', 'before 500']),
   row('lease-lost', 'the lock is taken while the handler runs (force-released elsewhere)', 'http', ['before 200', 'before 409 none', 'before 409 none', 'before 409']),
   row('abandon', '`h.abandon` after the handler answered by hand', 'http', ['after 200 ^abandon', 'after 200 none ^abandon ^unasked', 'after 200 none ^abandon ^unasked', 'after 200 ^abandon']),
