@@ -158,6 +158,8 @@ export const PLANS: Record<string, Plan> = {
     drive: 'disconnect',
     route: (probe) => ({ handler: async (request) => (probe.started(), await probe.untilAnswered(3_000), probe.answer(request) as never) }),
   },
+  // A POST: hapi notices the client left once the handler ended (it then skips onPreResponse).
+  'disconnect-post': { drive: 'disconnect', route: (probe) => ({ handler: async (request) => (probe.started(), await sleep(200), probe.answer(request) as never) }) },
   header: { route: (probe) => ({ handler: responding(probe, (response) => response.header('content-disposition', 'attachment; filename="\u20ac.txt"')) }) },
   cookie: { route: (probe) => ({ handler: responding(probe, (response) => response.state('session', 'a;b')) }) },
   'earlier-plugin-takeover': { before: (server) => server.register(answeringPlugin('envelope', 'takeover')), route: (probe) => ({ handler: answers(probe) }) },

@@ -15,7 +15,7 @@ import { freshCollection } from '../../support/fixture';
 import type { Applied, Column, Release, Row } from './lifecycle-table';
 import { planOf, type Plan, type Probe } from './lifecycle-plans';
 
-/** How much later than asked each lock write after the acquisition (a release, a commit) is sent. */
+/** How much later than asked each lock write after the acquisition (a release, a commit) is sent, at most. */
 const SLOW_WRITE_MS = 100;
 const LEASE_MS = 10_000;
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
@@ -66,7 +66,8 @@ export async function runCell(row: Row, column: Column): Promise<Observed> {
   const collection = delayedCollection(seeded, {
     request: (method, _n, args) => {
       if (isAcquisition(method, args)) return undefined;
-      if (plan.drive !== 'stop-committing') return SLOW_WRITE_MS;
+      // Held until the case has seen what the client saw (a release after the answer then lands after it), or SLOW_WRITE_MS (1 s for a client gone: no status line waits for it).
+      if (plan.drive !== 'stop-committing') return Promise.race([events.answered.promise, sleep(plan.drive === 'disconnect' ? 1_000 : SLOW_WRITE_MS)]);
       events.committing.resolve();
       return events.stopBegan.promise.then(() => sleep(SLOW_WRITE_MS));
     },
@@ -84,6 +85,7 @@ export async function runCell(row: Row, column: Column): Promise<Observed> {
   const seen = await drive(server, plan, row.transport, events, held);
   events.answered.resolve();
   let release: Observed['release'];
+  if (!acquired) await sleep(200); // hapi answered before the acquisition: none may start after it
   if (!acquired) release = 'none';
   else if (seen.atStatus.length === 0) release = 'before';
   else if (column === 'checkout' && seen.atStatus.some((entry) => seen.body.includes(entry.id))) {
@@ -157,7 +159,7 @@ async function drive(server: Hapi.Server, plan: Plan, transport: 'http' | 'injec
     return { status: response.statusCode, body: response.payload, atStatus, atEnd: atStatus.length };
   }
   await server.start();
-  if (plan.drive === 'disconnect') return disconnected(server, events.started, held);
+  if (plan.drive === 'disconnect') return disconnected(server, method, events.started, held);
   const answer = overHttp(server.info.port as number, method, headers, held);
   if (trigger) await trigger.promise.then(() => server.stop({ timeout: 5_000 }));
   return answer;
@@ -179,10 +181,10 @@ function overHttp(port: number, method: string, headers: Record<string, string>,
   });
 }
 
-/** A GET whose client leaves once the handler runs: the entries held once hapi finished the request. */
-async function disconnected(server: Hapi.Server, started: Deferred, held: () => ReturnType<typeof entries>): Promise<Seen> {
+/** A request whose client leaves once the handler runs: the entries held once hapi finished the request. */
+async function disconnected(server: Hapi.Server, method: string, started: Deferred, held: () => ReturnType<typeof entries>): Promise<Seen> {
   const finished = new Promise<void>((resolve) => server.events.once('response', () => resolve()));
-  const req = httpRequest({ host: '127.0.0.1', port: server.info.port as number, path: '/docs/a', method: 'GET', agent: false });
+  const req = httpRequest({ host: '127.0.0.1', port: server.info.port as number, path: '/docs/a', method, agent: false });
   req.on('error', () => undefined);
   req.end();
   await started.promise;

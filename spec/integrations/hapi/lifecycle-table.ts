@@ -57,7 +57,7 @@ export interface Row {
 /** Footnotes of the exceptions and of what the cells leave out. */
 export const NOTES: Record<string, string> = {
   stream: "a stream body is read under the lock, released before its last byte goes out (the status line and headers go before; a commit's value cannot be a stream: 500, nothing written)",
-  gone: 'hapi answers (503, or nothing to a client gone) while route code still runs; the lock is released when that code ends, and a commit returned after that answer is refused (nothing written)',
+  gone: 'hapi answers (503, or nothing to a client gone) while route code still runs (a POST\'s client gone: once the handler ended, skipping onPreResponse); the lock is released when that code ends, and a commit returned after that answer is refused (nothing written)',
   abandon: 'the handler wrote its answer itself: the plugin cannot hold it back; released once hapi finishes the request',
   later: "monglock's onPreResponse step runs before every other (those added before the plugin without one, on the server or a route's own, run it first); one that runs after it may still change the answer: a throw there answers 500 for a commit already applied (hapi has no hook after it)",
   wrapped: "a checkout whose answer an onPreResponse after monglock's replaced: kept for the client only if the body it gets holds the lock's id, else released once the response went out",
@@ -130,6 +130,7 @@ export const ROWS: readonly Row[] = [
   row('timeout', '`timeout.server` while the handler runs', 'http', ['after 503 ^gone', 'after 503 none ^gone', 'after 503 none ^gone', 'after 503 ^gone']),
   row('timeout-inject', '`timeout.server` while the handler runs', 'inject', ['after 503 ^gone', 'after 503 none ^gone', 'after 503 none ^gone', 'after 503 ^gone']),
   row('disconnect', 'the client disconnects while the handler runs (GET)', 'http', ['after 0 ^gone', 'after 0 none ^gone', 'after 0 none ^gone', 'after 0 ^gone']),
+  row('disconnect-post', 'the client disconnects while the handler runs (POST)', 'http', ['after 0 ^gone', 'after 0 none ^gone', 'after 0 none ^gone', 'after 0 ^gone']),
   row('header', 'a header hapi cannot write (non-latin-1 `content-disposition`)', 'http', ['before 500', 'before 500 none', 'before 500 none', 'before 500']),
   row('cookie', 'a cookie hapi cannot write (`;` in a strict cookie)', 'http', ['before 500', 'before 500 none', 'before 500 none', 'before 500']),
   row('earlier-plugin-takeover', 'onPreResponse of a plugin registered before monglock takes over', 'http', ['before 200', 'before 200 applied', 'before 200 applied', 'after 200 ^wrapped']),
