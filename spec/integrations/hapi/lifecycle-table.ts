@@ -57,7 +57,7 @@ export interface Row {
 /** Footnotes of the exceptions and of what the cells leave out. */
 export const NOTES: Record<string, string> = {
   stream: "a stream body is read under the lock, released before its last byte goes out (the status line and headers go before; a commit's value cannot be a stream: 500, nothing written)",
-  gone: 'hapi answers (503, or nothing to a client gone) while route code still runs (a POST\'s client gone: once the handler ended, skipping onPreResponse); the lock is released when that code ends, and a commit returned after that answer is refused (nothing written)',
+  gone: 'hapi answers (503, or nothing to a client gone) while route code still runs (a POST\'s client gone: once the handler ended, skipping onPreResponse); the lock is released when that code ends, and a commit is not applied (refused once hapi answered, never reached when it skips onPreResponse)',
   abandon: 'the handler wrote its answer itself: the plugin cannot hold it back; released once hapi finishes the request',
   later: "monglock's onPreResponse step runs before every other (those added before the plugin without one, on the server or a route's own, run it first); one that runs after it may still change the answer: a throw there answers 500 for a commit already applied (hapi has no hook after it)",
   wrapped: "a checkout whose answer an onPreResponse after monglock's replaced: kept for the client only if the body it gets holds the lock's id, else released once the response went out",
@@ -66,6 +66,7 @@ export const NOTES: Record<string, string> = {
   head: 'HEAD on a GET route runs the handler: its commit is applied (the route decides what a GET does)',
   unknown: "the commit landed but its outcome stays unknown: answered with its `DbError` (`data.applied: 'unknown'`), as the lock layer settles it",
   group: "a group's commits are separate writes, one after another: those before the unsettled one landed, those after it were not sent (docs/api.md, commitAll)",
+  closed: "an onPostHandler extension's `h.close` drops the handler's commit (not applied) and hapi ends the response with no body and Node's default 200: the client is not told the commit was not applied",
   unasked: 'the handler returned no commit (it never ran, or answered `h.close`/`h.abandon`): a success status says nothing of one',
 };
 
@@ -122,7 +123,7 @@ export const ROWS: readonly Row[] = [
   row('response-validation', 'response validation fails', 'http', ['before 500', 'before 500 none', 'before 500 none', 'before 500']),
   row('close', '`h.close` (handler)', 'http', ['before 200', 'before 200 none ^unasked', 'before 200 none ^unasked', 'before 200']),
   row('close-pre', '`h.close` (pre method)', 'http', ['before 200', 'before 200 none ^unasked', 'before 200 none ^unasked', 'before 200']),
-  row('close-post-handler', '`h.close` (onPostHandler extension)', 'http', ['before 200', 'before 200 none', 'before 200 none', 'before 200']),
+  row('close-post-handler', '`h.close` (onPostHandler extension)', 'http', ['before 200', 'before 200 none ^closed', 'before 200 none ^closed', 'before 200']),
   row('max-hold-after', '`maxHold` (250 ms) passes after the answer (a checkout is still held 300 ms after it)', 'http', ['before 200', 'before 200 applied', 'before 200 applied', 'handed 200']),
   row('max-hold', '`maxHold` passes while the handler runs (it answers all the same)', 'http', ['before 200', 'before 500 none', 'before 500 none', 'before 500']),
   row('lease-lost', 'the lock is taken while the handler runs (force-released elsewhere)', 'http', ['before 200', 'before 409 none', 'before 409 none', 'before 409']),
