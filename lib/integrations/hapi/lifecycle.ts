@@ -164,8 +164,12 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
     boom,
     stateOf: (request) => requests.get(request),
     settle,
-    async answeredAround(state) {
+    async answeredAround(state, response) {
       state.answered = true;
+      // An onPostHandler extension's h.close after the handler's commit: applied before the close goes out, as for a 204; hapi sends a bodiless 200, a 500 when it is not applied.
+      const commit = state.commit;
+      state.commit = undefined;
+      if (commit && (state.released || state.controller.signal.aborted || (await commitNow(state, commit).then(() => false, () => true)))) response.statusCode = 500;
       await settle(state);
       await state.ended; // route code still running (a parallel pre method) releases once it ends; maxHold at the latest
     },

@@ -66,7 +66,7 @@ export const NOTES: Record<string, string> = {
   head: 'HEAD on a GET route runs the handler: its commit is applied (the route decides what a GET does)',
   unknown: "the commit landed but its outcome stays unknown: answered with its `DbError` (`data.applied: 'unknown'`), as the lock layer settles it",
   group: "a group's commits are separate writes, one after another: those before the unsettled one landed, those after it were not sent (docs/api.md, commitAll)",
-  closed: "an onPostHandler extension's `h.close` drops the handler's commit (not applied) and hapi ends the response with no body and Node's default 200: the client is not told the commit was not applied",
+  closed: "an onPostHandler extension's `h.close` after the handler returned a commit: the commit is applied with the release before the close goes out, as for a 204 (hapi ends the response with no body and Node's default 200; a 500 when the commit cannot be applied)",
   unasked: 'the handler returned no commit (it never ran, or answered `h.close`/`h.abandon`): a success status says nothing of one',
 };
 
@@ -123,7 +123,7 @@ export const ROWS: readonly Row[] = [
   row('response-validation', 'response validation fails', 'http', ['before 500', 'before 500 none', 'before 500 none', 'before 500']),
   row('close', '`h.close` (handler)', 'http', ['before 200', 'before 200 none ^unasked', 'before 200 none ^unasked', 'before 200']),
   row('close-pre', '`h.close` (pre method)', 'http', ['before 200', 'before 200 none ^unasked', 'before 200 none ^unasked', 'before 200']),
-  row('close-post-handler', '`h.close` (onPostHandler extension)', 'http', ['before 200', 'before 200 none ^closed', 'before 200 none ^closed', 'before 200']),
+  row('close-post-handler', '`h.close` (onPostHandler extension)', 'http', ['before 200', 'before 200 applied ^closed', 'before 200 applied ^closed', 'before 200']),
   row('max-hold-after', '`maxHold` (250 ms) passes after the answer (a checkout is still held 300 ms after it)', 'http', ['before 200', 'before 200 applied', 'before 200 applied', 'handed 200']),
   row('max-hold', '`maxHold` passes while the handler runs (it answers all the same)', 'http', ['before 200', 'before 500 none', 'before 500 none', 'before 500']),
   row('lease-lost', 'the lock is taken while the handler runs (force-released elsewhere)', 'http', ['before 200', 'before 409 none', 'before 409 none', 'before 409']),
