@@ -67,6 +67,7 @@ export const NOTES: Record<string, string> = {
   unknown: "the commit landed but its outcome stays unknown: answered with its `DbError` (`data.applied: 'unknown'`), as the lock layer settles it",
   group: "a group's commits are separate writes, one after another: those before the unsettled one landed, those after it were not sent (docs/api.md, commitAll)",
   closed: "an onPostHandler extension's `h.close` after the handler returned a commit: the commit is applied with the release before the close goes out, as for a 204 (hapi ends the response with no body and Node's default 200; a 500 when the commit cannot be applied)",
+  etag: "hapi makes the 304 from the route's etag after the commit was applied: a route that commits should give the answer an etag that changes with the commit",
   unasked: 'the handler returned no commit (it never ran, or answered `h.close`/`h.abandon`): a success status says nothing of one',
 };
 
@@ -148,7 +149,7 @@ export const ROWS: readonly Row[] = [
   row('204', 'answered 204', 'http', ['before 204', 'before 204 applied', 'before 204 applied', 'before 204']),
   row('205', 'answered 205', 'http', ['before 205', 'before 205 applied', 'before 205 applied', 'before 205']),
   row('206', '206 (a `Range` request on a GET route)', 'http', ['before 206', 'before 206 applied', 'before 206 applied', 'after 206 ^partial']),
-  row('304', '304 (`If-None-Match` on a GET route with an etag)', 'http', ['before 304', 'before 304 applied', 'before 304 applied', 'after 304 ^partial']),
+  row('304', '304 (`If-None-Match` on a GET route with an etag)', 'http', ['before 304', 'before 304 applied ^etag', 'before 304 applied ^etag', 'after 304 ^partial']),
   row('commit-unknown', "the commit's reply is lost and MongoDB cannot be reached to settle it", 'http', ['x:no-commit', 'before 500 applied ^unknown', 'before 500 partly ^unknown ^group', 'x:no-commit']),
   row('stop-waiting', '`server.stop()` while the request waits for its lock', 'http', ['none 503', 'none 503 none', 'none 503 none', 'none 503']),
   row('stop-waiting-inject', '`server.stop()` while the request waits for its lock', 'inject', ['none 503', 'none 503 none', 'none 503 none', 'none 503']),
