@@ -42,3 +42,12 @@ export function delivered(request: Request): boolean {
   const range = /^bytes 0-(\d+)\/(\d+)$/.exec(String(response.headers?.['content-range'] ?? ''));
   return range !== null && Number(range[1]) + 1 === Number(range[2]);
 }
+
+/**
+ * True when the body that went out is the lock's JSON as far as the plugin can tell: its source
+ * holds the lock's id, or it is the handler's stream (read as it is sent). An answer an
+ * onPreResponse extension replaced after monglock's (an envelope without the lock) is not.
+ */
+export function holdsLockJson(request: Request, id: string, handlerFinished: boolean): boolean {
+  return holdsLockId(request, id) || (handlerFinished && (request.response as { variety?: unknown } | null)?.variety === 'stream');
+}

@@ -4,7 +4,7 @@ import { backgroundSettled } from '../../common/background';
 import type { BoomLike } from '../../common/errors';
 import type { RouteCommit } from './route-commit';
 import { routeGate } from './route-gate';
-import { carriesLock, delivered, failedAnswer, holdsLockId } from './answer-kind';
+import { carriesLock, delivered, failedAnswer, holdsLockJson } from './answer-kind';
 import { coverPostHandlers, prerequisiteCoverage, routeName, type RouteMethod } from './route-methods';
 import { lapsed, trackedRequest, untilAborted, untilLapse, untilLeasesEnd, type Tracked } from './tracked-request';
 import { leaseEnded } from '../../locks/lease-keeper';
@@ -150,7 +150,10 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
    * the lock once handed out), and the lock must be live, its lease above the keeper's margin.
    * Resolves the error to answer instead when it is not: the one a commit gets in the same case.
    */
-  const handOut = async (state: Tracked): Promise<Answer | undefined> => {
+  const handOut = async (state: Tracked, request: Request): Promise<Answer | undefined> => {
+    // hapi would answer its own 500 once the lock is handed out (a header, a cookie it cannot write): refused and released first.
+    const notSent = await unsendable(request);
+    if (notSent !== undefined) return { error: boom.badImplementation(`monglock: not handing out the lock: hapi could not send the answer (${notSent})`) };
     if (!state.released && !state.controller.signal.aborted) await stopKeeping(state);
     if (!state.released && !state.controller.signal.aborted && !lapsed(state)) return undefined;
     const reason: unknown = state.controller.signal.reason;
@@ -161,8 +164,12 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
     boom,
     stateOf: (request) => requests.get(request),
     settle,
-    async answeredAround(state) {
+    async answeredAround(state, response) {
       state.answered = true;
+      // An onPostHandler extension's h.close after the handler's commit: applied before the close goes out, as for a 204; hapi sends a bodiless 200, a 500 when it is not applied.
+      const commit = state.commit;
+      state.commit = undefined;
+      if (commit && (state.released || state.controller.signal.aborted || (await commitNow(state, commit).then(() => false, () => true)))) response.statusCode = 500;
       await settle(state);
       await state.ended; // route code still running (a parallel pre method) releases once it ends; maxHold at the latest
     },
@@ -194,7 +201,8 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       live.add(state);
       state.keeping = held.keep(controller, maxHoldMs, (releasing) => {
         state.released = true;
-        void releasing.finally(() => finish(state));
+        // An answer settled from now on goes out once this release is done, as one settle() releases for.
+        state.releasing = releasing.then(() => undefined).finally(() => finish(state));
       });
       void settle(state); // hapi may have answered while we waited for the lock
       return controller.signal;
@@ -223,7 +231,7 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
         return failure;
       }
       if (state.checkout && carriesLock(request) && state.held) {
-        const refusal = await handOut(state);
+        const refusal = await handOut(state, request);
         if (!refusal) return undefined; // its answer carries a live lock: responded() decides whether it went out
         state.answered = true;
         await settle(state); // released before the refusal goes out (maxHold's release too)
@@ -255,7 +263,7 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       const state = requests.get(request);
       if (!state) return;
       if (!state.held) state.waiting.abort(new Error('monglock: the response went out while the request waited for its lock'));
-      if (state.checkout && state.held && (state.handlerFinished || holdsLockId(request, state.held.lock.id)) && delivered(request)) {
+      if (state.checkout && state.held && holdsLockJson(request, state.held.lock.id, state.handlerFinished) && delivered(request)) {
         state.handedOver = true; // the client has the lock's JSON: it releases or extends it
         void Promise.resolve(state.keeping?.stop()).finally(() => finish(state));
       }

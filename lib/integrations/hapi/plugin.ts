@@ -5,6 +5,7 @@ import { acquireGroup } from '../../groups/acquire-all';
 import type { LockGroup } from '../../groups/lock-group';
 import { heldGroup, heldLock, type Held } from './held';
 import { trackRequests } from './lifecycle';
+import { preResponseFirst } from './pre-response-first';
 import { routeName } from './route-methods';
 import { resolveRoute, type Resolved } from './route-config';
 import type { LockData, LockHandle } from '../../locks/lock-handle';
@@ -154,6 +155,11 @@ export const monglockPlugin: NamedPlugin<MonglockPluginOptions> = {
     const boom = pluginBoom(options);
     const routes = new WeakMap<object, Resolved>();
     const tracking = trackRequests(boom, (tags, data) => server.log(tags, data as object));
+    const preResponse = preResponseFirst(async (request, h) => {
+      const answer = await tracking.answering(request);
+      // The handler's commit could not be applied: the client hears why, not the value.
+      return answer ? answerWith(request, h, answer.error, boom) : h.continue;
+    });
 
     const resolve = (route: RequestRoute): Resolved | undefined => {
       const config = (route.settings.plugins as Record<string, unknown> | undefined)?.[NAME];
@@ -189,6 +195,7 @@ export const monglockPlugin: NamedPlugin<MonglockPluginOptions> = {
       const { settings } = resolved;
       const waiting = tracking.begin(request, settings.mode === 'checkout');
       if (!waiting) return h.continue; // answered already: lock nothing
+      preResponse.cover(request);
       const held = await tracking.acquiring(request, settings.filters ? acquireGroupFor(request, resolved, waiting, boom) : acquireFor(request, resolved, waiting, boom));
       const signal = tracking.acquired(request, held, settings.maxHold ?? DEFAULT_MAX_HOLD);
       const { lock, group } = held;
@@ -199,16 +206,9 @@ export const monglockPlugin: NamedPlugin<MonglockPluginOptions> = {
     // The last step before hapi sends the answer: the client must not have it before the lock is free.
     // Before the onPreResponse extensions of plugins registered earlier: one that takes over would
     // make hapi skip this one, and a handler's commit would never be applied.
+    // Those added before the plugin without one (on the server, or a route's own) run it first (preResponse.cover).
     const earlier = Object.keys(server.registrations).filter((name) => name !== NAME);
-    server.ext(
-      'onPreResponse',
-      async (request: Request, h: ResponseToolkit) => {
-        const answer = await tracking.answering(request);
-        // The handler's commit could not be applied: the client hears why, not the value.
-        return answer ? answerWith(request, h, answer.error, boom) : h.continue;
-      },
-      { before: earlier },
-    );
+    server.ext('onPreResponse', preResponse.ext, { before: earlier });
     server.events.on('response', (request: Request) => tracking.responded(request));
     // As the stop begins: requests waiting for their lock are answered 503 (hapi then waits for no idle connection).
     server.ext('onPreStop', () => tracking.stopping());

@@ -13,9 +13,10 @@ export interface GateContext {
   settle(state: Tracked): Promise<void>;
   /**
    * Route code answered by itself, without onPreResponse (`h.close`): resolves once the request
-   * is done with its lock, so that the answer goes out after the release.
+   * is done with its lock, so that the answer goes out after the release. `response` is the raw
+   * response hapi is about to end (its status may still be set).
    */
-  answeredAround(state: Tracked): Promise<void>;
+  answeredAround(state: Tracked, response: { statusCode: number }): Promise<void>;
 }
 
 /** Wraps the route's code so that none of it runs without the lock and each call is counted. */
@@ -36,7 +37,7 @@ export function routeGate(context: GateContext): RouteGate {
   const { boom, stateOf, settle } = context;
 
   /** Runs `call` counted as route code of `state`; `h.close` resolves once the lock is released. */
-  const counted = async (state: Tracked, h: unknown, call: () => Promise<unknown>, onEnd?: () => void): Promise<unknown> => {
+  const counted = async (state: Tracked, request: Request, h: unknown, call: () => Promise<unknown>, onEnd?: () => void): Promise<unknown> => {
     let result: unknown;
     state.running++;
     try {
@@ -49,7 +50,7 @@ export function routeGate(context: GateContext): RouteGate {
       onEnd?.();
       void settle(state); // hapi answered already (a server timeout, a client gone): this call may have been the last
     }
-    if (closes(result, h)) await context.answeredAround(state);
+    if (closes(result, h)) await context.answeredAround(state, request.raw.res);
     else if ((result as { isBoom?: unknown } | null)?.isBoom === true) state.refusals.add(result as object);
     return result;
   };
@@ -58,7 +59,7 @@ export function routeGate(context: GateContext): RouteGate {
     async function (this: unknown, request, h, ...rest) {
       const state = stateOf(request);
       if (!state?.held || state.released) return original.call(this, request, h, ...rest);
-      return counted(state, h, async () => original.call(this, request, h, ...rest));
+      return counted(state, request, h, async () => original.call(this, request, h, ...rest));
     };
 
   const wrap = (original: RouteMethod, what: string, where: string): RouteMethod => {
@@ -82,7 +83,7 @@ export function routeGate(context: GateContext): RouteGate {
         return asked.answer(asked.request.value);
       };
       const finished = what === 'handler' ? () => void (state.handlerFinished = true) : undefined;
-      return counted(state, h, call, finished);
+      return counted(state, request, h, call, finished);
     };
     // hapi names the method in some of its errors.
     return Object.defineProperty(guarded, 'name', { value: original.name });

@@ -61,7 +61,7 @@ export function prerequisiteCoverage(wrap: Wrap, log: (tags: string[], data: unk
 }
 
 /** True for an object whose own writable data property `key` is a function. */
-function holdsFunction(value: unknown, key: string): boolean {
+export function holdsFunction(value: unknown, key: string): boolean {
   if (typeof value !== 'object' || value === null) return false;
   const descriptor = Object.getOwnPropertyDescriptor(value, key);
   return descriptor?.writable === true && typeof descriptor.value === 'function';

@@ -233,7 +233,7 @@ describe('hapi: a handler that returns commit()', () => {
     const accounts = await freshCollection([{ _id: 'a', balance: 100 }]);
     const lock = writeLock({ collection: accounts, locktimeout: 5_000 });
     // The answer must be { balance: number }; this handler answers a string balance.
-    const schema = (value: unknown): unknown => {
+    const schema = async (value: unknown): Promise<unknown> => {
       if (typeof (value as { balance?: unknown } | null)?.balance !== 'number') throw new Error('balance must be a number');
       return value;
     };

@@ -320,7 +320,7 @@ describe('hapi plugin', () => {
     expect(stored[0]?.exp.getTime(), 'and was not extended').to.equal(handle.expiresAt);
     expect((await server.inject({ method: 'POST', url: '/docs/doc/checkin', payload: { lock: handle, note: 'kept' } })).result).to.equal('released');
     expect(() => lockPayload({ acquire: () => undefined }), 'a lock this package did not make').to.throw(TypeError, /lockPayload/);
-    expect(lockPayload(other)({ lock: { ...handle, tag: 'read' } }).lock.tag, 'a multiLock checks its own tags').to.equal('read');
+    expect((await lockPayload(other)({ lock: { ...handle, tag: 'read' } })).lock.tag, 'a multiLock checks its own tags').to.equal('read');
   });
 
   it('a misconfigured route fails server.initialize(), not its first request', async () => {
