@@ -235,10 +235,10 @@ export interface ResolvedCallOptions {
 }
 
 /**
- * The order in which a client's queued lock commands are sent: releases (commits among them),
- * then extensions, then acquisition attempts and reads (`attempt`).
+ * The order in which a client's queued lock commands are sent: releases (commits among them), then
+ * extensions, then cleanups (releases of locks nobody relies on: a lapsed lease's), then attempts and reads.
  */
-export type CommandPriority = 'release' | 'extend' | 'attempt';
+export type CommandPriority = 'release' | 'extend' | 'cleanup' | 'attempt';
 
 /** `call` with its commands queued in class `priority` (the same object when it already is). */
 export function withPriority<T extends ResolvedCallOptions>(call: T, priority: CommandPriority): T {

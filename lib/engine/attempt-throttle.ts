@@ -1,3 +1,5 @@
+import type { CommandPriority } from '../common/options';
+
 /** Attempts and reads a client sends at once while its lease keepers are behind ({@link AttemptThrottle.keepersBehind}). */
 export const ATTEMPTS_WHILE_BEHIND = 4;
 /** Once the keepers caught up, attempts in flight may grow by one each this many ms (75 in about 2 s): not all back at once. */
@@ -55,5 +57,39 @@ export class AttemptThrottle {
     clearTimeout(this.#timer);
     this.#timer = setTimeout(() => this.room(), afterMs);
     this.#timer.unref();
+  }
+}
+
+/**
+ * Cleanups in flight at once (releases of locks nobody relies on any more): never held back by the
+ * throttle, but a burst of them (thousands of leases lost together) does not take the server from
+ * the extensions of the leases still held.
+ */
+export const CLEANUPS_IN_FLIGHT = 8;
+
+/** The caps a client's gate puts on classes of commands in flight, below its own: attempts ({@link AttemptThrottle}) and cleanups ({@link CLEANUPS_IN_FLIGHT}). */
+export class ClassCaps {
+  readonly attempts: AttemptThrottle;
+  #cleanups = 0;
+
+  /** @param room called when more attempts may be in flight than before. */
+  constructor(room: () => void) {
+    this.attempts = new AttemptThrottle(room);
+  }
+
+  /** True when one more command of `priority` may be in flight. */
+  allows(priority: CommandPriority): boolean {
+    if (priority === 'attempt') return this.attempts.allows();
+    return priority !== 'cleanup' || this.#cleanups < CLEANUPS_IN_FLIGHT;
+  }
+
+  started(priority: CommandPriority): void {
+    if (priority === 'attempt') this.attempts.started();
+    else if (priority === 'cleanup') this.#cleanups++;
+  }
+
+  ended(priority: CommandPriority): void {
+    if (priority === 'attempt') this.attempts.ended();
+    else if (priority === 'cleanup') this.#cleanups--;
   }
 }

@@ -1,14 +1,14 @@
 import type { Collection, Document } from 'mongodb';
 import type { CommandPriority } from '../common/options';
-import { AttemptThrottle } from './attempt-throttle';
+import { ClassCaps } from './attempt-throttle';
 import { DeadlineExceededError, deadlines, failInSlices, UnsentCommandError, type Watched } from './deadlines';
-import { isAttempt, RankedQueue, type Queued } from './ranked-queue';
+import { RankedQueue, type Queued } from './ranked-queue';
 
 /** A slot handed to the first command sent synchronously inside {@link CommandGate.admitted}; `expired`: none came in time. */
 interface Baton {
   readonly startedAt: number;
   readonly expired: boolean;
-  readonly attempt: boolean;
+  readonly priority: CommandPriority;
 }
 
 /** The driver's `maxPoolSize` when the client's options do not say (its documented default). */
@@ -35,13 +35,14 @@ export function capFor(maxPoolSize: number): number {
  * Caps a client's lock commands in flight ({@link capFor}): past the cap, a command waits here, not
  * in the driver's connection pool, so that what depends on when it is sent is decided when it
  * leaves: its time stamp ({@link admitted}) and its `sentAt`. Releases (commits among them) leave
- * first, then extensions, then acquisition attempts and reads, first come first served within a
+ * first, then extensions, then cleanups (a few at a time: {@link ClassCaps}), then
+ * acquisition attempts and reads, first come first served within a
  * class. Time queued counts within the call's `timeout`: a command whose deadline passes here is
  * never sent, and fails with an {@link UnsentCommandError}. A slot is freed when the command's
  * caller is answered (the reply, or its client-side deadline). Below the cap a command costs a
  * counter; only a queued one is watched for its deadline (on the one shared timer).
  *
- * While the client's lease keepers are behind, attempts and reads are held back ({@link AttemptThrottle}).
+ * While the client's lease keepers are behind, attempts and reads are held back ({@link ClassCaps}).
  */
 export class CommandGate {
   #inFlight = 0;
@@ -50,7 +51,7 @@ export class CommandGate {
   /** Slots freed and not yet passed on, while {@link free} passes one on. */
   #frees = 0;
   #freeing = false;
-  readonly #attempts = new AttemptThrottle(() => this.#fill());
+  readonly #caps = new ClassCaps(() => this.#fill());
 
   constructor(readonly cap: number) {}
 
@@ -66,7 +67,7 @@ export class CommandGate {
 
   /** The client's lease keepers are behind: attempts and reads are held back for `forMs` ({@link AttemptThrottle.keepersBehind}). */
   keepersBehind(forMs: number): void {
-    this.#attempts.keepersBehind(forMs);
+    this.#caps.attempts.keepersBehind(forMs);
   }
 
   /**
@@ -75,17 +76,17 @@ export class CommandGate {
    * `operation` is given what is left of `timeout` (ms) as it leaves: its limit on the server
    * (`maxTimeMS`, `wtimeoutMS`), so that the server gives up when its caller does.
    */
-  send<T>(name: string, timeout: number, priority: CommandPriority | undefined, operation: (leftMs: number) => Promise<T>): Promise<T> {
+  send<T>(name: string, timeout: number, given: CommandPriority | undefined, operation: (leftMs: number) => Promise<T>): Promise<T> {
     const baton = this.#baton;
     if (baton) {
       this.#baton = undefined;
-      return baton.expired ? Promise.reject(new UnsentCommandError(name, timeout)) : this.#run(name, timeout, baton.startedAt, baton.attempt, operation);
+      return baton.expired ? Promise.reject(new UnsentCommandError(name, timeout)) : this.#run(name, timeout, baton.startedAt, baton.priority, operation);
     }
     const startedAt = performance.now();
-    const attempt = isAttempt(priority);
-    if (this.#take(attempt)) return this.#run(name, timeout, startedAt, attempt, operation);
+    const kind = given ?? 'attempt';
+    if (this.#take(kind)) return this.#run(name, timeout, startedAt, kind, operation);
     return new Promise<T>((resolve, reject) => {
-      this.#enqueue(priority, startedAt + timeout, () => void this.#run(name, timeout, startedAt, attempt, operation).then(resolve, reject), () => reject(new UnsentCommandError(name, timeout)));
+      this.#enqueue(kind, startedAt + timeout, () => void this.#run(name, timeout, startedAt, kind, operation).then(resolve, reject), () => reject(new UnsentCommandError(name, timeout)));
     });
   }
 
@@ -96,13 +97,13 @@ export class CommandGate {
    * leaves unused is freed when it returns. When the deadline passes in the queue, `then` still
    * runs, and its first command fails at once with an {@link UnsentCommandError}, never sent.
    */
-  admitted<T>(timeout: number, priority: CommandPriority | undefined, then: () => Promise<T>): Promise<T> {
+  admitted<T>(timeout: number, given: CommandPriority | undefined, then: () => Promise<T>): Promise<T> {
     const startedAt = performance.now();
-    const attempt = isAttempt(priority);
-    if (this.#take(attempt)) return this.#handOver({ startedAt, expired: false, attempt }, then);
+    const kind = given ?? 'attempt';
+    if (this.#take(kind)) return this.#handOver({ startedAt, expired: false, priority: kind }, then);
     return new Promise<T>((resolve, reject) => {
-      const admit = (expired: boolean) => () => void this.#handOver({ startedAt, expired, attempt }, then).then(resolve, reject);
-      this.#enqueue(priority, startedAt + timeout, admit(false), admit(true));
+      const admit = (expired: boolean) => () => void this.#handOver({ startedAt, expired, priority: kind }, then).then(resolve, reject);
+      this.#enqueue(kind, startedAt + timeout, admit(false), admit(true));
     });
   }
 
@@ -116,7 +117,7 @@ export class CommandGate {
     } finally {
       if (this.#baton === baton) {
         this.#baton = undefined;
-        if (!baton.expired) this.#free(baton.attempt);
+        if (!baton.expired) this.#free(baton.priority);
       }
     }
   }
@@ -126,17 +127,17 @@ export class CommandGate {
    * once that passed); frees the slot when its caller is answered: by the reply, or by the
    * client-side deadline (the driver's late outcome is then observed and dropped).
    */
-  #run<T>(name: string, timeout: number, startedAt: number, attempt: boolean, operation: (leftMs: number) => Promise<T>): Promise<T> {
+  #run<T>(name: string, timeout: number, startedAt: number, priority: CommandPriority, operation: (leftMs: number) => Promise<T>): Promise<T> {
     const endsAt = startedAt + timeout;
     if (performance.now() >= endsAt) {
-      this.#free(attempt);
+      this.#free(priority);
       return Promise.reject(new UnsentCommandError(name, timeout));
     }
     let pending: Promise<T>;
     try {
       pending = operation(Math.max(1, Math.ceil(endsAt - performance.now())));
     } catch (error) {
-      this.#free(attempt);
+      this.#free(priority);
       return Promise.reject(error);
     }
     return new Promise<T>((resolve, reject) => {
@@ -144,7 +145,7 @@ export class CommandGate {
       const answer = (): boolean => {
         if (answered) return false;
         answered = true;
-        this.#free(attempt);
+        this.#free(priority);
         return true;
       };
       const entry: Watched = { endsAt, expire: () => answer() && reject(new DeadlineExceededError(name, timeout)) };
@@ -162,20 +163,20 @@ export class CommandGate {
     });
   }
 
-  #enqueue(priority: CommandPriority | undefined, endsAt: number, start: () => void, fail: () => void): void {
+  #enqueue(priority: CommandPriority, endsAt: number, start: () => void, fail: () => void): void {
     const entry: Queued = {
       endsAt,
       start,
       fail,
       gone: false,
-      attempt: isAttempt(priority),
+      priority,
       expire: () => {
         if (entry.gone) return;
         this.#queue.left(entry);
         fail();
       },
     };
-    this.#queue.push(priority, entry);
+    this.#queue.push(entry);
     deadlines.add(entry);
   }
 
@@ -184,8 +185,8 @@ export class CommandGate {
    * admitted `then` that sent nothing, a write that failed before sending) is passed on by the same
    * loop, never by a nested call: a queue of thousands such would otherwise overflow the stack.
    */
-  #free(attempt: boolean): void {
-    if (attempt) this.#attempts.ended();
+  #free(priority: CommandPriority): void {
+    this.#caps.ended(priority);
     this.#passOnSlots(1);
   }
 
@@ -195,7 +196,7 @@ export class CommandGate {
     if (room <= 0 || this.#queue.size === 0) return;
     this.#inFlight += room;
     this.#passOnSlots(room);
-    if (this.#inFlight < this.cap && this.#queue.size > 0) this.#attempts.rampOn();
+    if (this.#inFlight < this.cap && this.#queue.size > 0) this.#caps.attempts.rampOn();
   }
 
   /** Passes on `count` slots, each as {@link passOn} does, in one loop (see {@link free}). */
@@ -212,25 +213,25 @@ export class CommandGate {
 
   /** The first queued command of the best class takes a freed slot (one whose deadline passed fails instead, unsent), or it is returned. */
   #passOn(): void {
-    const attempts = (): boolean => this.#attempts.allows();
-    for (let next = this.#queue.take(attempts); next; next = this.#queue.take(attempts)) {
+    const allows = (priority: CommandPriority): boolean => this.#caps.allows(priority);
+    for (let next = this.#queue.take(allows); next; next = this.#queue.take(allows)) {
       deadlines.delete(next);
       if (performance.now() >= next.endsAt) {
         // Thousands can expire together: they fail in slices, not in this loop (see failInSlices).
         failInSlices(next.fail);
         continue;
       }
-      if (next.attempt) this.#attempts.started();
+      this.#caps.started(next.priority);
       return next.start();
     }
     this.#inFlight--;
   }
 
-  /** Takes a slot for a command sent at once, unless the cap (or, for an attempt, the hold while keepers are behind) says it waits. */
-  #take(attempt: boolean): boolean {
-    if (this.#inFlight >= this.cap || (attempt && !this.#attempts.allows())) return false;
+  /** Takes a slot for a command sent at once, unless the cap (or its class's: the throttle of attempts, the cap of cleanups) says it waits. */
+  #take(priority: CommandPriority): boolean {
+    if (this.#inFlight >= this.cap || !this.#caps.allows(priority)) return false;
     this.#inFlight++;
-    if (attempt) this.#attempts.started();
+    this.#caps.started(priority);
     return true;
   }
 }

@@ -42,7 +42,7 @@ export interface AcquireExtras extends AcquireExtension {
   readonly owned?: OwnedAcquisition;
 }
 
-/** Below this many ms left of its lease (by the upper bound of the server's clock), a plain release is sent with the extensions, not ahead of them (lib/engine/command-gate.ts). */
+/** Below this many ms left of its lease (by the upper bound of the server's clock), a plain release is a cleanup, sent after extensions (lib/engine/command-gate.ts). */
 const ENDING_LEASE_MS = 250;
 
 /** The configuration an engine runs with; writeLock and multiLock differ only here. */
@@ -163,14 +163,14 @@ export class LockEngine {
    * {@link releaseLock}.
    */
   release(target: Document, tag: string, proof: Proof | undefined, claimed: ClaimedLock | undefined, call: ResolvedCallOptions, write: ReleaseWrite = {}): Promise<void> {
-    // A plain release of a lock its keeper gave up, or whose lease is about to end, is a cleanup: it goes with the extensions of live leases, not ahead of them (never held back with the attempts: the lease it ends may be longer than this client knows).
+    // A plain release of a lock its keeper gave up, or whose lease is about to end, is a cleanup: after the extensions of live leases, a few at a time, never held back with the attempts (the lease it ends may be longer than this client knows).
     const ending = claimed !== undefined && write.update === undefined && (claimed.lapsed === true || this.clock.remaining(claimed.expiresAt) < ENDING_LEASE_MS);
-    return this.releaseAt(ending ? 'extend' : 'release', { target, tag, proof, claimed, write }, call);
+    return this.releaseAt(ending ? 'cleanup' : 'release', { target, tag, proof, claimed, write }, call);
   }
 
-  /** Releases a lock no caller holds (an acquisition's whose reply was lost, or whose call was abandoned): with the extensions of held leases, before attempts. */
+  /** Releases a lock no caller holds (an acquisition's whose reply was lost, or whose call was abandoned): a cleanup, after the extensions of held leases, before attempts. */
   releaseWritten(written: Acquired, call: ResolvedCallOptions): Promise<void> {
-    return this.releaseAt('extend', { target: written.target, tag: written.lock.tag, proof: { id: written.lock.id }, claimed: written.lock, write: {} }, call);
+    return this.releaseAt('cleanup', { target: written.target, tag: written.lock.tag, proof: { id: written.lock.id }, claimed: written.lock, write: {} }, call);
   }
 
   private releaseAt(priority: CommandPriority, request: LockRelease, call: ResolvedCallOptions): Promise<void> {

@@ -9,17 +9,13 @@ export interface Queued extends Watched {
   readonly fail: () => void;
   /** Set once it left the queue (started or expired): the queue skips it. */
   gone: boolean;
-  /** An acquisition attempt or a read (held back while the client's lease keepers are behind). */
-  readonly attempt: boolean;
+  /** Its class (a command given none is an attempt): attempts and cleanups have caps of their own in flight. */
+  readonly priority: CommandPriority;
 }
 
-/** Queue index of each priority: releases first, then extensions, then attempts and reads. */
-const RANK: Readonly<Record<CommandPriority, number>> = { release: 0, extend: 1, attempt: 2 };
-
-/** True for the class of acquisition attempts and reads (a command given no priority is one). */
-export function isAttempt(priority: CommandPriority | undefined): boolean {
-  return RANK[priority ?? 'attempt'] === RANK.attempt;
-}
+/** Queue index of each priority: releases first, then extensions, then cleanups, then attempts and reads. */
+const RANK: Readonly<Record<CommandPriority, number>> = { release: 0, extend: 1, cleanup: 2, attempt: 3 };
+const BY_RANK: readonly CommandPriority[] = ['release', 'extend', 'cleanup', 'attempt'];
 
 /**
  * The commands waiting for a client's slots: one first-come, first-served queue per priority, the
@@ -27,8 +23,8 @@ export function isAttempt(priority: CommandPriority | undefined): boolean {
  * the consumed head of a long queue is cut off now and then, so a queue never grows with what left.
  */
 export class RankedQueue {
-  readonly #queues: Queued[][] = [[], [], []];
-  readonly #heads = [0, 0, 0];
+  readonly #queues: Queued[][] = [[], [], [], []];
+  readonly #heads = [0, 0, 0, 0];
   #size = 0;
 
   /** Entries waiting now. */
@@ -36,8 +32,8 @@ export class RankedQueue {
     return this.#size;
   }
 
-  push(priority: CommandPriority | undefined, entry: Queued): void {
-    this.#queues[RANK[priority ?? 'attempt']]!.push(entry);
+  push(entry: Queued): void {
+    this.#queues[RANK[entry.priority]]!.push(entry);
     this.#size++;
   }
 
@@ -47,11 +43,11 @@ export class RankedQueue {
     this.#size--;
   }
 
-  /** Takes the first live entry of the best class (of attempts only when `attempts` allows them), or undefined. */
-  take(attempts: () => boolean): Queued | undefined {
+  /** Takes the first live entry of the best class that `allows` one more in flight, or undefined. */
+  take(allows: (priority: CommandPriority) => boolean): Queued | undefined {
     if (this.#size === 0) return undefined;
     for (let rank = 0; rank < this.#queues.length; rank++) {
-      if (rank === RANK.attempt && !attempts()) return undefined;
+      if (!allows(BY_RANK[rank]!)) continue;
       const queue = this.#queues[rank]!;
       let head = this.#heads[rank]!;
       while (head < queue.length && queue[head]!.gone) head++;

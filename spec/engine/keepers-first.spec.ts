@@ -76,7 +76,7 @@ describe('a client keeps its leases before it takes new ones', () => {
     await Promise.all([kept, ...handles].map((handle) => handle.release()));
   });
 
-  it('sends a release its lease keeper gave up with the extensions, first come first served, after a release queued after it', async function () {
+  it('sends a release its lease keeper gave up (a cleanup) after an extension and a release queued after it', async function () {
     this.timeout(30_000);
     const client = await newClient({ maxPoolSize: 5, monitorCommands: true });
     const shared = await freshCollection(['blocker', 'lapsed', 'ext', 'rel'].map((_id) => ({ _id })));
@@ -115,7 +115,7 @@ describe('a client keeps its leases before it takes new ones', () => {
     await sleep(50);
     held.open();
     await Promise.all([blocker, ...queued]);
-    expect(order.slice(from)).to.deep.equal(['findAndModify blocker', 'update rel', 'update lapsed', 'findAndModify ext']);
+    expect(order.slice(from)).to.deep.equal(['findAndModify blocker', 'update rel', 'findAndModify ext', 'update lapsed']);
     await Promise.all([(await blocker).release(), extending.release()]);
   });
 
