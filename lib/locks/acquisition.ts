@@ -1,4 +1,4 @@
-import { backgroundPause, inBackground } from '../common/background';
+import { backgroundPause, currentOrigin, inBackground } from '../common/background';
 import { untilServerPassed } from '../engine/commit-outcome';
 import { isLockError } from '../common/errors';
 import { lockWrittenBy, type Acquired } from '../engine/acquired';
@@ -19,6 +19,8 @@ const LATE_LANDING_PAUSE = 250;
  */
 export class Acquisition {
   #abandoned: { readonly reason: unknown } | undefined;
+  /** Who started the call (a hapi server, lib/common/background.ts): its background work is that origin's. */
+  readonly #origin = currentOrigin();
 
   /**
    * @param release releases a lock this call wrote; rejects when it could not.
@@ -48,7 +50,7 @@ export class Acquisition {
       outcome = await run();
     } catch (error) {
       const maybe = lockWrittenBy(error);
-      if (maybe !== undefined) void inBackground(this.releaseOnceLanded(maybe));
+      if (maybe !== undefined) void inBackground(this.releaseOnceLanded(maybe), this.#origin);
       throw error;
     }
     if (this.#abandoned) {
@@ -77,7 +79,7 @@ export class Acquisition {
       const onAbort = (): void => {
         lost = true;
         this.#abandoned ??= { reason: signal.reason };
-        void inBackground(tail); // the attempt goes on: its lock is released when it comes back
+        void inBackground(tail, this.#origin); // the attempt goes on: its lock is released when it comes back
         reject(signal.reason);
       };
       const tail = pending.then(

@@ -67,7 +67,7 @@ export interface RequestTracking {
    * finished), and resolves once every request is done with its lock (released, committed, handed
    * over) or its leases have ended, and once the locks abandoned acquisitions took are released.
    */
-  drain(): Promise<void>;
+  drain(origin?: object): Promise<void>;
 }
 
 /**
@@ -277,7 +277,7 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
     },
     starting: () => acquisitions.starting(),
     stopping: () => acquisitions.stopping(),
-    async drain() {
+    async drain(origin) {
       // Requests still waiting for their lock (a stop without onPreStop) stop waiting: each acquisition ends, abandoned or holding its lock (then followed below).
       await acquisitions.settled();
       const waits = [...live].map(async (state) => {
@@ -291,7 +291,7 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       });
       await Promise.all(waits);
       // Locks that abandoned acquisitions (a request answered while it waited) took once their replies came.
-      await backgroundSettled();
+      await backgroundSettled(origin);
     },
   };
 }

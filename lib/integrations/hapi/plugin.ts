@@ -1,5 +1,6 @@
 import type { NamedPlugin, Request, RequestRoute, ResponseToolkit, Server } from '@hapi/hapi';
 import type { Document } from 'mongodb';
+import { withOrigin } from '../../common/background';
 import { isLockError, lockError, type BoomLike } from '../../common/errors';
 import { acquireGroup } from '../../groups/acquire-all';
 import type { LockGroup } from '../../groups/lock-group';
@@ -196,7 +197,8 @@ export const monglockPlugin: NamedPlugin<MonglockPluginOptions> = {
       const waiting = tracking.begin(request, settings.mode === 'checkout');
       if (!waiting) return h.continue; // answered already: lock nothing
       preResponse.cover(request);
-      const held = await tracking.acquiring(request, settings.filters ? acquireGroupFor(request, resolved, waiting, boom) : acquireFor(request, resolved, waiting, boom));
+      // Its background work (an abandoned acquisition's lock released once its reply comes) is this server's, which its stop awaits.
+      const held = await tracking.acquiring(request, withOrigin(server, () => (settings.filters ? acquireGroupFor(request, resolved, waiting, boom) : acquireFor(request, resolved, waiting, boom))));
       const signal = tracking.acquired(request, held, settings.maxHold ?? DEFAULT_MAX_HOLD);
       const { lock, group } = held;
       request.plugins.monglock = { lock, guard: (extra?: Document) => lock.guard(extra), signal, document: lock.document, ...(group && { locks: group }) } satisfies RequestLock;
@@ -213,7 +215,7 @@ export const monglockPlugin: NamedPlugin<MonglockPluginOptions> = {
     // As the stop begins: requests waiting for their lock are answered 503 (hapi then waits for no idle connection).
     server.ext('onPreStop', () => tracking.stopping());
     // Before the application's own onPostStop (its client.close()) when registered first, or when it runs `after: 'monglock'`.
-    server.ext('onPostStop', () => tracking.drain());
+    server.ext('onPostStop', () => tracking.drain(server));
   },
 };
 
