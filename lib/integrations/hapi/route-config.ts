@@ -33,7 +33,7 @@ export function resolveRoute(where: string, config: unknown): Resolved {
   const builder = settings.filter ?? settings.filters;
   if (typeof builder !== 'function') throw new TypeError(`Expected \`plugins.monglock.${settings.filter ? 'filter' : 'filters'}\` of ${where} to be a function (request) => ${settings.filter ? 'filter' : '[filter, …]'}`);
   if (settings.filters && settings.mode === 'checkout') throw new TypeError(`Expected no \`plugins.monglock.mode: 'checkout'\` with \`filters\` of ${where}: a group is held for one request`);
-  if (settings.wait !== undefined) expectMs(`plugins.monglock.wait of ${where}`, settings.wait, 0);
+  if (settings.wait !== undefined && settings.wait !== Infinity) expectMs(`plugins.monglock.wait of ${where}`, settings.wait, 0); // Infinity: as the library takes it
   if (settings.locktimeout !== undefined) expectMs(`plugins.monglock.locktimeout of ${where}`, settings.locktimeout);
   expectMaxHold(`plugins.monglock.maxHold of ${where}`, settings.maxHold, DEFAULT_MAX_HOLD);
   const field = describeLock(settings.lock)?.field ?? 'lock';

@@ -80,6 +80,14 @@ describe('hapi plugin: route configuration is checked at server.initialize()', (
     await server.initialize();
   });
 
+  it('wait: Infinity is accepted, as the library accepts it; a negative wait is not', async () => {
+    const collection = await freshCollection([{ _id: 'w' }]);
+    expect(await initializeError({ lock: writeLock({ collection }), wait: -1 })).to.match(/^Expected `plugins\.monglock\.wait of POST \/orders\/\{id\}`/);
+    const { server } = await serverWith({ lock: writeLock({ collection }), wait: Infinity });
+    await server.initialize();
+    expect((await server.inject({ method: 'POST', url: '/orders/w' })).statusCode).to.equal(200);
+  });
+
   it('unknown keys are refused, naming the route and the key', async () => {
     const collection = await freshCollection();
     for (const key of ['lockTimeout', 'timeout', 'tags']) {
