@@ -35,7 +35,8 @@ export class GroupKeeper {
       const { handle, member } = held;
       const leaseMs = Handle.lease(handle);
       if (handle.expiresAt >= NEVER || !Number.isFinite(leaseMs)) continue;
-      const lease = { ...keptLease(handle, leaseMs, boom ?? member.core.callOptions({}).call.boom), letGo: () => ending(held) === 'released' };
+      // Extended with the keeping's boom when it has one (the hapi plugin's): a refused extension is then its boom, as a one-document route's is.
+      const lease = { ...keptLease(handle, leaseMs, boom ?? member.core.callOptions({}).call.boom, boom ? { boom } : {}), letGo: () => ending(held) === 'released' };
       const keeper = new LeaseKeeper(lease, leaseMs, controller, Infinity);
       this.#keepers.push({ keeper, held });
       this.#unwatch.push(Handle.watchExpiry(handle, () => keeper.replan()));

@@ -183,4 +183,29 @@ describe('hapi plugin: a route that locks several documents (`filters`)', functi
     // Both commits applied, both locks released with them.
     expect(docs.map((doc) => [doc.n, doc.lock.tags.write.length]), what).to.deep.equal([[1, 0], [1, 0]]);
   });
+
+  it('a group whose lease is lost while the handler runs (a lock force-released elsewhere) is answered 409 LockNotFound, as a one-document route is, and nothing is committed', async () => {
+    const docs = await freshCollection([{ _id: 'p', n: 0 }, { _id: 'q', n: 0 }]);
+    const lock = writeLock({ collection: docs, locktimeout: 1_000 }); // no boom of its own: the plugin's
+    const server = await makeServer((s) =>
+      s.route({
+        method: 'POST',
+        path: '/pair',
+        options: {
+          plugins: { monglock: { lock, filters: () => [{ _id: 'p' }, { _id: 'q' }] } },
+          handler: async (request) => {
+            const { signal } = lockOf(request);
+            await writeLock({ collection: docs }).release({ _id: 'q' }); // v2's forced release, proof-less
+            // The next extension is refused: the signal aborts; the handler commits all the same.
+            await Promise.race([new Promise((resolve) => signal.addEventListener('abort', resolve, { once: true })), sleep(3_000)]);
+            return commitAll([{ $inc: { n: 1 } }, { $inc: { n: 1 } }], 'done');
+          },
+        },
+      }),
+    );
+    await server.start();
+    const response = await fetch(`${server.info.uri}/pair`, { method: 'POST' });
+    expect([response.status, ((await response.json()) as { message?: string }).message]).to.deep.equal([409, 'LockNotFound']);
+    expect((await docs.find().sort({ _id: 1 }).toArray()).map((doc) => doc.n)).to.deep.equal([0, 0]);
+  });
 });
