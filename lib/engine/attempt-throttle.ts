@@ -3,7 +3,7 @@ import type { CommandPriority } from '../common/options';
 /** Attempts and reads a client sends at once while its lease keepers are behind ({@link AttemptThrottle.keepersBehind}). */
 export const ATTEMPTS_WHILE_BEHIND = 4;
 /** Once the keepers caught up, attempts in flight may grow by one each this many ms (75 in about 2 s): not all back at once. */
-export const RAMP_MS_PER_ATTEMPT = 25;
+const RAMP_MS_PER_ATTEMPT = 25;
 
 /**
  * Admission control of a client's acquisition attempts and reads (lib/engine/command-gate.ts).
@@ -22,11 +22,6 @@ export class AttemptThrottle {
 
   /** @param room called when more attempts may be in flight than before (the hold ended, or the ramp grew). */
   constructor(private readonly room: () => void) {}
-
-  /** Attempts and reads in flight now. */
-  get inFlight(): number {
-    return this.#inFlight;
-  }
 
   /** True when one more attempt may be sent now. */
   allows(): boolean {

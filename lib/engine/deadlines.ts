@@ -21,7 +21,7 @@ export class UnsentCommandError extends DeadlineExceededError {
 }
 
 /** The most deadlines expired in one turn of the event loop. */
-export const EXPIRED_PER_TURN = 256;
+const EXPIRED_PER_TURN = 256;
 
 /** A deadline being watched: when it passes, and what to do then. */
 export interface Watched {

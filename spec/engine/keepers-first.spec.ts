@@ -5,7 +5,7 @@
  * synchronous loop that would hold the keepers' timers up.
  */
 import { expect } from 'chai';
-import type { CommandStartedEvent, Document, MongoClient } from 'mongodb';
+import type { Collection, CommandStartedEvent, Document, MongoClient } from 'mongodb';
 import { writeLock } from '../../lib';
 import { ATTEMPTS_WHILE_BEHIND } from '../../lib/engine/attempt-throttle';
 import { commandGateOf } from '../../lib/engine/command-gate';
@@ -27,6 +27,13 @@ function maxFindAndModifyInFlight(client: MongoClient, counting: () => boolean):
   client.on('commandSucceeded', done);
   client.on('commandFailed', done);
   return () => max;
+}
+
+/** Resolves once `collection`'s client has `count` lock commands queued (a loaded machine may bring them late), failing after 10 s. */
+async function untilWaiting(collection: Collection<Document>, count: number): Promise<void> {
+  const commandGate = commandGateOf(collection);
+  for (let i = 0; i < 1_000 && commandGate.waiting < count; i++) await sleep(10);
+  expect(commandGate.waiting, 'commands queued').to.equal(count);
 }
 
 describe('a client keeps its leases before it takes new ones', () => {
@@ -66,7 +73,7 @@ describe('a client keeps its leases before it takes new ones', () => {
     const kept = await locks.acquire({ _id: 'kept' });
     commandGateOf(collection).keepersBehind(20_000);
     const acquisitions = ids.map((_id) => locks.acquire({ _id }));
-    await sleep(200);
+    await untilWaiting(collection, ids.length - ATTEMPTS_WHILE_BEHIND);
     // Attempts wait (at most the throttle's few are on their way, held by the gate above); the extension is not queued behind them.
     const extended = await Promise.race([kept.extend(10_000).then(() => 'extended'), sleep(10_000).then(() => 'waited')]);
     expect(extended).to.equal('extended');
@@ -108,11 +115,11 @@ describe('a client keeps its leases before it takes new ones', () => {
     const blocker = locks.acquire({ _id: 'blocker' });
     await blocked;
     const queued = [lapsed.release()];
-    await sleep(50);
+    await untilWaiting(collection, 1);
     queued.push(extending.extend(10_000).then(() => undefined));
-    await sleep(50);
+    await untilWaiting(collection, 2);
     queued.push(releasing.release());
-    await sleep(50);
+    await untilWaiting(collection, 3);
     held.open();
     await Promise.all([blocker, ...queued]);
     expect(order.slice(from)).to.deep.equal(['findAndModify blocker', 'update rel', 'findAndModify ext', 'update lapsed']);
