@@ -32,7 +32,8 @@ export interface StampedWrite<T> {
  * client's queue of lock commands (never while it waits there), and the server checks the stamp in
  * the same update. When it matches nothing, reads the document and the server's clock (which also
  * tightens the bounds); `explain` says which error that is, or that the stamp was refused, in
- * which case the write is tried again with a fresh stamp and the wide tolerance. Where a skew
+ * which case the write is tried again with a fresh stamp and the wide tolerance, as it is after
+ * any refusal of a guessed stamp (taken before the client saw the server's clock). Where a skew
  * between clocks is assumed, a stamp is never a guess ({@link observeBeforeStamping}), and a skew
  * beyond it that the replies show fails the write before every stamp ({@link skewError}).
  */
@@ -44,10 +45,12 @@ export async function runStamped<T>(clock: ServerClock, store: Store, call: Reso
   for (let attempt = 1; ; attempt++) {
     let stamp = 0;
     let tolerance = 0;
+    let guessed = false;
     // Stamped as the write leaves its client's queue of lock commands, not when it joins it: time queued never eats into the tolerance.
     const result = await withDbErrors(call.boom, () =>
       store.admitted(call, () => {
         refuseExcessSkew(clock, call);
+        guessed = !clock.synchronized;
         stamp = Math.max(clock.stamp(), minStamp);
         tolerance = clock.tolerance(stamped.lease, relaxed);
         return stamped.write(stamp, tolerance);
@@ -57,7 +60,11 @@ export async function runStamped<T>(clock: ServerClock, store: Store, call: Reso
     if (!stamped.explain) throw stamped.unexplained?.() ?? new Error('refused');
     const seen = await readClock(clock, store, call, stamped.target);
     const verdict = stamped.explain(seen, stamp, tolerance);
-    if (!verdict.retry) throw verdict.error;
+    if (!verdict.retry) {
+      // A guessed stamp (the local clock, before any reply) ahead of $$NOW when the update ran may be behind it by the read: the refusal proves nothing, try once more on the bounds just read.
+      if (guessed && clock.synchronized) continue;
+      throw verdict.error;
+    }
     relaxed = true;
     minStamp = verdict.minStamp ?? 0;
     if (verdict.waitUntil !== undefined) {

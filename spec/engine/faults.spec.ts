@@ -344,3 +344,40 @@ describe('a lost reply on a client that has not read the server clock yet, whose
     expect(outcome).to.equal('acquired');
   });
 });
+
+/*
+ * Before its first reply a client stamps with its local clock, a guess. A guess ahead of the
+ * server's `$$NOW` is refused by the update; the read that explains the refusal comes later, when
+ * the server's clock has passed the stamp, and finds neither a holder nor a stamp out of the window.
+ * The defect guarded against: that refusal was reported as LockAlreadyTaken ("held when the update
+ * ran") on a free document (once in a CI run: the monotonic clock Node stamps with ran a
+ * millisecond ahead of the server's wall clock on the same machine).
+ */
+describe('a first call whose guessed stamp is a little ahead of the server clock', () => {
+  /** The client's clock 40 ms ahead; the read that explains a refusal reaches the server 100 ms late. */
+  const AHEAD = 40;
+  const lateRead = (collection: Collection): Collection => delayedCollection(collection, { request: (method, n) => (method === 'aggregate' && n === 1 ? 100 : 0) });
+
+  it('writeLock: acquires the free document (tried again on the clock the read gave)', async () => {
+    const collection = await freshCollection([{ _id: 1 }]);
+    const lock = writeLock({ collection: lateRead(collection), clock: () => realNow() + AHEAD });
+    const handle = await lock.acquire({ _id: 1 });
+    await handle.release();
+  });
+
+  it('resourceLocks: xlock on a new resource acquires', async () => {
+    const collection = await freshCollection();
+    const locks = resourceLocks({ collection: lateRead(collection), clock: () => realNow() + AHEAD });
+    const held = await locks.xlock('invoice-run', 'job-42', { ttl: 30_000 });
+    await held.release();
+  });
+
+  it('a document held by another client is still refused LockAlreadyTaken, after the one retry', async () => {
+    const collection = await freshCollection([{ _id: 1 }]);
+    const holder = await writeLock({ collection }).acquire({ _id: 1 });
+    const lock = writeLock({ collection: lateRead(collection), clock: () => realNow() + AHEAD });
+    const error = await rejectionOf(lock.acquire({ _id: 1 }));
+    expect(isLockError(error, 'LockAlreadyTaken'), String(error)).to.equal(true);
+    await holder.release();
+  });
+});
