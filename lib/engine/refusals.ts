@@ -69,7 +69,9 @@ export function explainRefusedAcquisition(context: AcquireContext, seen: Inspect
   const latest = rule.exclusive ? Math.max(0, ...(lock.recent?.[rule.tag] ?? []).map((date) => date.getTime())) : 0;
   if (latest > stamp) return laterStampVerdict(seen, latest, lockError(conflict, boom, { detail: 'held when the update ran' }));
   if (stampRefused(seen, stamp, tolerance)) return { retry: true, why: stampLag(seen, stamp, tolerance, context.lease) };
-  return refused(context.refusal?.(lock, now) ?? 'held when the update ran');
+  const own = context.refusal?.(lock, now);
+  if (own !== undefined) return refused(own);
+  return { retry: false, error: refusedBy(lockError(conflict, boom, { detail: 'held when the update ran' }), seen.value._id), unfounded: true };
 }
 
 /** Refusals by held locks, explained by a read: when the last of the entries that refused ends (server ms), unless extended. */
@@ -143,7 +145,7 @@ export function explainLostLock(context: LostContext, seen: Inspection, lock: Lo
     }
   }
   // Live, asserting over nothing held, and not refused for its stamp: the document did not match the caller's `match`.
-  if (ownLive && context.withMatch && !(stamp > 0 && stampRefused(seen, stamp, tolerance))) return { retry: false, error: noMatch(boom) };
+  if (ownLive && context.withMatch && !(stamp > 0 && stampRefused(seen, stamp, tolerance))) return { retry: false, error: noMatch(boom), unfounded: true };
   if (ownLive) return { retry: true, why: stampLag(seen, stamp, tolerance, lease) };
   // Reacquired: the document has issued a later lock than this one (its fence moved on). A lock
   // whose reply was lost has no known fence (0): nothing tells whether anyone acquired after it.

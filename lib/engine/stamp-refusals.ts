@@ -5,7 +5,12 @@ import type { Inspection } from './store';
  * the wide tolerance, and no earlier than `minStamp`); `error` is what a last retry reports.
  */
 export type Verdict =
-  | { readonly retry: false; readonly error: Error }
+  | {
+      readonly retry: false;
+      readonly error: Error;
+      /** The read showed nothing that refuses the write (it names no holder, no stamp out of the window): a refusal of a guessed stamp is then tried again. */
+      readonly unfounded?: boolean;
+    }
   | {
       readonly retry: true;
       readonly why: string;

@@ -33,7 +33,8 @@ export interface StampedWrite<T> {
  * the same update. When it matches nothing, reads the document and the server's clock (which also
  * tightens the bounds); `explain` says which error that is, or that the stamp was refused, in
  * which case the write is tried again with a fresh stamp and the wide tolerance, as it is after
- * any refusal of a guessed stamp (taken before the client saw the server's clock). Where a skew
+ * a refusal of a guessed stamp (taken before the client saw the server's clock) that the read
+ * finds nothing to explain. Where a skew
  * between clocks is assumed, a stamp is never a guess ({@link observeBeforeStamping}), and a skew
  * beyond it that the replies show fails the write before every stamp ({@link skewError}).
  */
@@ -61,8 +62,8 @@ export async function runStamped<T>(clock: ServerClock, store: Store, call: Reso
     const seen = await readClock(clock, store, call, stamped.target);
     const verdict = stamped.explain(seen, stamp, tolerance);
     if (!verdict.retry) {
-      // A guessed stamp (the local clock, before any reply) ahead of $$NOW when the update ran may be behind it by the read: the refusal proves nothing, try once more on the bounds just read.
-      if (guessed && clock.synchronized) continue;
+      // A guessed stamp (the local clock, before any reply) ahead of $$NOW when the update ran may be behind it by the read: a refusal the read cannot explain proves nothing, try once more on the bounds just read.
+      if (guessed && clock.synchronized && verdict.unfounded) continue;
       throw verdict.error;
     }
     relaxed = true;

@@ -10,7 +10,7 @@ import { isLockError, LockHandle, resourceLocks, writeLock, type WriteLock } fro
 import { delayedCollection } from '../../stress/delayed-collection';
 import { FaultProxy, type Fault } from '../../stress/fault-proxy';
 import { realNow } from '../support/clock';
-import { freshCollection, mongoBackend, rejectionOf, sleep } from '../support/fixture';
+import { commandsSentBy, freshCollection, mongoBackend, rejectionOf, sleep } from '../support/fixture';
 import { whatAnAcquisitionGets } from '../support/lock-commands';
 
 const TIMEOUT = 400;
@@ -372,12 +372,13 @@ describe('a first call whose guessed stamp is a little ahead of the server clock
     await held.release();
   });
 
-  it('a document held by another client is still refused LockAlreadyTaken, after the one retry', async () => {
+  it('a document held by another client is refused LockAlreadyTaken at once: the read names its holder, so the guess is not tried again', async () => {
     const collection = await freshCollection([{ _id: 1 }]);
     const holder = await writeLock({ collection }).acquire({ _id: 1 });
-    const lock = writeLock({ collection: lateRead(collection), clock: () => realNow() + AHEAD });
-    const error = await rejectionOf(lock.acquire({ _id: 1 }));
-    expect(isLockError(error, 'LockAlreadyTaken'), String(error)).to.equal(true);
+    const lock = writeLock({ collection: lateRead(collection), clock: () => realNow() + AHEAD, changeStreams: false });
+    const refused = await commandsSentBy(() => lock.acquire({ _id: 1 }));
+    expect(isLockError(refused.error, 'LockAlreadyTaken'), String(refused.error)).to.equal(true);
+    expect(refused.commands, 'one attempt, one explaining read').to.deep.equal(['findAndModify', 'aggregate']);
     await holder.release();
   });
 });
