@@ -44,9 +44,17 @@ export class FairTickets {
    * checking it against that window, which leaves the write the other half; else, and on a retry,
    * the stamp of the write. (A quarter of the tight window, 25 ms and a round trip, was less than
    * a loaded machine or a slow refusal puts between a call and its ticket: the first caller was
-   * then placed behind callers that came after it.)
+   * then placed behind callers that came after it.) `sending` is told each ticket as its write
+   * leaves (where it will stand if it lands).
    */
-  async take(filter: Document, tag: string, leaseMs: number, call: ResolvedCallOptions, arrival: Arrival): Promise<{ ticket: Ticket; target: Document; seen: QueueView }> {
+  async take(
+    filter: Document,
+    tag: string,
+    leaseMs: number,
+    call: ResolvedCallOptions,
+    arrival: Arrival,
+    sending: (ticket: Ticket) => void = () => undefined,
+  ): Promise<{ ticket: Ticket; target: Document; seen: QueueView }> {
     await this.ready(call);
     let first = true;
     const placement = this.settings.clock.tolerance(leaseMs * 2, true);
@@ -59,6 +67,7 @@ export class FairTickets {
         const at = placed ? Math.min(arrival.at!, stamp) : stamp;
         const ticket: Ticket = { id: arrival.id, tag, at: new Date(at), exp: new Date(this.settings.clock.expiry(stamp, leaseMs)) };
         const operation = takeTicketOperation(this.settings.paths, filter, ticket, placed ? placement : tolerance);
+        sending(ticket);
         const reply = await this.settings.store.apply(operation, call, call.releaseW);
         if (!reply.value) return undefined;
         const now = observeWrite(this.settings, reply.value, reply);

@@ -21,6 +21,8 @@ const TICKET_RENEWAL = 600;
 export class QueueTicket {
   /** The ticket, once taken (until the wait is over). */
   ticket: Ticket | undefined;
+  /** The ticket whose take is on its way: where it will stand in the queue if it lands. */
+  sending: Ticket | undefined;
   /** The address of the document whose queue holds {@link ticket} (its `_id`, and its shard key values). */
   private target: Document | undefined;
   /** Where it stands in the queue, as last seen. */
@@ -52,7 +54,8 @@ export class QueueTicket {
   take(filter: Document): Promise<{ ticket: Ticket; target: Document; seen: QueueView }> {
     this.renewedAt = performance.now();
     const arrival = this.arrival ?? { number: ticketNumber(), at: undefined };
-    return this.engine.tickets.take(filter, this.tag, TICKET_LEASE, this.call, { id: newTicketId(arrival.number), at: arrival.at });
+    const taking = this.engine.tickets.take(filter, this.tag, TICKET_LEASE, this.call, { id: newTicketId(arrival.number), at: arrival.at }, (ticket) => (this.sending = ticket));
+    return taking.finally(() => (this.sending = undefined));
   }
 
   /** Takes `ticket` out of the queue of the document `target` addresses, in the background (a caller that gave up does not wait for it). */

@@ -188,8 +188,11 @@ export class WaitingPlace {
   private join(id: unknown): void {
     if (this.documentId !== undefined) return;
     this.documentId = id;
-    // Fair: the oldest ticket first, waiters still without one last; else the longest waiting first.
-    const rank = (): readonly [number, string] => (this.queue.ticket ? [this.queue.ticket.at.getTime(), this.queue.ticket.id] : [this.fair ? Infinity : this.since, '']);
+    // Fair: the oldest ticket first, one on its way where it will stand (a release here must not hand the lock past it), waiters still without one last; else the longest waiting first.
+    const rank = (): readonly [number, string] => {
+      const ticket = this.queue.ticket ?? this.queue.sending;
+      return ticket ? [ticket.at.getTime(), ticket.id] : [this.fair ? Infinity : this.since, ''];
+    };
     // A change elsewhere can be its turn only when, as last seen, at most one ticket came first (the one a release may have served);
     // it relies on the stream only when its filter names this document alone (one that says more may come to match another) and no fair ticket paces it.
     const reliesOnStream = (): boolean => this.plainFilter && this.queue.ticket === undefined;

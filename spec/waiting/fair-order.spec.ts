@@ -132,15 +132,10 @@ describe('fair mode: callers that come together in one process are served in the
     expect(await queueOf(collection, 'late'), 'every ticket was taken out').to.deep.equal([]);
   });
 
-  // Known gap, not fixed: this fails (served 2, 1). Ranking a waiter whose ticket is on its way by
-  // when it came fixed it (79b84fe), but a release then woke that waiter, which was not asleep,
-  // instead of handing the lock to the waiter first in the server's queue, and when the late
-  // ticket is placed behind (the next test) the lock stayed free for about a second: reverted. A
-  // fix must rank by arrival only while the ticket will be placed there, and not leave a free lock
-  // to the next poll meanwhile.
+  // Before: served 2, 1 (a waiter whose ticket was on its way ranked last). A waiter whose take is
+  // on its way now ranks where that ticket will stand, so the release does not hand the lock past
+  // it; it is woken instead, and attempts once its ticket landed (first in the queue).
   it('a release here while the first caller\'s ticket is still on its way is not handed to a later caller whose ticket came back first', async function () {
-    console.log('      skipped: a known gap (served 2, 1); its fix left the lock free for about a second in the next test, and was reverted');
-    this.skip();
     this.timeout(20_000);
     // The first caller's ticket is taken after its refused attempt, the second's at once (it queues
     // behind the first): the first one's take reaches the server 300 ms late, and the holder, in the
