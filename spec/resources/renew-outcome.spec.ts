@@ -52,3 +52,24 @@ describe('renew() when a renewal\'s reply is lost', () => {
     expect(error.subtype, error.message).to.equal('DbError');
   });
 });
+
+describe('renew() with one lock gone and another of unknown outcome', () => {
+  it('LockNotFound naming the lost lock in data.lost and the lost reply in data.unknown (the message says both); the unknown one is still held', async function () {
+    this.timeout(20_000);
+    const collection = await freshCollection();
+    const locks = resourceLocks({ collection });
+    await locks.xlock('r1', 'job', { ttl: 10_000 });
+    await locks.xlock('r3', 'job', { ttl: 1_500 }); // long enough for renew's read to see it live on a loaded machine
+    const idOf = (args: readonly unknown[]): unknown => (args[0] as { _id?: unknown } | undefined)?._id;
+    const faulty = delayedCollection(collection, {
+      // r3's extension reaches the server after its lease ended; r1's lands and its reply is lost.
+      request: (method, _n, args) => (isExtension(method, args) && idOf(args) === 'r3' ? 2_000 : 0),
+      reply: (method, _n, args) => (isExtension(method, args) && idOf(args) === 'r1' ? never : 0),
+    });
+    const error = await rejectionOf(resourceLocks({ collection: faulty, timeout: 2 * DEADLINE }).renew('job', 60_000));
+    expect(isLockError(error, 'LockNotFound'), error.message).to.equal(true);
+    expect(error.data, 'what was lost, and what may have been written').to.deep.include({ lost: ['r3 (exclusive)'], unknown: ['r1 (exclusive)'], failed: [] });
+    expect(error.message).to.match(/lost locks while renewing: r3 \(exclusive\); and failed: r1 \(exclusive\): .*may have been written/);
+    expect((await locks.status({ lockId: 'job' })).map((status) => status.resource), 'r1 is held (its renewal landed)').to.deep.equal(['r1']);
+  });
+});
