@@ -188,11 +188,7 @@ export class WaitingPlace {
   private join(id: unknown): void {
     if (this.documentId !== undefined) return;
     this.documentId = id;
-    // Fair: the oldest ticket first, one on its way where it will stand (a release here must not hand the lock past it), waiters still without one last; else the longest waiting first.
-    const rank = (): readonly [number, string] => {
-      const ticket = this.queue.ticket ?? this.queue.sending;
-      return ticket ? [ticket.at.getTime(), ticket.id] : [this.fair ? Infinity : this.since, ''];
-    };
+    const rank = (): readonly [number, string] => rankOf(this.queue, this.fair, this.since);
     // A change elsewhere can be its turn only when, as last seen, at most one ticket came first (the one a release may have served);
     // it relies on the stream only when its filter names this document alone (one that says more may come to match another) and no fair ticket paces it.
     const reliesOnStream = (): boolean => this.plainFilter && this.queue.ticket === undefined;
@@ -223,6 +219,16 @@ export class WaitingPlace {
     this.waiter?.leave(won);
     this.queue.leave(won);
   }
+}
+
+/**
+ * A waiter's rank among this process's waiters of its document (lowest first). Fair: the oldest
+ * ticket first, one whose take is on its way where it will stand (a release here must not hand
+ * the lock past it), waiters still without one last; else the longest waiting first.
+ */
+function rankOf(queue: QueueTicket, fair: boolean, since: number): readonly [number, string] {
+  const ticket = queue.ticket ?? queue.sending;
+  return ticket ? [ticket.at.getTime(), ticket.id] : [fair ? Infinity : since, ''];
 }
 
 /** Publishes on `monglock:wait` how a call that waits on document `id` (if known) will be woken: by a holder here, the change stream, or its poll. */
