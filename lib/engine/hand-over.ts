@@ -20,6 +20,8 @@ export interface GranteeTerms {
   readonly fairness: () => { readonly ticket?: Ticket } | undefined;
   /** False while a ticket of another process came before its own, as it last saw its queue (fair mode): a hand-over could only fail. */
   readonly ready?: () => boolean;
+  /** True while its fair ticket's take is on its way: it is handed the lock awake, judged at that ticket's place. */
+  readonly placing?: () => boolean;
 }
 
 /** A hand-over whose write failed: it may have landed, or may still land while the holder's entry is there. */

@@ -31,6 +31,8 @@ export class Waiter {
   private laterNudge: NodeJS.Timeout | undefined;
   /** A hand-over to it on its way: the lock it resolves (undefined: none was handed, try again). */
   private grant: Promise<Acquired | undefined> | undefined;
+  /** Told when a hand-over comes ({@link handedOver}). */
+  private readonly onHandOver: Array<() => void> = [];
   /** What it asks for when a lock is handed over to it; undefined: its acquisition cannot be handed one. */
   terms: GranteeTerms | undefined;
   /** When its last attempt started (local ms): the end of its last sleep; undefined before its first sleep (its first attempt came before it joined). */
@@ -131,15 +133,29 @@ export class Waiter {
     this.nudged = false;
   }
 
-  /** True when a release may hand it the lock now: it accepts hand-overs, its turn has come, it sleeps between attempts, and has none on its way. */
+  /** True when a release may hand it the lock now: it accepts hand-overs, its turn has come, it sleeps between attempts (or its ticket's take is on its way), and has none on its way. */
   get accepts(): boolean {
-    return this.terms !== undefined && (this.terms.ready?.() ?? true) && this.releases.listening && this.grant === undefined;
+    return this.terms !== undefined && (this.terms.ready?.() ?? true) && (this.releases.listening || this.terms.placing?.() === true) && this.grant === undefined;
   }
 
   /** A release hands it the lock: `grant` resolves the lock (or undefined: it was not handed); wakes it. */
   handOver(grant: Promise<Acquired | undefined>): void {
     this.grant = grant;
+    for (const handed of this.onHandOver.splice(0)) handed();
     this.wake();
+  }
+
+  /** Resolves once a release hands it the lock (at once if one is on its way); `stop` drops the wait. */
+  handedOver(): { readonly handed: Promise<void>; stop(): void } {
+    let resolve = (): void => undefined;
+    const handed = new Promise<void>((settle) => (resolve = settle));
+    if (this.grant) resolve();
+    else this.onHandOver.push(resolve);
+    const stop = (): void => {
+      const at = this.onHandOver.indexOf(resolve);
+      if (at >= 0) this.onHandOver.splice(at, 1);
+    };
+    return { handed, stop };
   }
 
   /** True while a hand-over is on its way to it (not taken yet). */

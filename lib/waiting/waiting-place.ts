@@ -137,7 +137,7 @@ export class WaitingPlace {
   acceptHandOver(userFilter: Document, terms: GranteeTerms): void {
     const rule = this.engine.rule(this.tag);
     if (!rule.exclusive || rule.assertive.length > 0 || !namesOneDocument(userFilter, this.engine.store.shardKey)) return;
-    this.terms = { ...terms, ready: () => this.queue.position.nextHere };
+    this.terms = { ...terms, ready: () => this.queue.position.nextHere, placing: () => this.queue.sending !== undefined };
     if (this.waiter) this.waiter.terms = this.terms;
   }
 
@@ -146,9 +146,9 @@ export class WaitingPlace {
     return this.waiter?.takeGrant();
   }
 
-  /** The fair-mode condition of the next attempt (undefined when not fair). */
+  /** The fair-mode condition of the next attempt, or of a hand-over (undefined when not fair): its ticket, or the one whose take is on its way. */
   get fairness(): { readonly ticket?: Ticket } | undefined {
-    return this.fair ? { ticket: this.queue.ticket } : undefined;
+    return this.fair ? { ticket: this.queue.ticket ?? this.queue.sending } : undefined;
   }
 
   /** An attempt was refused and the call goes on waiting: joins the refusing document's local waiters, and in fair mode takes a ticket in its queue (once). */
@@ -164,7 +164,8 @@ export class WaitingPlace {
     // A queue belongs to one document: a filter that does not name its `_id` could match another
     // one next time, so it waits without a ticket (as without fair mode).
     if (!this.fair || this.queue.ticket || idNamedBy(userFilter) === undefined || (error !== undefined && !isLockError(error, this.engine.conflict))) return;
-    const taken = await this.queue.take(userFilter);
+    const taken = await this.takeUnlessHandedOver(userFilter);
+    if (!taken) return;
     if (this.left) {
       // The call gave up while the ticket was being taken: take it out again.
       this.queue.drop(taken.target, taken.ticket);
@@ -176,6 +177,24 @@ export class WaitingPlace {
     // server's queue, was on its way: unless a holder here will wake it, try again at once. (A
     // call that queued behind local waiters from the start waits for its turn instead.)
     if (error !== undefined && this.queue.position.first && !this.waiters.heldHere(this.documentId, this.blockedBy)) this.waiter?.wake();
+  }
+
+  /**
+   * Takes its ticket, unless a release here hands it the lock while the take is on its way (at
+   * that ticket's place): then it goes on at once to the lock it was handed, and the ticket is
+   * taken out once its take settles (undefined).
+   */
+  private async takeUnlessHandedOver(userFilter: Document): Promise<Awaited<ReturnType<QueueTicket['take']>> | undefined> {
+    const taking = this.queue.take(userFilter);
+    const handOver = this.waiter?.handedOver();
+    try {
+      const first = await Promise.race([taking, handOver?.handed.then(() => undefined) ?? taking]);
+      if (first) return first;
+    } finally {
+      handOver?.stop();
+    }
+    taking.then((taken) => this.queue.drop(taken.target, taken.ticket), () => undefined);
+    return undefined;
   }
 
   /** Publishes on `monglock:wait`, once, how this call will be woken ({@link announceWait}). */
