@@ -232,12 +232,11 @@ export interface ResolvedCallOptions {
   readonly session?: ClientSession;
   /** Which class the call's commands queue in while its client's lock commands are at their cap (lib/engine/command-gate.ts); none: `attempt`. */
   readonly priority?: CommandPriority;
+  /** An acquisition's: true once its call was abandoned; an attempt still queued then is not sent (lib/engine/stamped-write.ts). */
+  readonly abandoned?: () => boolean;
 }
 
-/**
- * The order in which a client's queued lock commands are sent: releases (commits among them), then
- * extensions, then cleanups (releases of locks nobody relies on: a lapsed lease's), then attempts and reads.
- */
+/** The order a client's queued lock commands leave in: releases (commits among them), extensions, cleanups (releases of locks nobody relies on), then attempts and reads. */
 export type CommandPriority = 'release' | 'extend' | 'cleanup' | 'attempt';
 
 /** `call` with its commands queued in class `priority` (the same object when it already is). */

@@ -20,6 +20,20 @@ export class UnsentCommandError extends DeadlineExceededError {
   }
 }
 
+/**
+ * An acquisition attempt whose call was abandoned (its signal aborted, its `wait` ran out) while
+ * it waited for one of its client's command slots: it is not sent, so it cannot have landed.
+ */
+export class AbandonedAttemptError extends Error {
+  override readonly name = 'AbandonedAttemptError';
+  /** Never sent: nothing it would have written can land. */
+  readonly sent = false;
+
+  constructor() {
+    super('the call was abandoned while its attempt waited for a slot among its client\'s lock commands: it was never sent');
+  }
+}
+
 /** The most deadlines expired in one turn of the event loop. */
 const EXPIRED_PER_TURN = 256;
 

@@ -6,6 +6,7 @@ import type { Document } from 'mongodb';
 import type { Inspection, Store, Timed } from './store';
 import { LockPaths } from '../protocol/stored-format';
 import { clockStampOperation } from '../protocol/clock-stamp';
+import { AbandonedAttemptError } from './deadlines';
 
 /** How many times a stamped write is tried before the refusal is reported. */
 const STAMP_ATTEMPTS = 3;
@@ -50,6 +51,7 @@ export async function runStamped<T>(clock: ServerClock, store: Store, call: Reso
     // Stamped as the write leaves its client's queue of lock commands, not when it joins it: time queued never eats into the tolerance.
     const result = await withDbErrors(call.boom, () =>
       store.admitted(call, () => {
+        if (call.abandoned?.()) throw new AbandonedAttemptError();
         refuseExcessSkew(clock, call);
         guessed = !clock.synchronized;
         stamp = Math.max(clock.stamp(), minStamp);

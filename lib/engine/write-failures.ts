@@ -1,5 +1,5 @@
 import { BSON } from 'mongodb';
-import { UnsentCommandError } from './deadlines';
+import { AbandonedAttemptError, UnsentCommandError } from './deadlines';
 import { lockError, type BoomLike } from '../common/errors';
 
 /**
@@ -86,7 +86,7 @@ const REFUSED_CODES = new Set([2, 9, 14, 15, 16, 22, 28, 30, 40, 52, 53, 54, 55,
 /** Classifies a failed write (see {@link WriteFailure}). */
 export function classifyWriteFailure(error: unknown): WriteFailure {
   if (!(error instanceof Error)) return 'unknown';
-  if (error instanceof UnsentCommandError) return 'unsent';
+  if (error instanceof UnsentCommandError || error instanceof AbandonedAttemptError) return 'unsent';
   if (NOT_SENT.has(error.name)) return 'not-sent';
   if (thrownWhileSerializingOrDecoding(error)) return afterSending.has(error) ? 'unknown' : 'not-sent';
   if (CLOSED.has(error.name)) return 'closed';

@@ -89,13 +89,14 @@ export async function acquireOnDocument(
   // this process (a conflict).
   const explains = (attempt: number): boolean =>
     !quiet && (lastAttempt || (attempt % EXPLAIN_EVERY === 0 && !(attempt === 0 && waiting.wait > 0 && place.refusalIsConflict)) || place.takeWakeUp());
-  // One attempt: continues this call's assertive registration (or the caller's), or takes a lock, as the owner's when there is one.
+  // One attempt: continues this call's assertive registration (or the caller's), or takes a lock, as the owner's when there is one; one still queued when the call is abandoned is not sent.
+  const attemptCall = { ...call, abandoned: () => acquisition.abandoned };
   const send = (continuing: Acquired | undefined, explain: boolean): Promise<Acquired | AssertivePending> =>
     continuing
       ? site.engine.resume(continuing.target, continuing.lock, call, document)
       : owner
-        ? acquireOwned(site.engine, userFilter, ruleTag, lease, call, { explain, document, fair: place.fairness }, owner)
-        : site.engine.acquire(userFilter, ruleTag, lease, call, { explain, document, fair: place.fairness, permits });
+        ? acquireOwned(site.engine, userFilter, ruleTag, lease, attemptCall, { explain, document, fair: place.fairness }, owner)
+        : site.engine.acquire(userFilter, ruleTag, lease, attemptCall, { explain, document, fair: place.fairness, permits });
   // A refused attempt of a waiting call: it goes on waiting there (see WaitingPlace.refused).
   const refused = async (error: unknown): Promise<never> => {
     if (waiting.wait > 0 && isLockError(error, site.engine.conflict) && !acquisition.abandoned) {
