@@ -1,6 +1,7 @@
 import type { Acquired } from '../engine/acquired';
 import type { GranteeTerms } from '../engine/hand-over';
 import { firstWakeUp, Latch, Polling, type StreamWatch } from './wake-up-source';
+import { HandOverSlot } from './hand-over-slot';
 
 /** The change stream as a waiter sees it: whether it covers the waiter's document since a moment, and how far the server answered (lib/waiting/change-feed.ts). */
 export interface WaiterStream extends Omit<StreamWatch, 'covering' | 'leaseEndsIn'> {
@@ -29,10 +30,8 @@ export class Waiter {
   private nudgedAttempt = false;
   /** A nudge on its way (see {@link nudgeWithin}). */
   private laterNudge: NodeJS.Timeout | undefined;
-  /** A hand-over to it on its way: the lock it resolves (undefined: none was handed, try again). */
-  private grant: Promise<Acquired | undefined> | undefined;
-  /** Told when a hand-over comes ({@link handedOver}). */
-  private readonly onHandOver: Array<() => void> = [];
+  /** A hand-over to it on its way. */
+  private readonly slot = new HandOverSlot();
   /** What it asks for when a lock is handed over to it; undefined: its acquisition cannot be handed one. */
   terms: GranteeTerms | undefined;
   /** When its last attempt started (local ms): the end of its last sleep; undefined before its first sleep (its first attempt came before it joined). */
@@ -135,39 +134,28 @@ export class Waiter {
 
   /** True when a release may hand it the lock now: it accepts hand-overs, its turn has come, it sleeps between attempts (or its ticket's take is on its way), and has none on its way. */
   get accepts(): boolean {
-    return this.terms !== undefined && (this.terms.ready?.() ?? true) && (this.releases.listening || this.terms.placing?.() === true) && this.grant === undefined;
+    return this.terms !== undefined && (this.terms.ready?.() ?? true) && (this.releases.listening || this.terms.placing?.() === true) && !this.slot.granted;
   }
 
   /** A release hands it the lock: `grant` resolves the lock (or undefined: it was not handed); wakes it. */
   handOver(grant: Promise<Acquired | undefined>): void {
-    this.grant = grant;
-    for (const handed of this.onHandOver.splice(0)) handed();
+    this.slot.give(grant);
     this.wake();
   }
 
   /** Resolves once a release hands it the lock (at once if one is on its way); `stop` drops the wait. */
   handedOver(): { readonly handed: Promise<void>; stop(): void } {
-    let resolve = (): void => undefined;
-    const handed = new Promise<void>((settle) => (resolve = settle));
-    if (this.grant) resolve();
-    else this.onHandOver.push(resolve);
-    const stop = (): void => {
-      const at = this.onHandOver.indexOf(resolve);
-      if (at >= 0) this.onHandOver.splice(at, 1);
-    };
-    return { handed, stop };
+    return this.slot.handedOver();
   }
 
   /** True while a hand-over is on its way to it (not taken yet). */
   get granted(): boolean {
-    return this.grant !== undefined;
+    return this.slot.granted;
   }
 
   /** The hand-over on its way to it, once (its next attempt awaits it instead of sending one). */
   takeGrant(): Promise<Acquired | undefined> | undefined {
-    const grant = this.grant;
-    this.grant = undefined;
-    return grant;
+    return this.slot.take();
   }
 
   /** A release here wakes it now; one that comes while it is not asleep ends its next sleep at once. */

@@ -8,6 +8,7 @@ import type { GranteeTerms } from '../engine/hand-over';
 import type { LockEngine } from '../engine/lock-engine';
 import { waitsFor, type Ticket } from '../protocol/lock-data';
 import { QueueTicket } from './queue-ticket';
+import { TicketTake, type Taken } from './ticket-take';
 import type { LocalWaiters } from './local-waiters';
 import type { Waiter } from './waiter';
 import type { ResolvedCallOptions } from '../common/options';
@@ -36,10 +37,8 @@ export class WaitingPlace {
   private plainFilter = false;
   /** What it asks for when a lock is handed over to it, if it accepts hand-overs. */
   private terms: GranteeTerms | undefined;
-  /** Its ticket's take, while on its way. */
-  private taking: Promise<void> | undefined;
-  /** A hand-over came while its ticket's take was on its way: that hand-over did not take the ticket out, if it landed first (a win drops it). */
-  private adrift = false;
+  /** Its ticket's take. */
+  private readonly taking: TicketTake;
 
   /** The tags whose locks this acquisition waits for: those it is cooperative with or asserts over, and its own when it has a limit. */
   private readonly blockedBy: ReadonlySet<string>;
@@ -55,6 +54,7 @@ export class WaitingPlace {
   ) {
     this.since = performance.now();
     this.queue = new QueueTicket(engine, call, tag, () => this.waiters.localTickets(this.documentId), fair);
+    this.taking = new TicketTake(this.queue);
     this.blockedBy = waitsFor(engine.rule(tag));
     this.limited = engine.rule(tag).limit !== undefined;
   }
@@ -168,42 +168,14 @@ export class WaitingPlace {
     // A queue belongs to one document: a filter that does not name its `_id` could match another
     // one next time, so it waits without a ticket (as without fair mode).
     if (!this.fair || this.queue.ticket || idNamedBy(userFilter) === undefined || (error !== undefined && !isLockError(error, this.engine.conflict))) return;
-    const taking = (this.taking ??= this.take(userFilter, error !== undefined));
-    // A release here may hand it the lock while its take is on its way (at that ticket's place):
-    // it goes on at once to the lock it was handed. The take goes on: if that hand-over gives it
-    // nothing, the ticket, once it lands, is still its place (a take sent again later would be
-    // placed behind waiters of other processes that came after it); if the call is over by
-    // then, the ticket is taken out.
-    const handOver = this.waiter?.handedOver();
-    try {
-      await Promise.race([taking, handOver?.handed ?? taking]);
-    } finally {
-      handOver?.stop();
-      if (this.waiter?.granted && this.taking === taking) this.adrift = true;
-    }
+    await this.taking.until(() => this.queue.take(userFilter), (taken) => this.landed(taken, error !== undefined), () => this.left, this.waiter);
   }
 
-  /**
-   * Takes its ticket, and keeps it unless the wait is over by the time it lands (then it is taken
-   * out again). After a refusal (`afterRefusal`), a release may have gone to another waiter while
-   * the ticket, first in the server's queue, was on its way: unless a holder here will wake it,
-   * it tries again at once. (A call that queued behind local waiters from the start waits for its
-   * turn instead.)
-   */
-  private async take(userFilter: Document, afterRefusal: boolean): Promise<void> {
-    try {
-      const taken = await this.queue.take(userFilter);
-      if (this.left) {
-        // The call gave up (or won by a hand-over) while the ticket was being taken: take it out again.
-        this.queue.drop(taken.target, taken.ticket);
-        return;
-      }
-      this.join(taken.target._id);
-      this.queue.keep(taken.target, taken.ticket, taken.seen);
-      if (afterRefusal && this.queue.position.first && !this.waiters.heldHere(this.documentId, this.blockedBy)) this.waiter?.wake();
-    } finally {
-      this.taking = undefined;
-    }
+  /** Its ticket landed: keeps it; after a refusal, first in the queue and with no holder here to wake it, tries again at once (a release may have gone to another waiter meanwhile). */
+  private landed(taken: Taken, afterRefusal: boolean): void {
+    this.join(taken.target._id);
+    this.queue.keep(taken.target, taken.ticket, taken.seen);
+    if (afterRefusal && this.queue.position.first && !this.waiters.heldHere(this.documentId, this.blockedBy)) this.waiter?.wake();
   }
 
   /** Publishes on `monglock:wait`, once, how this call will be woken ({@link announceWait}). */
@@ -246,7 +218,7 @@ export class WaitingPlace {
     this.left = true;
     this.waiter?.leave(won);
     // A win by a hand-over sent before its ticket landed did not take that ticket out.
-    this.queue.leave(won && !this.adrift);
+    this.queue.leave(won && !this.taking.adrift);
   }
 }
 
