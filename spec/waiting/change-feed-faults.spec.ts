@@ -352,8 +352,10 @@ describe('change-stream wake-ups under faults: lost, duplicated, delayed, reorde
       const holder = kind.lockOn(run.collection);
       const held = await Promise.all(Array.from({ length: Number.isFinite(kind.limit) ? kind.limit : 1 }, () => holder('write')));
       const waiting = run.views.map((view) => kind.lockOn(view)('write'));
-      await sleep(1_500); // a feed opens a stream again 1 s after the last one ended
-      const states = run.views.map((view) => changeFeedOf(view, 'lock').state);
+      // A feed opens a stream again 1 s after the last one ended, 2 s, 4 s… after one that broke again before delivering anything (REOPEN_MS).
+      const statesOf = (): string[] => run.views.map((view) => changeFeedOf(view, 'lock').state);
+      for (const started = performance.now(); performance.now() - started < 16_000 && statesOf().some((state) => state !== 'streaming'); ) await sleep(100);
+      const states = statesOf();
       await Promise.all(held.map((handle) => handle.release()));
       await Promise.all(waiting.map(async (handle) => (await handle).release()));
       expect(states, 'the feeds of the waiting processes').to.deep.equal(run.views.map(() => 'streaming'));
