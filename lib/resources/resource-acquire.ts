@@ -57,7 +57,9 @@ export async function lockResource(
     update: (_at, exp) => acquisitionExtra(gcDateOf(exp, site.gcAfter)),
   };
   const acquisition = new Acquisition((written) => site.releaseWritten(written, call), site.clock, () => site.engine.readClock({ _id: name }, call));
-  const attempt = (): Promise<Acquired> => acquisition.attempt(() => acquireCreating(site, name, type, lease, call, extras), (won) => won);
+  // An attempt still queued in the client when the call is abandoned is not sent.
+  const attemptCall = { ...call, abandoned: () => acquisition.abandoned };
+  const attempt = (): Promise<Acquired> => acquisition.attempt(() => acquireCreating(site, name, type, lease, attemptCall, extras), (won) => won);
   try {
     const won = await retryWithin(
       { wait: waiting.wait, signal },
