@@ -240,7 +240,8 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       }
       state.answered = true;
       if (!state.held) {
-        state.waiting.abort(new Error('monglock: hapi answered while the request waited for its lock'));
+        // Ended with hapi's own answer when it is an error (its server timeout's 503): the wait's end then leaves it the request's response, not a 500.
+        state.waiting.abort(response?.isBoom === true ? response : new Error('monglock: hapi answered while the request waited for its lock'));
         return undefined;
       }
       const sendsBody = response?.isBoom !== true && request.method !== 'head';

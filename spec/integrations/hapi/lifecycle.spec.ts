@@ -10,7 +10,8 @@ import type { Document } from 'mongodb';
 import { writeLock } from '../../../lib';
 import { lockOf } from '../../../lib/hapi';
 import { commandsSentBy, freshCollection, sleep } from '../../support/fixture';
-import { whatAnAcquisitionGets } from '../../support/lock-commands';
+import { isAcquisition, whatAnAcquisitionGets } from '../../support/lock-commands';
+import { delayedCollection } from '../../../stress/delayed-collection';
 import { heldIds, makeServer, released, responseOf, send, stopServers } from '../../support/hapi-server';
 
 /** A promise with its resolve function. */
@@ -26,9 +27,26 @@ const byId = (request: Hapi.Request): Document => ({ _id: request.params.id });
 describe('hapi plugin: the lock covers pre methods and the handler', () => {
   afterEach(stopServers);
 
+  it("a server timeout while the route waits for its lock: the client and the server's response event both say 503 (not a 500 of the wait's end), no route code runs, nothing is held", async () => {
+    const collection = await freshCollection([{ _id: 'w' }]);
+    // The route's acquisition reaches the server 300 ms late, past the route's 100 ms server timeout.
+    const lock = writeLock({ collection: delayedCollection(collection, { request: (method, _n, args) => (isAcquisition(method, args) ? 300 : 0) }) });
+    let ran = 0;
+    const server = await makeServer((s) =>
+      s.route({ method: 'POST', path: '/w/{id}', options: { timeout: { server: 100 }, plugins: { monglock: { lock, filter: byId } }, handler: () => (ran++, 'done') } }),
+    );
+    const logged = responseOf(server, '/w/w');
+    expect((await server.inject({ method: 'POST', url: '/w/w' })).statusCode).to.equal(503);
+    expect(await logged, "the server's response event").to.equal(503);
+    await sleep(600); // the acquisition has landed (300 ms late)
+    await released(collection, 'w'); // the abandoned acquisition's lock, released once its reply came
+    expect(ran, 'route code that ran').to.equal(0);
+  });
+
   it('server timeout during a slow pre: the pre and then the handler run under the lock, a rival is refused until the handler finished', async () => {
     const collection = await freshCollection([{ _id: 'p', writes: 0 }]);
     const lock = writeLock({ collection });
+    await (await lock.acquire({ _id: 'p' })).release(); // the server's clock is known: the route's acquisition is one command
     const rival = writeLock({ collection });
     const seen: Record<string, string | number> = {};
     const handlerDone = deferred();
@@ -37,7 +55,7 @@ describe('hapi plugin: the lock covers pre methods and the handler', () => {
         method: 'POST',
         path: '/orders/{id}',
         options: {
-          timeout: { server: 100 },
+          timeout: { server: 500 }, // the lock is taken well within it on a loaded machine (with two CPU hogs beside it, not within 100 ms)
           plugins: { monglock: { lock, filter: byId } },
           pre: [
             {
