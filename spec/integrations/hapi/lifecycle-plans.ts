@@ -177,6 +177,7 @@ export const PLANS: Record<string, Plan> = {
   '205': { route: (probe) => ({ handler: responding(probe, (response) => response.code(205)) }) },
   '206': { method: 'GET', request: { headers: { range: 'bytes=0-3' } }, route: (probe) => ({ handler: answers(probe) }) },
   '304': { method: 'GET', request: { headers: { 'if-none-match': '"v1"' } }, route: (probe) => ({ handler: responding(probe, (response) => response.etag('v1')) }) },
+  'timeout-waiting': { wait: 10_000, route: (probe) => ({ timeout: { server: 100 }, handler: answers(probe) }) },
   'stop-waiting': { drive: 'stop-waiting', wait: 10_000, route: (probe) => ({ handler: answers(probe) }) },
   'stop-running': {
     drive: 'stop-running',

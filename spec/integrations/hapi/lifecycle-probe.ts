@@ -76,7 +76,7 @@ export async function runCell(row: Row, column: Column): Promise<Observed> {
       return plan.lostReplies && !isAcquisition(method, args) ? new Promise(() => undefined) : undefined;
     },
   });
-  const others = plan.drive === 'stop-waiting' ? await Promise.all(ids.map(async (id) => (await writeLock({ collection: seeded, locktimeout: 30_000 }).acquire({ _id: id })).id)) : [];
+  const others = plan.wait !== undefined ? await Promise.all(ids.map(async (id) => (await writeLock({ collection: seeded, locktimeout: 30_000 }).acquire({ _id: id })).id)) : [];
   const probe = makeProbe(row, column, events, async () => void (await writeLock({ collection: seeded }).release({ _id: 'a' })));
   let acquired = false;
   const server = await serverFor(plan, probe, column, writeLock({ collection, locktimeout: LEASE_MS, ...(plan.lostReplies && { timeout: 1_000 }) }), () => (acquired = true), events.stopBegan.resolve);

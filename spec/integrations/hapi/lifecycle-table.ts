@@ -151,6 +151,8 @@ export const ROWS: readonly Row[] = [
   row('206', '206 (a `Range` request on a GET route)', 'http', ['before 206', 'before 206 applied', 'before 206 applied', 'after 206 ^partial']),
   row('304', '304 (`If-None-Match` on a GET route with an etag)', 'http', ['before 304', 'before 304 applied ^etag', 'before 304 applied ^etag', 'after 304 ^partial']),
   row('commit-unknown', "the commit's reply is lost and MongoDB cannot be reached to settle it", 'http', ['x:no-commit', 'before 500 applied ^unknown', 'before 500 partly ^unknown ^group', 'x:no-commit']),
+  row('timeout-waiting', '`timeout.server` while the request waits for its lock', 'http', ['none 503', 'none 503 none', 'none 503 none', 'none 503']),
+  row('timeout-waiting-inject', '`timeout.server` while the request waits for its lock', 'inject', ['none 503', 'none 503 none', 'none 503 none', 'none 503']),
   row('stop-waiting', '`server.stop()` while the request waits for its lock', 'http', ['none 503', 'none 503 none', 'none 503 none', 'none 503']),
   row('stop-waiting-inject', '`server.stop()` while the request waits for its lock', 'inject', ['none 503', 'none 503 none', 'none 503 none', 'none 503']),
   row('stop-running', '`server.stop()` while the handler runs', 'http', ['before 200', 'before 200 applied', 'before 200 applied', 'handed 200']),
