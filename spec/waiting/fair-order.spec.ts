@@ -192,7 +192,10 @@ describe('fair mode: callers that come together in one process are served in the
     // Before 79b84fe: handed over in the release (served 2 at a few ms). At 79b84fe: the release woke
     // the first caller (ranked by when it came, its refusal still on its way) and the lock stayed
     // free while the second caller slept on to its poll (1 s while a lock was held here).
-    expect(heldAfterRelease, `the release handed the lock to the second caller (served ${served.join(', ')})`).to.equal(1);
+    // Handed over in the release, or, when the second caller was in the middle of an attempt then (it can only be handed the lock
+    // asleep: once in a CI run on a loaded machine, served 6 ms after the release), woken by it: served well before its poll.
+    const secondAfter = Number(/^2 at (-?\d+) ms/.exec(served.find((entry) => entry.startsWith('2 ')) ?? '')?.[1] ?? Infinity);
+    expect(heldAfterRelease === 1 || secondAfter < 700, `the release handed the lock to the second caller, or woke it (served ${served.join(', ')})`).to.equal(true);
     expect(served.map((s) => s.split(' ')[0]), 'the order of the server\'s queue').to.deep.equal(['2', '1']);
     expect(await queueOf(collection, 'overtaken'), 'every ticket was taken out').to.deep.equal([]);
   });
