@@ -190,7 +190,14 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       return state.waiting.signal;
     },
     acquiring(request, acquisition) {
-      return acquisitions.follow(acquisition, requests.get(request)?.waiting);
+      const state = requests.get(request);
+      return acquisitions.follow(acquisition, state?.waiting).catch(async (error: unknown) => {
+        // hapi answered while the request waited (a server timeout): until the response is out,
+        // hapi sets what a lifecycle step throws as the request's response, over (and closing) the
+        // Response it is sending; thrown once it is out, hapi leaves its own answer as it sent it.
+        if (state?.answered && !request.info.completed) await state.out;
+        throw error;
+      });
     },
     acquired(request, held, maxHoldMs) {
       const state = requests.get(request);
@@ -263,6 +270,7 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
     responded(request) {
       const state = requests.get(request);
       if (!state) return;
+      state.responded();
       if (!state.held) state.waiting.abort(new Error('monglock: the response went out while the request waited for its lock'));
       if (state.checkout && state.held && holdsLockJson(request, state.held.lock.id, state.handlerFinished) && delivered(request)) {
         state.handedOver = true; // the client has the lock's JSON: it releases or extends it

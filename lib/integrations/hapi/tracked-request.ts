@@ -43,6 +43,9 @@ export interface Tracked {
   /** Resolves once the request is done with its lock: released, committed or handed over (`finish`). */
   readonly ended: Promise<void>;
   readonly finish: () => void;
+  /** Resolves once hapi is done with the request (the server's `response` event: `request.info.completed` is set). */
+  readonly out: Promise<void>;
+  readonly responded: () => void;
 }
 
 /** A request that starts to be followed (before its acquisition): `conservative` when its route code cannot all be followed. */
@@ -62,7 +65,15 @@ export function trackedRequest(checkout: boolean, conservative: boolean): Tracke
     released: false,
     committing: false,
     ...ending(),
+    ...responding(),
   };
+}
+
+/** When hapi is done with a request: `out` resolves once `responded` is called. */
+function responding(): Pick<Tracked, 'out' | 'responded'> {
+  let responded!: () => void;
+  const out = new Promise<void>((resolve) => (responded = resolve));
+  return { out, responded };
 }
 
 /** How a request ends with its lock: `ended` resolves once `finish` is called. */
