@@ -44,13 +44,15 @@ describe('hapi: graceful shutdown', () => {
       this.timeout(20_000);
       const seeded = await freshCollection([{ _id: 'a' }]);
       const { server, collection } = await applicationServer(seeded, order);
+      const lock = writeLock({ collection, locktimeout: 30_000 });
+      await (await lock.acquire({ _id: 'a' })).release(); // the server's clock is known: the route's acquisition is one command
       let sawAbort = false;
       server.route({
         method: 'POST',
         path: '/docs/{id}/slow',
         options: {
-          timeout: { server: 100 },
-          plugins: { monglock: { lock: writeLock({ collection, locktimeout: 30_000 }), filter: byId } },
+          timeout: { server: 500 }, // the lock is taken well within it on a loaded machine (not always within 100 ms)
+          plugins: { monglock: { lock, filter: byId } },
           handler: async (request) => {
             const { signal } = lockOf(request);
             // Slower than the server timeout: hapi answers 503 while this runs; the stop's abort ends it early.
@@ -81,12 +83,14 @@ describe('hapi: graceful shutdown', () => {
     this.timeout(20_000);
     const seeded = await freshCollection([{ _id: 'a' }]);
     const { server, collection } = await applicationServer(seeded);
+    const lock = writeLock({ collection, locktimeout: 2_000 });
+    await (await lock.acquire({ _id: 'a' })).release(); // the server's clock is known: the route's acquisition is one command
     server.route({
       method: 'POST',
       path: '/docs/{id}/slow',
       options: {
-        timeout: { server: 100 },
-        plugins: { monglock: { lock: writeLock({ collection, locktimeout: 2_000 }), filter: byId } },
+        timeout: { server: 500 }, // the lock is taken well within it on a loaded machine (not always within 100 ms)
+        plugins: { monglock: { lock, filter: byId } },
         handler: async () => {
           await sleep(4_000); // ignores its signal
           return 'done';
