@@ -6,7 +6,7 @@ import type { RouteCommit } from './route-commit';
 import { routeGate } from './route-gate';
 import { carriesLock, delivered, failedAnswer, holdsLockJson } from './answer-kind';
 import { coverPostHandlers, prerequisiteCoverage, routeName, type RouteMethod } from './route-methods';
-import { lapsed, trackedRequest, untilAborted, untilLapse, untilLeasesEnd, type Tracked } from './tracked-request';
+import { lapsed, rethrowOnceOut, trackedRequest, untilAborted, untilLapse, untilLeasesEnd, type Tracked } from './tracked-request';
 import { leaseEnded } from '../../locks/lease-keeper';
 import type { Held } from './held';
 import { releasingBody, type SentResponse } from './streamed-body';
@@ -190,14 +190,7 @@ export function trackRequests(boom: BoomLike, log: (tags: string[], data: unknow
       return state.waiting.signal;
     },
     acquiring(request, acquisition) {
-      const state = requests.get(request);
-      return acquisitions.follow(acquisition, state?.waiting).catch(async (error: unknown) => {
-        // hapi answered while the request waited (a server timeout): until the response is out,
-        // hapi sets what a lifecycle step throws as the request's response, over (and closing) the
-        // Response it is sending; thrown once it is out, hapi leaves its own answer as it sent it.
-        if (state?.answered && !request.info.completed) await state.out;
-        throw error;
-      });
+      return acquisitions.follow(acquisition, requests.get(request)?.waiting).catch((error: unknown) => rethrowOnceOut(request, requests.get(request), error));
     },
     acquired(request, held, maxHoldMs) {
       const state = requests.get(request);

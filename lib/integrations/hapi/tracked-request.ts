@@ -1,3 +1,4 @@
+import type { Request } from '@hapi/hapi';
 import type { Held } from './held';
 import { Handle } from '../../locks/lock-handle';
 import { safetyMargin } from '../../locks/lease-keeper';
@@ -67,6 +68,17 @@ export function trackedRequest(checkout: boolean, conservative: boolean): Tracke
     ...ending(),
     ...responding(),
   };
+}
+
+/**
+ * Rethrows `error`, the end of `state`'s wait for its lock, from the route's onPreHandler step;
+ * when hapi answered while the request waited (its server timeout), only once the response is out:
+ * until then hapi sets what a lifecycle step throws as the request's response, over (and closing)
+ * the Response it is sending; thrown after, hapi leaves its own answer as it sent it.
+ */
+export async function rethrowOnceOut(request: Request, state: Tracked | undefined, error: unknown): Promise<never> {
+  if (state?.answered && !request.info.completed) await state.out;
+  throw error;
 }
 
 /** When hapi is done with a request: `out` resolves once `responded` is called. */
