@@ -169,7 +169,9 @@ describe('renewal ceiling and lost-lock causes', function () {
   it('an outage that outlasts the lease aborts with a DbError naming the outage; a refused extension with the refusal', async () => {
     const raw = await freshCollection([{ _id: 'o' }, { _id: 'r' }]);
     const { collection, down } = flaky(raw);
-    const lock = writeLock({ collection, locktimeout: 600 });
+    // A lease long enough that its keeper tries to extend it (and meets the outage) before it ends, on a loaded machine:
+    // at 600 ms, once in a CI run, the keeper's first extension came too late to be sent, and the lease ended with no outage seen.
+    const lock = writeLock({ collection, locktimeout: 2_000 });
     const competitor = writeLock({ collection: raw }); // another client, which MongoDB still answers
     const lost = record<LeaseLostEvent>(CHANNELS.leaseLost);
     try {
