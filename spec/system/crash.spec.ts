@@ -40,10 +40,15 @@ describe('crashes (holders in their own processes)', function () {
     const impostor: LockData = { ...killed, id: 'f'.repeat(32) };
     expect((await rejectionOf(lock.release({ _id: 'crash' }, { lock: impostor }))).subtype, 'an impostor handle').to.equal('LockNotFound');
     expect(((await collection.findOne({ _id: 'crash' as never }))?.lock.tags.write as Array<{ id: string }>).map((e) => e.id)).to.deep.equal([killed.id]);
+    const askedAt = performance.now();
     const next = await lock.acquire({ _id: 'crash' }, { wait: 10_000 });
+    const took = performance.now() - askedAt;
     const waitedFromAcquisition = next.timestamp - acquiredAt;
-    console.log(`      lease ${lease} ms; next holder acquired ${waitedFromAcquisition} ms after the killed one (server time)`);
-    expect(waitedFromAcquisition).to.be.within(lease, lease + MAX_RETRY_DELAY + 100);
+    console.log(`      lease ${lease} ms; next holder acquired ${waitedFromAcquisition} ms after the killed one (server time), ${Math.round(took)} ms after it asked`);
+    expect(waitedFromAcquisition, 'not before the lease ended').to.be.at.least(lease);
+    // Within the lease plus one retry delay, or, when this test came to ask only after the lease had ended (a loaded machine:
+    // once in CI the kill and the calls before took over 3 s), at once plus one retry delay.
+    expect(waitedFromAcquisition <= lease + MAX_RETRY_DELAY + 100 || took <= MAX_RETRY_DELAY + 400, `acquired ${waitedFromAcquisition} ms after the killed one, ${Math.round(took)} ms after asking`).to.equal(true);
     expect(next.fence).to.equal(killed.fence + 1);
   });
 

@@ -274,9 +274,11 @@ describe('a change whose event names no document', function () {
     await collection.updateOne({ _id: 0 } as Document, { $set: { lock: { holder: 'another process' } } });
     const written = performance.now();
     await Promise.all(asleep);
-    // A cut-short sleep ends at least 75 ms after the event, which came after the write: only nudged ones can end sooner.
-    const atOnce = ended.filter((at) => at < written + 75).length;
-    const what = `${atOnce} of ${count} waiters woken within 75 ms of the write, the last after ${Math.round(Math.max(...ended) - written)} ms`;
+    // A cut-short sleep ends at least 75 ms after the event; the nudged ones end together as it comes, the first of them first:
+    // only they end within 50 ms of the first. (Counted from the write's reply, a reply slowed by load let a cut-short one in once.)
+    const first = Math.min(...ended);
+    const atOnce = ended.filter((at) => at < first + 50).length;
+    const what = `${atOnce} of ${count} waiters woken within 50 ms of the first (${Math.round(first - written)} ms after the write's reply), the last after ${Math.round(Math.max(...ended) - written)} ms`;
     console.log(`      ${what}`);
     expect(atOnce, what).to.be.at.most(UNPLACED_NUDGES);
     expect(Math.max(...ended) - written, `${what}: each within a short poll, not its 5 s sleep`).to.be.below(2_000);
