@@ -108,10 +108,12 @@ export class LeaseKeeper {
 
   private extend(): void {
     if (this.inFlight || this.stoppedByHolder()) return;
+    const before = this.lease.remaining();
     this.inFlight = Promise.resolve(this.lease.extend()).then(
       () => {
         this.inFlight = undefined;
-        this.outage = undefined;
+        // An extension not sent (its lease too near its end by then) extended nothing: an outage seen before still stands.
+        if (this.lease.remaining() > before) this.outage = undefined;
         this.replan();
       },
       (error: unknown) => {
