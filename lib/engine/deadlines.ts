@@ -21,8 +21,9 @@ export class UnsentCommandError extends DeadlineExceededError {
 }
 
 /**
- * An acquisition attempt whose call was abandoned (its signal aborted, its `wait` ran out) while
- * it waited for one of its client's command slots: it is not sent, so it cannot have landed.
+ * An acquisition attempt whose call was abandoned (its signal aborted, a promise library's cancel)
+ * while it waited for one of its client's command slots: it is not sent, so it cannot have landed.
+ * (A `wait` that runs out abandons no attempt: the wait ends after the attempt in flight.)
  */
 export class AbandonedAttemptError extends Error {
   override readonly name = 'AbandonedAttemptError';

@@ -8,6 +8,8 @@ import Hapi from '@hapi/hapi';
 import { expect } from 'chai';
 import { MongoNetworkError, type Collection, type Document } from 'mongodb';
 import { isLockError, writeLock } from '../../lib';
+import { lockError } from '../../lib/common/errors';
+import { LeaseKeeper, leaseEnded, type KeptLease } from '../../lib/locks/lease-keeper';
 import { CHANNELS, type ExtensionFailedEvent, type LeaseLostEvent, type LockCallContext, type WaitEvent } from '../../lib/common/diagnostics';
 import { lockOf, monglockPlugin } from '../../lib/hapi';
 import { freshCollection, mongoBackend, rejectionOf, sleep } from '../support/fixture';
@@ -208,6 +210,33 @@ describe('renewal ceiling and lost-lock causes', function () {
     } finally {
       down.value = false;
       lost.stop();
+    }
+  });
+
+  it('a retry during an outage that its batch no longer sends (the lease too near its end) extends nothing: the loss is still the store outage, not an expired lease', async () => {
+    // The lease as the keeper sees it: 800 ms from now. Its first extension meets the outage
+    // (DbError); the retries resolve without extending, as an extension its batch did not send
+    // because the lease was too near its end by then. Before: that resolution cleared the outage,
+    // and the loss was reported as "the lease ended before it could be extended".
+    const endsAt = performance.now() + 800;
+    let extensions = 0;
+    const outage = lockError('DbError', undefined, { detail: 'connection reset (injected outage)' });
+    const lease: KeptLease = {
+      remaining: () => endsAt - performance.now(),
+      extend: () => (++extensions === 1 ? Promise.reject(outage) : Promise.resolve()),
+      release: () => Promise.resolve(),
+      ended: (cause, error) => leaseEnded(cause, error, undefined),
+      identity: { namespace: 'db.outage', tag: 'write', lockId: 'kept-through-an-outage' },
+    };
+    const controller = new AbortController();
+    const keeper = new LeaseKeeper(lease, 800, controller, Infinity);
+    try {
+      await new Promise((resolve) => controller.signal.addEventListener('abort', resolve, { once: true }));
+      expect(extensions, 'the outage met, then at least one retry that extended nothing').to.be.at.least(2);
+      expect(isLockError(controller.signal.reason, 'DbError'), String(controller.signal.reason)).to.equal(true);
+      expect((controller.signal.reason as Error).message).to.match(/store outage/);
+    } finally {
+      await keeper.stop();
     }
   });
 

@@ -1,6 +1,6 @@
 /**
  * An acquisition attempt still waiting for one of its client's command slots when its call is
- * abandoned (its signal aborts, its `wait` runs out) is not sent: it would take a lock nobody
+ * abandoned (its signal aborts, a promise library's cancel) is not sent: it would take a lock nobody
  * wants, and a cleanup release after it, at the moment the client is congested.
  */
 import { expect } from 'chai';
