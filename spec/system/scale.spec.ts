@@ -81,4 +81,16 @@ describe('bench:scale flags', () => {
     expect(failure?.code).to.equal(2);
     expect(failure?.stderr).to.include('"--sizez"');
   });
+
+  it('bench:stream-cost refuses an unknown flag or a value that is not a whole number, with exit 2, naming it, before starting anything', async function () {
+    this.timeout(60_000);
+    for (const [args, named] of [[['--round', '5'], '"--round"'], [['--sections', 'many'], '"many"']] as const) {
+      const failure = await run(process.execPath, ['--import', 'tsx', 'bench/stream-cost.ts', ...args], { cwd: ROOT }).then(
+        () => undefined,
+        (error: { code: number; stderr: string }) => error,
+      );
+      expect(failure?.code, args.join(' ')).to.equal(2);
+      expect(failure?.stderr, args.join(' ')).to.include(named);
+    }
+  });
 });
