@@ -214,11 +214,11 @@ describe('renewal ceiling and lost-lock causes', function () {
   });
 
   it('a retry during an outage that its batch no longer sends (the lease too near its end) extends nothing: the loss is still the store outage, not an expired lease', async () => {
-    // The lease as the keeper sees it: 800 ms from now. Its first extension meets the outage
+    // The lease as the keeper sees it: 2 s from now (room for a retry on a loaded machine). Its first extension meets the outage
     // (DbError); the retries resolve without extending, as an extension its batch did not send
     // because the lease was too near its end by then. Before: that resolution cleared the outage,
     // and the loss was reported as "the lease ended before it could be extended".
-    const endsAt = performance.now() + 800;
+    const endsAt = performance.now() + 2_000;
     let extensions = 0;
     const outage = lockError('DbError', undefined, { detail: 'connection reset (injected outage)' });
     const lease: KeptLease = {
@@ -229,7 +229,7 @@ describe('renewal ceiling and lost-lock causes', function () {
       identity: { namespace: 'db.outage', tag: 'write', lockId: 'kept-through-an-outage' },
     };
     const controller = new AbortController();
-    const keeper = new LeaseKeeper(lease, 800, controller, Infinity);
+    const keeper = new LeaseKeeper(lease, 2_000, controller, Infinity);
     try {
       await new Promise((resolve) => controller.signal.addEventListener('abort', resolve, { once: true }));
       expect(extensions, 'the outage met, then at least one retry that extended nothing').to.be.at.least(2);
