@@ -9,7 +9,7 @@ import { resourceLocks, writeLock } from '../../lib';
 import { commandGateOf } from '../../lib/engine/command-gate';
 import { delayedCollection } from '../../stress/delayed-collection';
 import { freshCollection, newClient, rejectionOf, sleep } from '../support/fixture';
-import { isAcquisition, liveEntries } from '../support/lock-commands';
+import { isAcquisition, liveEntries, whatAnAcquisitionGets } from '../support/lock-commands';
 
 /**
  * A client with one slot of lock commands (maxPoolSize 1) on a fresh collection with `docs`: its
@@ -54,6 +54,7 @@ describe('an attempt queued in its client when its call is abandoned', () => {
     expect(error.message).to.equal('the client went away');
     expect(sent.map((query) => query._id), 'findAndModify commands sent').to.deep.equal(['busy']);
     expect(await liveEntries(shared, 'wanted'), 'nothing was written on the wanted document').to.deep.equal([]);
+    expect(await whatAnAcquisitionGets(writeLock({ collection: shared }), { _id: 'wanted' }), 'another client takes it at once').to.equal('acquired');
     await close();
   });
 
