@@ -27,6 +27,13 @@ const EXPLAIN_EVERY = 8;
  */
 export const UNEXPLAINED_REFUSAL = Symbol('monglock.unexplainedRefusal');
 
+/**
+ * A params key (internal) for fields stored in the new entry beside its id and times (an election's
+ * `value`). Such an acquisition has no owner (it never re-enters) and is never handed over in a
+ * release's write, which could not write its fields.
+ */
+export const ENTRY_FIELDS = Symbol('monglock.entryFields');
+
 /** What an acquisition call needs from the lock it runs on (a {@link DocumentLock}). */
 export interface AcquireSite extends HandleOwner {
   readonly engine: LockEngine;
@@ -65,7 +72,8 @@ export async function acquireOnDocument(
   if (context) context.tag = ruleTag;
   const lease = site.leaseOf(ruleTag, p);
   const permits = resumed ? undefined : permitsOf(site.engine.rule(ruleTag), p);
-  const owner = resumed ? undefined : ownerOf(site.engine.rule(ruleTag), p);
+  const entry = (p as Record<symbol, Document | undefined>)[ENTRY_FIELDS];
+  const owner = resumed || entry ? undefined : ownerOf(site.engine.rule(ruleTag), p);
   const document = expectDocumentOption('params.document', p.document, site.engine.field);
   const waiting = readWaitParams(p);
   const quiet = (p as Record<symbol, unknown>)[UNEXPLAINED_REFUSAL] === true;
@@ -77,7 +85,7 @@ export async function acquireOnDocument(
   place.allowLooks(userFilter, owner !== undefined || resumed !== undefined);
   // When the wait ends (local ms): it bounds a look, the first sleep and the ticket's take (an attempt is bounded by `timeout`, and the last one explains).
   const waitEnds = performance.now() + waiting.wait;
-  if (waiting.wait > 0 && !resumed && owner === undefined && permits === undefined && document === undefined) {
+  if (waiting.wait > 0 && !resumed && owner === undefined && permits === undefined && document === undefined && entry === undefined) {
     place.acceptHandOver(userFilter, { lease, w: call.w, fairness: () => place.fairness });
   }
   // An assertive lock registered by this call: continued on retries, released if we give up.
@@ -96,7 +104,7 @@ export async function acquireOnDocument(
       ? site.engine.resume(continuing.target, continuing.lock, call, document)
       : owner
         ? acquireOwned(site.engine, userFilter, ruleTag, lease, attemptCall, { explain, document, fair: place.fairness }, owner)
-        : site.engine.acquire(userFilter, ruleTag, lease, attemptCall, { explain, document, fair: place.fairness, permits });
+        : site.engine.acquire(userFilter, ruleTag, lease, attemptCall, { explain, document, fair: place.fairness, permits, entry });
   // A refused attempt of a waiting call: it goes on waiting there (see WaitingPlace.refused).
   const refused = async (error: unknown): Promise<never> => {
     if (waiting.wait > 0 && isLockError(error, site.engine.conflict) && !acquisition.abandoned) {

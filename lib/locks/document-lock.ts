@@ -29,7 +29,7 @@ import { readWaitParams } from '../waiting/wait-options';
 
 /** How the two factories differ. */
 export interface DocumentLockKind {
-  readonly name: 'writeLock' | 'multiLock' | 'semaphore';
+  readonly name: 'writeLock' | 'multiLock' | 'semaphore' | 'election';
   /** The keys its options may have. */
   readonly options: KnownKeys;
   readonly rules: ReadonlyMap<string, TagRule>;

@@ -22,7 +22,18 @@ export const RESOURCE_DOCUMENTS: Document = { _id: { $type: 'string' } };
  * counting upwards. Sent as an upsert; MongoDB's unique `_id` makes two documents impossible.
  */
 export function createResourceOperation(paths: LockPaths, resource: string, gcAt: Date): LockOperation {
-  return { filter: { _id: resource, [paths.born]: { $exists: false } }, update: { $currentDate: { [paths.born]: true }, $setOnInsert: { gcAt } } };
+  const birth = birthOperation(paths, { _id: resource });
+  return { filter: birth.filter, update: { ...birth.update, $setOnInsert: { gcAt } } };
+}
+
+/**
+ * Create the document `target` names (by `_id`, and its shard key) unless it exists, with a birth
+ * time from the server's clock; a document that exists without one gets it (its tokens then jump
+ * above every one it issued). Sent as an upsert: an existing document with a birth time makes it a
+ * duplicate `_id`, which says it exists. Elections and resource locks create their documents so.
+ */
+export function birthOperation(paths: LockPaths, target: Document): LockOperation {
+  return { filter: { ...target, [paths.born]: { $exists: false } }, update: { $currentDate: { [paths.born]: true } } };
 }
 
 /**

@@ -1,20 +1,13 @@
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import { expect } from 'chai';
 import { writeLock, type LockData } from '../../lib';
 import { MAX_RETRY_DELAY } from '../../lib/waiting/wait-options';
+import { lineQueue } from '../support/child-lines';
 import { freshCollection, mongoBackend, rejectionOf, sleep } from '../support/fixture';
 
 const ROOT = join(__dirname, '..', '..');
 
-/** The lines a child prints, one at a time. */
-function lineQueue(child: ChildProcessWithoutNullStreams): () => Promise<string> {
-  const ready: string[] = [];
-  const waiting: Array<(line: string) => void> = [];
-  createInterface({ input: child.stdout }).on('line', (line) => (waiting.length ? waiting.shift()!(line) : ready.push(line)));
-  return () => (ready.length ? Promise.resolve(ready.shift()!) : new Promise((resolve) => waiting.push(resolve)));
-}
 
 /** Starts a holder process and resolves once it holds the lock. */
 async function startHolder(dbName: string, collectionName: string, leaseMs: number): Promise<{ child: ChildProcessWithoutNullStreams; lock: LockData; nextLine: () => Promise<string> }> {

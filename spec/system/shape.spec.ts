@@ -9,7 +9,7 @@ import { expect } from 'chai';
 
 const LIB = join(__dirname, '..', '..', 'lib');
 /** From the bottom up: a file may import from its own layer and the ones before it. */
-const LAYERS = ['common', 'protocol', 'engine', 'waiting', 'locks', 'groups', 'resources', 'integrations'];
+const LAYERS = ['common', 'protocol', 'engine', 'waiting', 'locks', 'groups', 'resources', 'election', 'integrations'];
 
 function sources(dir: string): string[] {
   return readdirSync(dir).flatMap((name) => {
