@@ -35,6 +35,25 @@ export function argument(name: string, fallback: string): string {
   return at > 0 ? process.argv[at + 1]! : fallback;
 }
 
+/**
+ * The flags of a benchmark, each `--name <n>` a whole number of at least 1, starting from
+ * `defaults`; anything else is refused (exit 2), naming it, before anything starts.
+ */
+export function wholeNumberFlags<K extends string>(argv: readonly string[], defaults: Readonly<Record<K, number>>): Record<K, number> {
+  const flags: Record<string, number> = { ...defaults };
+  for (let i = 0; i < argv.length; i += 2) {
+    const name = argv[i]!.replace(/^--/, '');
+    const value = Number(argv[i + 1]);
+    if (argv[i] === `--${name}` && name in flags && Number.isInteger(value) && value >= 1) flags[name] = value;
+    else {
+      const known = Object.keys(defaults).map((flag) => `--${flag} <n>`).join(', ');
+      console.error(`unknown or invalid argument ${JSON.stringify(argv[i])} ${JSON.stringify(argv[i + 1] ?? '')}: flags are ${known} (whole numbers, at least 1)`);
+      process.exit(2);
+    }
+  }
+  return flags as Record<K, number>;
+}
+
 /** The 1, 5 and 15 minute load averages, as `uptime` prints them. */
 export function loadAverage(): string {
   return loadavg()

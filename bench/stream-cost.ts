@@ -12,24 +12,14 @@ import { MongoClient, type ChangeStream, type Document } from 'mongodb';
 import { writeLock } from '../lib';
 import { documentsMatch, lockChanges } from '../lib/waiting/lock-changes';
 import { startMongoBackend } from '../support/mongo-backend';
-import { median } from './harness';
+import { median, wholeNumberFlags } from './harness';
 import { listenerPid, sampleProcess } from './scale-host';
 
 const STREAMS = 4;
 
 /** `--rounds` and `--sections`, each a whole number of at least 1; anything else is refused (exit 2), naming it, before anything starts. */
 function readFlags(argv: readonly string[]): { rounds: number; sections: number } {
-  const flags: Record<string, number> = { rounds: 3, sections: 1_000 };
-  for (let i = 0; i < argv.length; i += 2) {
-    const name = argv[i]!.replace(/^--/, '');
-    const value = Number(argv[i + 1]);
-    if (argv[i] === `--${name}` && name in flags && Number.isInteger(value) && value >= 1) flags[name] = value;
-    else {
-      console.error(`unknown or invalid argument ${JSON.stringify(argv[i])} ${JSON.stringify(argv[i + 1] ?? '')}: flags are --rounds <n>, --sections <n> (whole numbers, at least 1)`);
-      process.exit(2);
-    }
-  }
-  return { rounds: flags.rounds!, sections: flags.sections! };
+  return wholeNumberFlags(argv, { rounds: 3, sections: 1_000 });
 }
 
 async function main(): Promise<void> {

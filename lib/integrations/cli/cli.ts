@@ -97,10 +97,12 @@ const jsonRows = (rows: ListedLock[]): unknown[] => rows.map((row) => ({ ...row,
 function render(rows: ListedLock[], json: boolean | undefined): string {
   if (json) return JSON.stringify(jsonRows(rows), null, 2);
   if (rows.length === 0) return 'no locks';
-  const header = ['TARGET', 'TAG', 'STATE', 'LOCK ID', 'DOC FENCE', 'SINCE', 'EXPIRES (server)', 'LEFT', 'OWNER', 'HOLDS', 'PERMITS (used/limit)'];
+  // Elections (the tag `leader`) are marked, and their leaders' values shown, in a last column only when there is one.
+  const elections = rows.some((row) => row.election);
+  const header = ['TARGET', 'TAG', 'STATE', 'LOCK ID', 'DOC FENCE', 'SINCE', 'EXPIRES (server)', 'LEFT', 'OWNER', 'HOLDS', 'PERMITS (used/limit)', ...(elections ? ['LEADER VALUE'] : [])];
   const cells = rows.map((row) => [
     show(row.target),
-    row.tag,
+    row.election ? `${row.tag} (election)` : row.tag,
     row.state,
     row.lockId,
     row.documentFence === null ? '-' : String(row.documentFence),
@@ -110,6 +112,7 @@ function render(rows: ListedLock[], json: boolean | undefined): string {
     row.owner ?? '-',
     row.holds === undefined ? '-' : String(row.holds),
     row.permits ? `${row.permits.taken} (${row.permits.used}/${row.permits.limit ?? '?'})` : '-',
+    ...(elections ? [row.election ? EJSON.stringify(row.election.value, { relaxed: true }) : '-'] : []),
   ]);
   return textTable(header, cells).join('\n');
 }

@@ -5,6 +5,8 @@ import { readHolds, type ReadHold } from '../../protocol/lock-reading';
 import { LockPaths, type StoredLock } from '../../protocol/stored-format';
 import { usedPermits } from '../../protocol/permits';
 import { holdsOf } from '../../protocol/reentry';
+import { LEADER_TAG } from '../../protocol/leader';
+import { fenceOf } from '../../protocol/lock-data';
 
 /** One lock, or one waiter's ticket, as the `monglock` CLI lists it. */
 export interface ListedLock {
@@ -38,6 +40,8 @@ export interface ListedLock {
   readonly holds?: number;
   /** Semaphores (a tag with a limit): the permits this holder took, all held of the tag, and the stored limit. */
   readonly permits?: { readonly taken: number; readonly used: number; readonly limit: number | null };
+  /** Elections (the tag `leader`): the leader's entry, with the value it proclaims. */
+  readonly election?: { readonly value: unknown };
 }
 
 /** How far before the server's time (read first) documents are looked at: their entries are then judged by `$$NOW` itself. */
@@ -137,7 +141,7 @@ export function untilIndexOf(indexes: readonly Document[], field: string): { rea
 export function locksOf(doc: Document, field: string, all: boolean): ListedLock[] {
   const now = (doc.now as Date).getTime();
   const lock = (doc[field] ?? {}) as StoredLock;
-  const fence = typeof lock.fence === 'number' ? lock.fence : null;
+  const fence = typeof lock.fence === 'number' ? fenceOf(lock) : null;
   const { entries, tickets } = readHolds(lock, now);
   const rows = [
     ...entries.map((entry) => ({ ...listed(doc._id, entry, now, fence, entry.live ? 'held' : 'expired'), ...holdDetails(lock, entry, now) })),
@@ -168,10 +172,11 @@ async function serverTime(collection: Collection<Document>): Promise<Date> {
   return hello.localTime instanceof Date ? hello.localTime : new Date(0);
 }
 
-/** What a document lock's entry adds: its owner and how many holds the owner has, its permits of a semaphore. */
-function holdDetails(lock: StoredLock, entry: ReadHold, now: number): Pick<ListedLock, 'owner' | 'holds' | 'permits'> {
+/** What a document lock's entry adds: an election's value, its owner and how many holds the owner has, its permits of a semaphore. */
+function holdDetails(lock: StoredLock, entry: ReadHold, now: number): Pick<ListedLock, 'owner' | 'holds' | 'permits' | 'election'> {
   const { owner, permits } = entry.extra;
   return {
+    ...(entry.tag === LEADER_TAG && { election: { value: entry.extra.value ?? null } }),
     ...(typeof owner === 'string' && { owner, holds: holdsOf(lock, entry.tag, owner, now).length }),
     ...(typeof permits === 'number' && { permits: { taken: permits, used: usedPermits(lock, entry.tag, now), limit: lock.limits?.[entry.tag] ?? null } }),
   };
