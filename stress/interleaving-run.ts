@@ -10,7 +10,7 @@
 import { request as httpRequest } from 'node:http';
 import Hapi from '@hapi/hapi';
 import type { Collection, Db, Document, MongoClient } from 'mongodb';
-import { commit, isLockError, multiLock, resourceLocks, semaphore, usingAll, writeLock, type GroupRequest, type LockHandle } from '../lib';
+import { commit, election, isLockError, multiLock, resourceLocks, semaphore, usingAll, writeLock, type GroupRequest, type LockHandle } from '../lib';
 import { lockOf, monglockPlugin } from '../lib/hapi';
 import { assumedSkew, clientCollection, deploymentOptions, quiescenceBound, quiescentState, type HistoryDeployment, type LateLandingCounts } from './interleaving-deployment';
 import { isHandOverCall, type DelayPlan } from './delayed-collection';
@@ -101,6 +101,7 @@ function clientLocks(plan: ClientPlan, seed: number, client: MongoClient, docs: 
     multi: multiLock({ collection: multi, ...RW, ...common }),
     permits: semaphore({ collection: permits, limit: LIMIT, locktimeout: 700, ...common }),
     resources: resourceLocks({ collection: resources, ...common }),
+    leaders: election({ collection: write, lease: 600, ...common }),
     /** Where a holder's guarded writes go: the client's collections (through its routers and its delays, as its locks). */
     logs: { docs: write, resources },
   };
@@ -180,6 +181,16 @@ async function runOperation(operation: Operation, op: number, clients: readonly 
             for (const { handle, target, mode, more } of held) events.push({ type: 'hold', target, holder: handle.id, mode, fence: handle.fence, start, end, ...more });
           },
         );
+      case 'election': {
+        // A term is the hold of the election's document (created by the first campaign); the checker sees it as an exclusive holder.
+        const term = await locks.leaders.campaign({ _id: 'e0' }, params);
+        const asHandle = { id: `term-${op}`, fence: term.fence, guard: (extra?: Document) => term.guard(extra) } as unknown as LockHandle;
+        try {
+          return await hold(events, docs, 'e0', 'exclusive', operation.holdMs)(asHandle, AbortSignal.any([term.signal, controller.signal]));
+        } finally {
+          await term.resign();
+        }
+      }
       case 'resource':
         return await locks.resources.using('r0', `op-${op}`, { ...params, ttl: operation.ttl, shared: operation.type === 'shared' }, hold(events, locks.logs.resources, 'r0', operation.type, operation.holdMs));
     }

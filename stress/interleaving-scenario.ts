@@ -2,7 +2,7 @@
  * Random lock histories, generated (and shrunk) by fast-check: several clients, each with its own
  * clock skew and its own delays on requests and replies, running scoped locks of every kind with
  * random hold times, waits and aborts (semaphore permits, reentrant nested holds, read locks
- * upgraded to write, and groups of several documents in random order included), purges of resource documents, and hapi requests with
+ * upgraded to write, election terms, and groups of several documents in random order included), purges of resource documents, and hapi requests with
  * slow pre methods, server timeouts and client disconnects. Some histories run on a simulated
  * sharded cluster (routers whose clocks are ahead of or behind the shard's), and a client may have
  * a share of its acquisitions land late (failed at once, applied later).
@@ -73,6 +73,7 @@ export type Operation =
   | (Timed & { readonly kind: 'semaphore'; readonly permits: 1 | 2 })
   | (Timed & { readonly kind: 'reentrant'; readonly owner: 'a' | 'b' })
   | (Timed & { readonly kind: 'upgrade' })
+  | (Timed & { readonly kind: 'election' })
   | (Timed & { readonly kind: 'group'; readonly members: ReadonlyArray<GroupMember> })
   | (Timed & { readonly kind: 'resource'; readonly type: 'exclusive' | 'shared'; readonly ttl: number | undefined })
   | { readonly kind: 'purge'; readonly client: number; readonly startAt: number }
@@ -149,6 +150,8 @@ export function operation(clients: number): fc.Arbitrary<Operation> {
     { weight: 2, arbitrary: fc.tuple(timed(clients), fc.constantFrom(1, 2 as const)).map(([t, permits]) => ({ ...t, kind: 'semaphore' as const, permits })) },
     { weight: 2, arbitrary: fc.tuple(timed(clients), fc.constantFrom('a', 'b' as const)).map(([t, owner]) => ({ ...t, kind: 'reentrant' as const, owner })) },
     { weight: 2, arbitrary: timed(clients).map((t) => ({ ...t, kind: 'upgrade' as const })) },
+    // A campaign for one election: its term is the hold (its signal or the scenario's ends it), then it resigns.
+    { weight: 2, arbitrary: timed(clients).map((t) => ({ ...t, kind: 'election' as const })) },
     {
       weight: 3,
       arbitrary: fc

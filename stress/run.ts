@@ -2,7 +2,7 @@
  * `npm run stress`: mutual exclusion under load. Several OS processes (each with its own driver
  * client and several workers) contend on a few targets of each lock kind (writeLock, a cooperative
  * multiLock tag, resource locks, fair writeLock, folded writeLock sections, a semaphore, reentrant
- * writeLock holds, read locks upgraded to write); half the processes (the even ones) have their
+ * writeLock holds, read locks upgraded to write, election terms); half the processes (the even ones) have their
  * waiters woken by change streams as well, the others only poll; an
  * independent checker reads every process's append-only log and the counters and verifies: never
  * two holders at once, fencing tokens strictly increasing per target, no lost update, and never
@@ -82,10 +82,10 @@ async function main(): Promise<number> {
   const dir = mkdtempSync(join(tmpdir(), 'monglock-stress-'));
   try {
     const db = client.db(dbName);
-    const targets = [...['w', 'm', 'r', 'q', 'f', 's', 'o', 'c'].flatMap((kind) => Array.from({ length: settings.targets }, (_, i) => `${kind}${i}`)), 'h0'];
+    const targets = [...['w', 'm', 'r', 'q', 'f', 's', 'o', 'c', 'e'].flatMap((kind) => Array.from({ length: settings.targets }, (_, i) => `${kind}${i}`)), 'h0'];
     await db.collection('counters').insertMany(targets.filter((t) => !t.startsWith('f') && !t.startsWith('s')).map((target) => ({ _id: target as never, value: 0, lastFence: 0 })));
-    // Folded sections keep their counter in the locked document itself.
-    await db.collection('documents').insertMany(targets.filter((t) => !t.startsWith('r')).map((target) => ({ _id: target as never, ...(target.startsWith('f') ? { value: 0 } : {}) })));
+    // Folded sections keep their counter in the locked document itself; an election's document is created by its first campaign.
+    await db.collection('documents').insertMany(targets.filter((t) => !t.startsWith('r') && !t.startsWith('e')).map((target) => ({ _id: target as never, ...(target.startsWith('f') ? { value: 0 } : {}) })));
     console.error(`stress on ${backend.description}: ${settings.processes} processes x ${settings.workers} workers (${Math.ceil(settings.processes / 2)} of them with change streams), ${targets.length} targets`);
 
     const records: SectionRecord[] = [];
@@ -128,6 +128,7 @@ async function main(): Promise<number> {
         semaphore: records.filter((r) => r.target.startsWith('s')).length,
         'writeLock reentrant': records.filter((r) => r.target.startsWith('o')).length,
         'multiLock upgraded': records.filter((r) => r.target.startsWith('c')).length,
+        'election terms': records.filter((r) => r.target.startsWith('e')).length,
         'writeLock hot, every worker': records.filter((r) => r.target.startsWith('h')).length,
       },
       handOvers,

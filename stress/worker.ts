@@ -3,7 +3,8 @@
  * repeatedly locking a random target (a writeLock document, a cooperative multiLock tag, a
  * resource lock, a fair writeLock document, a folded writeLock section, or 1–2 permits of a
  * semaphore of limit 3, whose holders overlap and only log their permits, a reentrant writeLock
- * hold with a nested hold inside, or a multiLock read lock upgraded to write and back) and doing a
+ * hold with a nested hold inside, a multiLock read lock upgraded to write and back, or a term of an
+ * election) and doing a
  * read-modify-write of that target's counter inside the critical section, guarded by the fencing
  * token (the folded kind keeps its counter in the locked document, read by the acquisition and
  * written by the release itself). Every entry and exit goes to an append-only log
@@ -12,7 +13,7 @@
  */
 import { appendFileSync } from 'node:fs';
 import { MongoClient } from 'mongodb';
-import { commit, isLockError, multiLock, resourceLocks, semaphore, writeLock, type LockHandle } from 'monglock';
+import { commit, election, isLockError, multiLock, resourceLocks, semaphore, writeLock, type LockHandle } from 'monglock';
 
 export interface WorkerSettings {
   readonly uri: string;
@@ -68,6 +69,7 @@ async function main(): Promise<void> {
     lockRelationships: { read: { cooperative: ['write'] }, write: { cooperative: ['write'], assertive: ['read'] } },
     changeStreams,
   });
+  const leaders = election({ collection: documents, lease: 10_000, changeStreams });
   const deadline = now() + settings.durationMs;
   let buffered: string[] = [];
   const flush = (): void => {
@@ -113,7 +115,18 @@ async function main(): Promise<void> {
     Array.from({ length: settings.workers }, async (_, worker) => {
       for (let round = 0; now() < deadline; round++) {
         const n = Math.floor(Math.random() * settings.targets);
-        switch ((worker + round) % 9) {
+        switch ((worker + round) % 10) {
+          case 9: {
+            // An election: the section is a term (its document created by the first campaign); the write is fenced by the term's token.
+            const term = await leaders.campaign({ _id: `e${n}` }, { wait: 30_000 });
+            const enter = now();
+            const counter = await counters.findOne({ _id: `e${n}` as never });
+            const written = (await counters.updateOne({ _id: `e${n}` as never, lastFence: { $lt: term.fence } }, { $set: { value: (counter?.value as number) + 1, lastFence: term.fence } })).modifiedCount === 1;
+            const exit = now();
+            await term.resign();
+            buffered.push(`${JSON.stringify({ target: `e${n}`, fence: term.fence, enter, exit, written, pid: process.pid } satisfies SectionRecord)}\n`);
+            break;
+          }
           case 8:
             // One hot document for every worker of every process: hand-overs here, cohorts between processes.
             await section('h0', () => hot.acquire({ _id: 'h0' }, { wait: 30_000 }), fenced('h0'));

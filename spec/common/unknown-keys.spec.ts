@@ -5,7 +5,7 @@
  * acquire fail fast; a relationship that named `wirte` declared a tag nobody holds.
  */
 import { expect } from 'chai';
-import { acquireAll, clearV2Locks, multiLock, resourceLocks, semaphore, writeLock } from '../../lib';
+import { acquireAll, clearV2Locks, election, multiLock, resourceLocks, semaphore, writeLock } from '../../lib';
 import { instrumentMonglock } from '../../lib/otel';
 import { failureOf, freshCollection, locksHoldingSomething, rejectionOf } from '../support/fixture';
 
@@ -112,6 +112,11 @@ describe('unknown keys: a typo never loosens a lock', () => {
       ['resourceLocks options: fair', () => resourceLocks({ collection: lockColl, fair: true } as never), 'options.fair', undefined],
       ['clearV2Locks options', () => clearV2Locks(docs, { tag: ['read'] } as never), 'options.tag', 'tags'],
       ['instrumentMonglock options', () => instrumentMonglock({ tracerprovider: {} } as never), 'options.tracerprovider', 'tracerProvider'],
+      ['election options', () => election({ collection: docs, leese: 1000 } as never), 'options.leese', 'lease'],
+      ['election options: a lock\'s lease', () => election({ collection: docs, locktimeout: 1000 } as never), 'options.locktimeout', undefined],
+      ['election.campaign', () => election({ collection: docs }).campaign({ _id: 'e' }, { wiat: 1 } as never), 'params.wiat', 'wait'],
+      ['election.leader', () => election({ collection: docs }).leader({ _id: 'e' }, { timout: 1 } as never), 'params.timout', 'timeout'],
+      ['election.observe', () => election({ collection: docs }).observe({ _id: 'e' }, { signl: undefined } as never), 'params.signl', 'signal'],
       ['writeLock.acquire', () => wl.acquire({ _id: 2 }, { wiat: 1000 } as never), 'params.wiat', 'wait'],
       ['writeLock.acquire: a per-lock option', () => wl.acquire({ _id: 2 }, { collection: lockColl } as never), 'params.collection', undefined],
       ['writeLock.using', () => wl.using({ _id: 2 }, { maxhold: 10 } as never, body), 'params.maxhold', 'maxHold'],
