@@ -71,12 +71,19 @@ function lead(site: CampaignSite, target: Document, value: unknown, params: Reco
     let term: ElectionTerm | undefined;
     const body = (handle: LockHandle, holdSignal: AbortSignal): Promise<void> => {
       begun();
+      // The campaign's signal aborted as the lock was won: the caller gave up, so the lock is let go (the hold releases it) and the campaign rejects.
+      const waitSignal = params.signal as AbortSignal;
+      if (waitSignal.aborted) {
+        reject(waitSignal.reason);
+        return Promise.resolve();
+      }
       term = new ElectionTerm(handle, holdSignal, value, {
         store: core.engine.store,
         paths: core.engine.paths,
         call,
         boom,
         run: (method) => core.run(method),
+        lookGapMs: Math.max(25, Math.round(site.lease / 20)),
         watch: (changed) => watchDocument(site.feed, target._id, changed),
         leaderId: async () => {
           const reading = await site.read(target, {});

@@ -1,5 +1,5 @@
 import type { Document } from 'mongodb';
-import { isLockError } from '../common/errors';
+import { isLockError, withDbErrors } from '../common/errors';
 import { knownKeys } from '../common/known-keys';
 import { readParams, resolveLockOptions, type CallOptions, type LockOptions, type PromiseLibrary } from '../common/options';
 import type { PromiseOf } from '../common/promise-types';
@@ -100,7 +100,10 @@ export function election<TSchema extends Document = Document, P extends PromiseL
     lease,
     feed,
     read,
-    ensure: (target: Document, params: Record<string, unknown>) => births.ensureResource(birthOperation(core.engine.paths, target), core.callOptions(params).call),
+    ensure: (target: Document, params: Record<string, unknown>) => {
+      const { call } = core.callOptions(params);
+      return withDbErrors(call.boom, () => births.ensureResource(birthOperation(core.engine.paths, target), call));
+    },
   };
   const methods = {
     campaign: (filter: unknown, params: unknown) =>

@@ -42,6 +42,8 @@ export interface TermSite {
   watch(changed: () => void): () => void;
   /** The id of the live leader entry, read now (one read): undefined when nobody leads. */
   leaderId(): Promise<string | undefined>;
+  /** ms between two looks after changes the stream reported while one was on its way. */
+  readonly lookGapMs: number;
 }
 
 /** The class behind every {@link Term}: a `using()` hold of the election's lock whose body lasts until the term ends. */
@@ -153,7 +155,8 @@ export class ElectionTerm implements Term<unknown, unknown> {
     ).finally(() => {
       const again = this.#looking === 'again';
       this.#looking = 'idle';
-      if (again) this.#look();
+      // Changes that came meanwhile: one more look, a little later (a busy collection, whose events may not name their document, costs at most one read per gap).
+      if (again) setTimeout(() => this.#look(), this.#site.lookGapMs).unref();
     });
   }
 
