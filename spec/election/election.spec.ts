@@ -1,5 +1,6 @@
 import { expect } from 'chai';
-import { election, type LeaderState, type Term } from '../../lib';
+import Bluebird from 'bluebird';
+import { election, withOwner, type LeaderState, type Term } from '../../lib';
 import { commandsSentBy, failureOf, freshCollection, newClient, rejectionOf, sleep, snapshotOf } from '../support/fixture';
 
 describe('election', () => {
@@ -189,5 +190,24 @@ describe('election', () => {
     expect(seen.length, `not every step: ${JSON.stringify(seen)}`).to.be.below(6);
     expect(process.getActiveResourcesInfo().filter((kind) => kind === 'Timeout').length).to.be.at.most(timersBefore);
     await term.resign();
+  });
+
+  it('a second campaign of the same process waits like any other, also within one withOwner context (no re-entry); with the Promise option, methods return its promises', async function () {
+    this.timeout(20_000);
+    const collection = await freshCollection();
+    const elections = election({ collection, lease: 3_000, Promise: Bluebird });
+    const campaigning = withOwner('request-1', () => elections.campaign({ _id: 'x' }));
+    expect(campaigning).to.be.instanceOf(Bluebird);
+    const first = await campaigning;
+    let second: Term<unknown, typeof Bluebird> | undefined;
+    const waiting = withOwner('request-1', () => elections.campaign({ _id: 'x' }).then((term) => (second = term)));
+    await sleep(300);
+    expect(second, 'not a nested hold of the leader').to.equal(undefined);
+    const resigned = first.resign();
+    expect(resigned).to.be.instanceOf(Bluebird);
+    await resigned;
+    await waiting;
+    expect(second?.fence).to.be.above(first.fence);
+    await second?.resign();
   });
 });
