@@ -86,7 +86,11 @@ function lead(site: CampaignSite, target: Document, value: unknown, params: Reco
       resolve(term);
       return term.ended;
     };
-    const held = core.using(target, LEADER_TAG, { ...params, locktimeout: site.lease, maxHold: Infinity, [ENTRY_FIELDS]: { value } }, body);
+    // Only a document with a birth time: one the user deleted and inserted again, or replaced whole,
+    // while this campaign waited has none, and its tokens would start again from 1 (below every
+    // earlier term's). Such a document is not found, and the campaign gives it a birth time first.
+    const born = { ...target, [core.engine.paths.born]: { $exists: true } };
+    const held = core.using(born, LEADER_TAG, { ...params, locktimeout: site.lease, maxHold: Infinity, [ENTRY_FIELDS]: { value } }, body);
     held.then(
       () => term?.finished(held),
       (error: unknown) => (term ? term.finished(held) : reject(error)),
