@@ -67,9 +67,17 @@ export async function campaignFor(site: CampaignSite, target: Document, params: 
 function lead(site: CampaignSite, target: Document, value: unknown, params: Record<string, unknown>, boom: BoomLike | undefined, begun: () => void): Promise<ElectionTerm> {
   const { core } = site;
   const call = core.callOptions(params).call;
+  const waitSignal = params.signal as AbortSignal;
   return new Promise((resolve, reject) => {
     let term: ElectionTerm | undefined;
+    // The campaign's signal aborted after the lock was won but before the term began: no term (its
+    // signal ends the wait, never a term); the hold ends at once, which releases, then it rejects.
+    let gaveUp: { readonly reason: unknown } | undefined;
     const body = (handle: LockHandle, holdSignal: AbortSignal): Promise<void> => {
+      if (waitSignal.aborted) {
+        gaveUp = { reason: waitSignal.reason };
+        return Promise.resolve();
+      }
       begun();
       term = new ElectionTerm(handle, holdSignal, value, {
         store: core.engine.store,
@@ -92,8 +100,8 @@ function lead(site: CampaignSite, target: Document, value: unknown, params: Reco
     const born = { ...target, [core.engine.paths.born]: { $exists: true } };
     const held = core.using(born, LEADER_TAG, { ...params, locktimeout: site.lease, maxHold: Infinity, [ENTRY_FIELDS]: { value } }, body);
     held.then(
-      () => term?.finished(held),
-      (error: unknown) => (term ? term.finished(held) : reject(error)),
+      () => (gaveUp ? reject(gaveUp.reason) : term?.finished(held)),
+      (error: unknown) => (term ? term.finished(held) : reject(gaveUp ? gaveUp.reason : error)),
     );
   });
 }
