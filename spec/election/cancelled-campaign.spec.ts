@@ -10,14 +10,14 @@ import { freshCollection, newClient, sleep } from '../support/fixture';
  * A collection whose first acquisition reply (`findOneAndUpdate`: the server has executed it, the
  * lock is written) is held back until `open()`; `held` resolves once it is.
  */
-function gatedCollection(collection: Collection<Document>): { gated: Collection<Document>; held: Promise<void>; open: () => void } {
+function gatedCollection(collection: Collection<Document>, gatedMethod: 'findOneAndUpdate' | 'updateOne' = 'findOneAndUpdate'): { gated: Collection<Document>; held: Promise<void>; open: () => void } {
   let open: () => void = () => undefined;
   let reached: () => void = () => undefined;
   const held = new Promise<void>((resolve) => (reached = resolve));
   const gate = new Promise<void>((resolve) => (open = resolve));
   const gated = delayedCollection(collection, {
     reply: (method, n) => {
-      if (method !== 'findOneAndUpdate' || n !== 1) return undefined;
+      if (method !== gatedMethod || n !== 1) return undefined;
       reached();
       return gate;
     },
@@ -89,4 +89,34 @@ describe('a campaign cancelled or aborted as its term is won', () => {
     }
     expect(wrong).to.deep.equal([]);
   });
+  for (const [ends, how] of [
+    ['wait', 'its `wait` runs out'],
+    ['signal', 'its signal aborts'],
+  ] as const) {
+    for (const gatedMethod of ['findOneAndUpdate', 'updateOne'] as const) {
+      it(`a campaign: ${how} while its ${gatedMethod === 'updateOne' ? 'creating upsert' : 'acquisition'} reply is on its way: it rejects and holds nothing, or resolves a live term`, async function () {
+        this.timeout(20_000);
+        const collection = await freshCollection(gatedMethod === 'updateOne' ? [] : [{ _id: 'x' }]);
+        const { gated, held, open } = gatedCollection(collection, gatedMethod);
+        const elections = election({ collection: gated, lease: 800 });
+        const controller = new AbortController();
+        const outcome = elections.campaign({ _id: 'x' }, ends === 'wait' ? { wait: 100 } : { signal: controller.signal }).then(
+          (term) => ({ term }),
+          (error: unknown) => ({ error }),
+        );
+        await held;
+        await sleep(150);
+        controller.abort(new Error('stop campaigning'));
+        await sleep(300);
+        open();
+        const settled = await outcome;
+        if ('term' in settled) {
+          expect(settled.term.signal.aborted, String(settled.term.signal.reason)).to.equal(false);
+          await settled.term.resign();
+        } else {
+          expect(await leaderAfter(collection, 300), 'a rejected campaign holds nothing').to.equal(undefined);
+        }
+      });
+    }
+  }
 });
