@@ -1,3 +1,4 @@
+import { getEventListeners } from 'node:events';
 import { expect } from 'chai';
 import { election, withOwner, type Term } from '../../lib';
 import { freshCollection, newClient, rejectionOf, sleep } from '../support/fixture';
@@ -97,5 +98,19 @@ describe('election edge cases (review)', () => {
     const resigning = term.resign();
     expect(resigning).to.be.instanceOf(MyPromise);
     await resigning;
+  });
+  it('a long-lived signal shared by many campaigns and observations keeps no listener once they settle', async function () {
+    this.timeout(20_000);
+    const collection = await freshCollection();
+    const elections = election({ collection, lease: 1_000 });
+    const shutdown = new AbortController();
+    for (let i = 0; i < 10; i++) {
+      const term = await elections.campaign({ _id: 'x' }, { value: i, signal: shutdown.signal });
+      const rival = await rejectionOf(elections.campaign({ _id: 'x' }, { wait: 50, signal: shutdown.signal }));
+      expect(rival.subtype).to.equal('LockAlreadyTaken');
+      for await (const state of elections.observe({ _id: 'x' }, { signal: shutdown.signal })) if (state) break;
+      await term.resign();
+    }
+    expect(getEventListeners(shutdown.signal, 'abort')).to.have.length(0);
   });
 });
