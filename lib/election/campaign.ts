@@ -12,7 +12,7 @@ import { leaderOf, LEADER_TAG } from '../protocol/leader';
 import type { ElectionReading } from './observe';
 import { ElectionTerm } from './term';
 
-/** How many times one campaign creates its document again when it was deleted under it. */
+/** How many times one campaign creates its document again when it was deleted under it, when it is named with a shard key (by `_id` alone: as long as it waits). */
 const CREATE_ROUNDS = 3;
 
 /** What a campaign needs from its election. */
@@ -54,8 +54,13 @@ export async function campaignFor(site: CampaignSite, target: Document, params: 
       try {
         return await lead(site, target, value, { ...call, wait: Math.max(0, Math.round(ends - performance.now())), signal: waiting.signal }, resolved.boom, detach);
       } catch (error) {
-        // Deleted between its creation and the lock, or while waiting: created again.
-        if (!isLockError(error, 'RessourceNotFound') || round === CREATE_ROUNDS) throw error;
+        // Deleted between its creation and the lock, or while waiting: created again, for as long as
+        // the campaign waits. Named by `_id` alone, each round's upsert creates the document or gives
+        // it its birth time, so only a deletion makes it missing again; with a shard key, a document of
+        // that `_id` under other shard-key values is never found, and the rounds are capped.
+        if (!isLockError(error, 'RessourceNotFound')) throw error;
+        const byIdAlone = Object.keys(target).length === 1;
+        if (byIdAlone ? performance.now() >= ends : round === CREATE_ROUNDS) throw error;
       }
     }
   } finally {
