@@ -1,5 +1,4 @@
 import { expect } from 'chai';
-import type { Document } from 'mongodb';
 import { election, type Term } from '../../lib';
 import { delayedCollection } from '../../stress/delayed-collection';
 import { freshCollection, newClient, sleep } from '../support/fixture';
