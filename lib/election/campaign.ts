@@ -12,7 +12,7 @@ import { leaderOf, LEADER_TAG } from '../protocol/leader';
 import type { ElectionReading } from './observe';
 import { ElectionTerm } from './term';
 
-/** How many times one campaign creates its document again when it was deleted under it. */
+/** How many times one campaign creates its document again when it was deleted under it, when it is named with a shard key (by `_id` alone: as long as it waits). */
 const CREATE_ROUNDS = 3;
 
 /** What a campaign needs from its election. */
@@ -54,8 +54,13 @@ export async function campaignFor(site: CampaignSite, target: Document, params: 
       try {
         return await lead(site, target, value, { ...call, wait: Math.max(0, Math.round(ends - performance.now())), signal: waiting.signal }, resolved.boom, detach);
       } catch (error) {
-        // Deleted between its creation and the lock, or while waiting: created again.
-        if (!isLockError(error, 'RessourceNotFound') || round === CREATE_ROUNDS) throw error;
+        // Deleted between its creation and the lock, or while waiting: created again, for as long as
+        // the campaign waits. Named by `_id` alone, each round's upsert creates the document or gives
+        // it its birth time, so only a deletion makes it missing again; with a shard key, a document of
+        // that `_id` under other shard-key values is never found, and the rounds are capped.
+        if (!isLockError(error, 'RessourceNotFound')) throw error;
+        const byIdAlone = Object.keys(target).length === 1;
+        if (byIdAlone ? performance.now() >= ends : round === CREATE_ROUNDS) throw error;
       }
     }
   } finally {
@@ -67,9 +72,17 @@ export async function campaignFor(site: CampaignSite, target: Document, params: 
 function lead(site: CampaignSite, target: Document, value: unknown, params: Record<string, unknown>, boom: BoomLike | undefined, begun: () => void): Promise<ElectionTerm> {
   const { core } = site;
   const call = core.callOptions(params).call;
+  const waitSignal = params.signal as AbortSignal;
   return new Promise((resolve, reject) => {
     let term: ElectionTerm | undefined;
+    // The campaign's signal aborted after the lock was won but before the term began: no term (its
+    // signal ends the wait, never a term); the hold ends at once, which releases, then it rejects.
+    let gaveUp: { readonly reason: unknown } | undefined;
     const body = (handle: LockHandle, holdSignal: AbortSignal): Promise<void> => {
+      if (waitSignal.aborted) {
+        gaveUp = { reason: waitSignal.reason };
+        return Promise.resolve();
+      }
       begun();
       // The campaign's signal aborted as the lock was won: the caller gave up, so the lock is let go (the hold releases it) and the campaign rejects.
       const waitSignal = params.signal as AbortSignal;
@@ -93,10 +106,14 @@ function lead(site: CampaignSite, target: Document, value: unknown, params: Reco
       resolve(term);
       return term.ended;
     };
-    const held = core.using(target, LEADER_TAG, { ...params, locktimeout: site.lease, maxHold: Infinity, [ENTRY_FIELDS]: { value } }, body);
+    // Only a document with a birth time: one the user deleted and inserted again, or replaced whole,
+    // while this campaign waited has none, and its tokens would start again from 1 (below every
+    // earlier term's). Such a document is not found, and the campaign gives it a birth time first.
+    const born = { ...target, [core.engine.paths.born]: { $exists: true } };
+    const held = core.using(born, LEADER_TAG, { ...params, locktimeout: site.lease, maxHold: Infinity, [ENTRY_FIELDS]: { value } }, body);
     held.then(
-      () => term?.finished(held),
-      (error: unknown) => (term ? term.finished(held) : reject(error)),
+      () => (gaveUp ? reject(gaveUp.reason) : term?.finished(held)),
+      (error: unknown) => (term ? term.finished(held) : reject(gaveUp ? gaveUp.reason : error)),
     );
   });
 }

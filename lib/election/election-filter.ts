@@ -13,7 +13,9 @@ export function expectElectionFilter(filter: unknown, shardKey: readonly string[
     if (!allowed.has(key)) {
       throw new TypeError(`Expected \`filter\` to name an election by \`_id\`${shardKey.length ? ` and its shard key (${shardKey.join(', ')})` : ''} only, got key \`${key}\`: an election is one document`);
     }
-    if (value === undefined || (isPlainObject(value) && Object.keys(value).some((k) => k.startsWith('$')))) {
+    // A regular expression is a query too: it selects whichever documents match, and an upsert cannot take a value from it.
+    const pattern = value instanceof RegExp || (typeof value === 'object' && value !== null && (value as { _bsontype?: unknown })._bsontype === 'BSONRegExp');
+    if (value === undefined || pattern || (isPlainObject(value) && Object.keys(value).some((k) => k.startsWith('$')))) {
       throw new TypeError(`Expected \`filter.${key}\` to be a value, got ${describe(value)}: an election is named, not queried`);
     }
   }

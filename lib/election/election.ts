@@ -15,7 +15,7 @@ import { leaderOf, LEADER_TAG, type LeaderState } from '../protocol/leader';
 import { observeLeaders, safetyPollMs, type ElectionReading } from './observe';
 import { watchDocument } from './document-watch';
 import { campaignFor } from './campaign';
-import type { Term } from './term';
+import { ElectionTerm, type Term } from './term';
 
 /** Options of {@link election}. */
 export interface ElectionOptions<TSchema extends Document = Document, P extends PromiseLibrary | undefined = undefined>
@@ -107,7 +107,13 @@ export function election<TSchema extends Document = Document, P extends PromiseL
   };
   const methods = {
     campaign: (filter: unknown, params: unknown) =>
-      core.run((cancellation) => campaignFor(site, expectElectionFilter(filter, shardKey), readParams('params', params, CAMPAIGN), cancellation)),
+      core.run(
+        (cancellation) => campaignFor(site, expectElectionFilter(filter, shardKey), readParams('params', params, CAMPAIGN), cancellation),
+        // A term won after its caller cancelled the campaign (bluebird): nobody holds it, so it resigns.
+        (outcome) => {
+          if ('value' in outcome && outcome.value instanceof ElectionTerm) void outcome.value.resign().catch(() => undefined);
+        },
+      ),
     leader: (filter: unknown, params: unknown) =>
       core.run(async () => {
         const target = expectElectionFilter(filter, shardKey);

@@ -43,8 +43,18 @@ export async function* observeLeaders(site: ObserveSite, signal: AbortSignal | u
     changed = true;
     wake?.();
   };
-  const unwatch = site.watch(poke);
-  signal?.addEventListener('abort', poke);
+  let unwatch: (() => void) | undefined = site.watch(poke);
+  const letGo = (): void => {
+    unwatch?.();
+    unwatch = undefined;
+  };
+  // An abort lets go of the stream at once, also while the consumer is not pulling (suspended at a
+  // yield, the generator would otherwise keep it until its next pull).
+  const aborted = (): void => {
+    letGo();
+    poke();
+  };
+  signal?.addEventListener('abort', aborted, { once: true });
   let timer: NodeJS.Timeout | undefined;
   try {
     let last: { readonly id: string; readonly value: unknown } | null | undefined;
@@ -72,7 +82,7 @@ export async function* observeLeaders(site: ObserveSite, signal: AbortSignal | u
     }
   } finally {
     clearTimeout(timer);
-    signal?.removeEventListener('abort', poke);
-    unwatch();
+    signal?.removeEventListener('abort', aborted);
+    letGo();
   }
 }

@@ -7,7 +7,7 @@ export function expectStorable(name: string, value: unknown): unknown {
     throw new TypeError(`Expected \`${name}\` to be a value MongoDB can store, got ${describe(value)}`);
   }
   try {
-    BSON.serialize({ value });
+    BSON.serialize({ value }, { checkKeys: true }); // keys starting with `$` or holding `.`: a mongod refuses them in an update
   } catch (error) {
     throw new TypeError(`Expected \`${name}\` to be a value MongoDB can store: ${(error as Error).message}`);
   }

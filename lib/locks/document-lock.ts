@@ -15,7 +15,7 @@ import { readLockData } from './lock-passed-back';
 import { readParams, resolveCallOptions, resolveLockOptions, type PromiseLibrary, type ResolvedCallOptions } from '../common/options';
 import { expectFilter, expectFunction, isPlainObject, expectMaxHold, expectMs, expectObject } from '../common/validation';
 import type { TagRule } from '../protocol/lock-data';
-import { inPromiseLibrary, uncancellableWaitWarning, type Cancellation } from '../common/promise-library';
+import { inPromiseLibrary, uncancellableWaitWarning, type Cancellation, type Unclaimed } from '../common/promise-library';
 import { holdWhile, type UsingBody } from './scoped-hold';
 import { releaseHandingOver } from './hand-over';
 import { DEFAULT_MAX_HOLD } from './lease-keeper';
@@ -78,9 +78,9 @@ export class DocumentLock implements HandleOwner, AcquireSite {
     return this.engine.namespace;
   }
 
-  /** Runs `body` and returns its promise in the caller's promise library (which may cancel it). */
-  run<T>(body: (cancellation: Cancellation) => Promise<T>): Promise<T> {
-    return inPromiseLibrary(this.PromiseLib, body);
+  /** Runs `body` and returns its promise in the caller's promise library (which may cancel it); an outcome that arrives after its caller cancelled goes to `unclaimed`. */
+  run<T>(body: (cancellation: Cancellation) => Promise<T>, unclaimed?: (outcome: Unclaimed) => void): Promise<T> {
+    return inPromiseLibrary(this.PromiseLib, body, unclaimed);
   }
 
   /** Runs an acquisition like {@link run}; a lock it won (or registered) after its caller cancelled is released. */
