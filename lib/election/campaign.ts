@@ -84,12 +84,6 @@ function lead(site: CampaignSite, target: Document, value: unknown, params: Reco
         return Promise.resolve();
       }
       begun();
-      // The campaign's signal aborted as the lock was won: the caller gave up, so the lock is let go (the hold releases it) and the campaign rejects.
-      const waitSignal = params.signal as AbortSignal;
-      if (waitSignal.aborted) {
-        reject(waitSignal.reason);
-        return Promise.resolve();
-      }
       term = new ElectionTerm(handle, holdSignal, value, {
         store: core.engine.store,
         paths: core.engine.paths,
