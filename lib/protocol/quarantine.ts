@@ -71,3 +71,8 @@ export function liveQuarantine(lock: StoredLock, now: number): StoredQuarantine 
   if (typeof mark !== 'object' || mark === null || typeof mark.reason !== 'string') return undefined;
   return mark.until instanceof Date && mark.until.getTime() <= now ? undefined : mark;
 }
+
+/** Filter: the document carries a quarantine mark (a string `reason`), live or ended: what `monglock status` reads and judges by `$$NOW`. */
+export function hasQuarantineMark(paths: LockPaths): Document {
+  return { [`${quarantinePath(paths)}.reason`]: { $type: 'string' } };
+}
