@@ -7,7 +7,9 @@ import * as Boom from '@hapi/boom';
 import { expect } from 'chai';
 import type { Collection, Document } from 'mongodb';
 import { acquireAll, isLockError, multiLock, quarantine, semaphore, writeLock, type LockHandle } from '../../lib';
+import { delayedCollection } from '../../stress/delayed-collection';
 import { commandsSentBy, failureOf, freshCollection, newClient, rejectionOf, sleep, snapshotOf } from '../support/fixture';
+import { isCommit, never } from '../support/lock-commands';
 
 /** The entries of every tag of document `id`. */
 async function entriesOf(collection: Collection, id: unknown): Promise<unknown[]> {
@@ -179,6 +181,19 @@ describe('handle.quarantine({ reason, until?, update? }): an error state on the 
     expect(await lock.clearQuarantine({ _id: 'none' })).to.equal(false);
     await (await tagged.acquire({ _id: 1 }, { tag: 'read' })).release();
     await (await lock.acquire({ _id: 1 })).release();
+  });
+
+  it('a quarantine whose reply is lost is settled as a commit: it resolves when it landed (its record is there), and the mark stays', async () => {
+    const collection = await freshCollection([{ _id: 1, state: 'new' }]);
+    // The quarantining write lands; its reply never comes back (the call's deadline passes).
+    const lossy = delayedCollection(collection, { reply: (method, _n, args) => (isCommit(method, args) ? never : undefined) });
+    const lock = writeLock({ collection: lossy, locktimeout: 10_000, timeout: 2_000 });
+    const handle = await lock.acquire({ _id: 1 });
+    await handle.quarantine({ reason: 'bad', update: { $set: { state: 'failed' } } });
+    const doc = await collection.findOne({ _id: 1 as never });
+    expect(doc?.state).to.equal('failed');
+    expect(doc?.lock.quarantine).to.deep.include({ reason: 'bad', by: handle.id });
+    expect(isLockError(await rejectionOf(writeLock({ collection }).acquire({ _id: 1 })), 'Quarantined')).to.equal(true);
   });
 
   it('a lock that was lost leaves no mark: LockWasReacquired, nothing written', async () => {
