@@ -4,9 +4,11 @@
  * or is cleared.
  */
 import * as Boom from '@hapi/boom';
+import type Hapi from '@hapi/hapi';
 import { expect } from 'chai';
 import type { Collection, Document } from 'mongodb';
-import { acquireAll, isLockError, multiLock, quarantine, semaphore, writeLock, type LockHandle } from '../../lib';
+import { acquireAll, isLockError, multiLock, quarantine, semaphore, usingAll, writeLock, type LockHandle } from '../../lib';
+import { makeServer, released, stopServers } from '../support/hapi-server';
 import { delayedCollection } from '../../stress/delayed-collection';
 import { commandsSentBy, failureOf, freshCollection, newClient, rejectionOf, sleep, snapshotOf } from '../support/fixture';
 import { isCommit, never } from '../support/lock-commands';
@@ -284,6 +286,30 @@ describe('handle.quarantine({ reason, until?, update? }): an error state on the 
       const doc = await collection.findOne({ _id: 1 as never });
       expect(doc?.lock.tags.read, 'released').to.deep.equal([]);
       expect(doc?.lock).to.not.have.property('quarantine');
+    });
+
+    it('a usingAll() body or a locked hapi route that returns quarantine() is refused (TypeError, 500): nothing written, every lock released', async () => {
+      const collection = await freshCollection([{ _id: 'a', balance: 100 }, { _id: 'b' }]);
+      const lock = writeLock({ collection, locktimeout: 10_000 });
+      const group = await rejectionOf(usingAll([{ lock, filter: { _id: 'a' } }, { lock, filter: { _id: 'b' } }], {}, () => quarantine('x') as never));
+      expect(group).to.be.instanceOf(TypeError);
+      expect(group.message).to.match(/usingAll\(\).*quarantine/);
+      const server = await makeServer((s) =>
+        s.route({
+          method: 'POST',
+          path: '/accounts/{id}',
+          options: { plugins: { monglock: { lock, filter: (request: Hapi.Request) => ({ _id: request.params.id }) } }, handler: () => quarantine('x', { update: { $set: { balance: 0 } } }) },
+        }),
+      );
+      await server.initialize();
+      expect((await server.inject({ method: 'POST', url: '/accounts/a' })).statusCode).to.equal(500);
+      await released(collection, 'a');
+      for (const doc of await collection.find().toArray()) {
+        expect(doc.lock, String(doc._id)).to.not.have.property('quarantine');
+        expect(doc.lock.tags.write, String(doc._id)).to.deep.equal([]);
+      }
+      expect((await collection.findOne({ _id: 'a' as never }))?.balance).to.equal(100);
+      await stopServers();
     });
   });
 });
