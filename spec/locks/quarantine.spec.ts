@@ -100,6 +100,55 @@ describe('handle.quarantine({ reason, until?, update? }): an error state on the 
     expect(await entriesOf(collection, 1)).to.deep.equal([]);
   });
 
+  it('under contention from many clients (writeLock, multiLock read/write, semaphore), nothing is acquired once the mark lands: the fencing counter stops there', async () => {
+    const collection = await freshCollection([{ _id: 1 }]);
+    const kinds = async (): Promise<Array<(wait: number) => Promise<LockHandle>>> => {
+      const own = await viaNewClient(collection);
+      const write = writeLock({ collection: own, locktimeout: 5_000 });
+      const tagged = multiLock({ collection: own, locktimeouts: { read: 5_000, write: 5_000 } });
+      const permits = semaphore({ collection: own, limit: 2, locktimeout: 5_000 });
+      return [(wait) => write.acquire({ _id: 1 }, { wait }), (wait) => tagged.acquire({ _id: 1 }, { tag: 'read', wait }), (wait) => tagged.acquire({ _id: 1 }, { tag: 'write', wait }), (wait) => permits.acquire({ _id: 1 }, { wait })];
+    };
+    const clients = await Promise.all(Array.from({ length: 6 }, kinds));
+    const acquired: number[] = [];
+    const refusedAfter: string[] = [];
+    let marked: Promise<void> | undefined;
+    let markFence = 0;
+    let markLanded = false;
+    const afterMark: number[] = [];
+    let stop = false;
+    const worker = async (acquire: Array<(wait: number) => Promise<LockHandle>>, index: number): Promise<void> => {
+      for (let round = 0; !stop; round++) {
+        const startedAfterMark = markLanded;
+        const kind = (index + round) % acquire.length;
+        try {
+          const handle = await acquire[kind]!(200);
+          acquired.push(handle.fence);
+          if (startedAfterMark) afterMark.push(handle.fence);
+          // A writeLock hold (kind 0) after the first four holds of the run quarantines its document; every other hold is released.
+          if (!marked && kind === 0 && acquired.length >= 5) {
+            markFence = handle.fence;
+            marked = handle.quarantine({ reason: 'poisoned under load' });
+            await marked;
+            markLanded = true;
+          } else await handle.release().catch(() => undefined);
+        } catch (error) {
+          if (isLockError(error, 'Quarantined')) refusedAfter.push(String(index));
+          else if (!isLockError(error) || error.statusCode !== 409) throw error;
+        }
+        if (refusedAfter.length >= 12) stop = true;
+      }
+    };
+    await Promise.all(clients.map((acquire, index) => worker(acquire, index)));
+    const doc = await collection.findOne({ _id: 1 as never });
+    expect(markFence, 'a write hold quarantined the document').to.be.greaterThan(0);
+    expect(afterMark, 'acquisitions started after the mark landed that won').to.deep.equal([]);
+    expect(doc?.lock.quarantine.by).to.be.a('string');
+    expect(doc?.lock.fence, 'no acquisition after the mark: the counter stopped at the holds before it').to.equal(Math.max(...acquired));
+    expect(await entriesOf(collection, 1), 'holds taken beside it (read, permits) were released by their holders; nothing new').to.deep.equal([]);
+    expect(new Set(refusedAfter).size, 'every client was refused with Quarantined').to.equal(6);
+  });
+
   it('waiters already waiting (here and in other clients) are woken and refused; none of them acquires', async () => {
     const collection = await freshCollection([{ _id: 1 }]);
     const lock = writeLock({ collection, locktimeout: 30_000 });
