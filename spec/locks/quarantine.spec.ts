@@ -134,7 +134,7 @@ describe('handle.quarantine({ reason, until?, update? }): an error state on the 
           } else await handle.release().catch(() => undefined);
         } catch (error) {
           if (isLockError(error, 'Quarantined')) refusedAfter.push(String(index));
-          else if (!isLockError(error) || error.statusCode !== 409) throw error;
+          else if (!isLockError(error) || error.type !== 'conflict') throw error;
         }
         if (refusedAfter.length >= 12) stop = true;
       }
