@@ -29,6 +29,7 @@ async function main(): Promise<void> {
                 queue: { bsonType: 'array' },
                 committed: { bsonType: 'array' },
                 upgrade: { bsonType: 'array' },
+                quarantine: { bsonType: 'object', required: ['reason', 'since', 'by'], properties: { reason: { bsonType: 'string' }, since: { bsonType: 'date' }, until: { bsonType: 'date' }, by: { bsonType: 'string' } } },
               },
             },
           },

@@ -11,6 +11,9 @@ export { semaphore, PERMIT_TAG } from './locks/semaphore';
 export type { Semaphore, SemaphoreOptions, SemaphoreAcquireParams, SemaphoreReleaseParams, SemaphoreExtendParams } from './locks/semaphore';
 export { withOwner } from './locks/owner-context';
 export type { ForceReleaseParams } from './locks/forced-release';
+export { quarantine, Quarantine } from './locks/quarantine';
+export type { QuarantineParams, QuarantineOptions, ClearQuarantineParams } from './locks/quarantine';
+export type { QuarantineData } from './engine/quarantined';
 export { MAX_HOLDS } from './protocol/reentry';
 export { LockHandle } from './locks/lock-handle';
 export { commit, Commit, type CommitOptions } from './locks/commit';
@@ -35,6 +38,7 @@ export type {
 } from './common/options';
 export type { LockRelationships, TagRelationship, TagLimits } from './locks/relationships';
 export type { StoredLock, StoredEntry, StoredCommit, StoredTicket, StoredUpgrade } from './protocol/stored-format';
+export type { StoredQuarantine } from './protocol/quarantine';
 export type { ConvertParams } from './locks/conversion';
 export type { UsingBody } from './locks/scoped-hold';
 export type { InspectParams, LockInspection, InspectedLock, InspectedWaiter } from './locks/inspection';

@@ -14,7 +14,8 @@ export type LockErrorSubtype =
   | 'SemaphoreFull'
   | 'LimitMismatch'
   | 'TooManyHolds'
-  | 'UpgradeConflict';
+  | 'UpgradeConflict'
+  | 'Quarantined';
 
 /** The subtype of a refused acquisition: writeLock's, multiLock's, or a semaphore's. */
 export type ConflictSubtype = 'LockAlreadyTaken' | 'CooperativeLock' | 'SemaphoreFull';
@@ -32,6 +33,7 @@ const TYPES: Readonly<Record<LockErrorSubtype, { type: LockErrorType; statusCode
   LimitMismatch: { type: 'conflict', statusCode: 409 },
   TooManyHolds: { type: 'conflict', statusCode: 409 },
   UpgradeConflict: { type: 'conflict', statusCode: 409 },
+  Quarantined: { type: 'conflict', statusCode: 409 },
 };
 
 /**

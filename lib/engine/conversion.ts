@@ -13,6 +13,7 @@ import { stampRefused, type Verdict } from './stamp-refusals';
 import { observeWrite } from './stamped-write';
 import type { Inspection, Timed } from './store';
 import { classifyWriteFailure, describeWriteFailure } from './write-failures';
+import { quarantinedVerdict } from './quarantined';
 
 /**
  * Converts `lock` to `tag` ({@link convertOperation}): resolves the lock with its new tag, token
@@ -126,6 +127,8 @@ function explainRefusedConversion(
   const stored = engine.paths.read(seen.value);
   const now = seen.serverNow?.getTime() ?? 0;
   if (!liveEntries(stored, lock.tag, now).some((entry) => entry.id === lock.id)) return undefined;
+  const quarantined = quarantinedVerdict(stored, now, call.boom, seen.value._id);
+  if (quarantined) return quarantined;
   const to = engine.rule(tag);
   const deadlock = upgradeWaitingFor(engine, stored, lock, to, now);
   if (deadlock) return { retry: false, error: deadlock(call) };

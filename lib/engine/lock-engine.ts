@@ -164,7 +164,7 @@ export class LockEngine {
    */
   release(target: Document, tag: string, proof: Proof | undefined, claimed: ClaimedLock | undefined, call: ResolvedCallOptions, write: ReleaseWrite = {}): Promise<void> {
     // A plain release of a lock its keeper gave up, or whose lease is about to end, is a cleanup: after the extensions of live leases, a few at a time, never held back with the attempts (the lease it ends may be longer than this client knows).
-    const ending = claimed !== undefined && write.update === undefined && (claimed.lapsed === true || this.clock.remaining(claimed.expiresAt) < ENDING_LEASE_MS);
+    const ending = claimed !== undefined && write.update === undefined && write.mark === undefined && (claimed.lapsed === true || this.clock.remaining(claimed.expiresAt) < ENDING_LEASE_MS);
     return this.releaseAt(ending ? 'cleanup' : 'release', { target, tag, proof, claimed, write }, call);
   }
 

@@ -12,6 +12,7 @@ import { laterStampVerdict, stampLag, stampRefused } from './stamp-refusals';
 import { observeWrite } from './stamped-write';
 import type { Timed } from './store';
 import { failedAcquisition } from './write-failures';
+import { quarantinedVerdict } from './quarantined';
 
 /** How many times an owner's acquisition reads the document again after the lock changed under it. */
 const OWNED_ROUNDS = 6;
@@ -107,6 +108,8 @@ async function reenter(engine: LockEngine, target: Document, tag: string, owner:
       if (!seen.value) return noDocument(call.boom);
       const stored = paths.read(seen.value);
       const now = seen.serverNow?.getTime() ?? stamp;
+      const quarantined = quarantinedVerdict(stored, now, call.boom, seen.value._id);
+      if (quarantined) return quarantined;
       const holds = holdsOf(stored, tag, owner, now).filter((hold) => hold.fence === fence);
       if (holds.length === 0) return { retry: false, error: lockError('LockNotFound', call.boom, { detail: `owner ${owner}'s holds ended` }) };
       if (holds.length >= MAX_HOLDS) {

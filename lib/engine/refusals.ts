@@ -10,6 +10,7 @@ import { earlierTickets } from '../protocol/tickets';
 import { refusedBy } from './acquired';
 import { laterStampVerdict, stampLag, stampRefused, type Verdict } from './stamp-refusals';
 import { releasedHere } from './recent-releases';
+import { quarantinedVerdict } from './quarantined';
 import type { Inspection } from './store';
 
 /** Why an update that needed a document matched nothing: there is none. */
@@ -35,7 +36,8 @@ export interface AcquireContext {
 }
 
 /**
- * Explains an acquisition that matched nothing, from a read of the document: no document; processes
+ * Explains an acquisition that matched nothing, from a read of the document: no document; a live
+ * quarantine mark (`Quarantined`, final: it wins over every other refusal); processes
  * that disagree on the tag's limit (`LimitMismatch`); held by a cooperative tag; waiters first in line
  * (fair mode); too few permits left; a later acquisition stamped meanwhile (retry with a later
  * stamp); a stamp the server refused (retry); the kind's own conditions.
@@ -46,6 +48,8 @@ export function explainRefusedAcquisition(context: AcquireContext, seen: Inspect
   const lock = paths.read(seen.value);
   const now = seen.serverNow?.getTime() ?? stamp;
   const refused = (detail: string): Verdict => ({ retry: false, error: refusedBy(lockError(conflict, boom, { detail }), seen.value?._id) });
+  const quarantined = quarantinedVerdict(lock, now, boom, seen.value._id);
+  if (quarantined) return quarantined;
   const mismatch = limitMismatch(lock, rule, now);
   if (mismatch !== undefined) return { retry: false, error: refusedBy(lockError('LimitMismatch', boom, { detail: mismatch }), seen.value._id) };
   const holders = rule.cooperative.filter((other) => liveEntries(lock, other, now).length > 0);

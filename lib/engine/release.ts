@@ -5,6 +5,7 @@ import { inTransaction, type FinalWrite } from '../common/write-params';
 import type { LockData, TagRule } from '../protocol/lock-data';
 import type { Proof } from '../protocol/proofs';
 import { forcedReleaseOperation, releaseOperation } from '../protocol/release';
+import { mergeUpdates } from '../protocol/operation';
 import { commitRecord, DATA_WRITE_CONCERN, settleCommit, settleTimestampCommit } from './commit-outcome';
 import type { EngineSettings } from './lock-engine';
 import { explainLostLock } from './refusals';
@@ -14,6 +15,8 @@ import { failedRelease } from './write-failures';
 /** What a release writes besides removing the lock: the caller's final write (a commit), and the group of a `commitAll`. */
 export interface ReleaseWrite extends Partial<FinalWrite> {
   readonly group?: string;
+  /** Monglock's own update of the lock field, applied as a commit's (a quarantine mark: lib/protocol/quarantine.ts). */
+  readonly mark?: Document;
 }
 
 /** A release to run: the document it addresses, the lock (its tag, its proof, its data if known), what it also writes. */
@@ -28,7 +31,8 @@ export interface LockRelease {
 
 /**
  * Release ({@link releaseOperation}, at `releaseW`), or commit (with `write.update`, at
- * majority), or without a proof monglock v2's forced release ({@link forcedReleaseOperation}).
+ * majority; with `write.mark`, a quarantine: the same commit, the mark merged into its update),
+ * or without a proof monglock v2's forced release ({@link forcedReleaseOperation}).
  * A commit whose reply is lost is settled (see {@link settleCommit}); a group's commit records its
  * `group`. Inside the caller's transaction (`call.session`), a failure is not settled: the
  * transaction decides what lands.
@@ -36,7 +40,8 @@ export interface LockRelease {
 export async function releaseLock(settings: EngineSettings, rule: TagRule, request: LockRelease, call: ResolvedCallOptions, readClock: () => Promise<void>): Promise<void> {
   const { paths, store, clock, reportsReacquired } = settings;
   const { target, tag, proof, claimed, write } = request;
-  const { update, group } = write;
+  const { group } = write;
+  const update = write.mark ? mergeUpdates(write.update, write.mark) : write.update;
   if (!proof) {
     const matched = await withDbErrors(call.boom, () => store.applyOne(forcedReleaseOperation(paths, target, tag), call, call.releaseW)).catch((error: unknown) => {
       throw isLockError(error, 'DbError') ? failedRelease(error, call.boom) : error;

@@ -3,6 +3,7 @@ import { knownKeys } from '../common/known-keys';
 import { readParams, type HoldParams } from '../common/options';
 import { expectFunction, expectMaxHold } from '../common/validation';
 import { CommitRequest, FOREIGN_COMMIT, isBareUpdate, isForeignCommit } from '../locks/commit';
+import { Quarantine } from '../locks/quarantine';
 import { DEFAULT_MAX_HOLD } from '../locks/lease-keeper';
 import type { LockHandle } from '../locks/lock-handle';
 import { ACQUIRE_ALL_KEYS, acquireGroup, GROUP_MISPLACED, type AcquireAllParams } from './acquire-all';
@@ -71,6 +72,10 @@ async function holdGroup<T>(group: HandleGroup, outer: AbortSignal | undefined, 
   if (result instanceof CommitRequest) {
     await end();
     throw new TypeError('Expected a `usingAll()` body to return `commitAll([update, …], value)`, one update per request: `commit(update)` is for one document');
+  }
+  if (result instanceof Quarantine) {
+    await end();
+    throw new TypeError('Expected a `usingAll()` body not to return `quarantine(reason)`, which ends one document\'s hold (`using()`, or `handle.quarantine()` on a member): nothing was written, and every lock was released');
   }
   if (result instanceof CommitAllRequest) {
     try {

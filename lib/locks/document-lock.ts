@@ -26,6 +26,7 @@ import { LockPaths } from '../protocol/stored-format';
 import { changeFeedOf } from '../waiting/change-feed';
 import { LocalWaiters } from '../waiting/local-waiters';
 import { readWaitParams } from '../waiting/wait-options';
+import { quarantineHold } from './quarantine';
 
 /** How the two factories differ. */
 export interface DocumentLockKind {
@@ -141,20 +142,19 @@ export class DocumentLock implements HandleOwner, AcquireSite {
 
   /**
    * Releases the lock identified by `proof` (or, without one, force-releases `tag`) in the
-   * document `target` addresses; with `params.update`, applies it in the same write, only if the
-   * lock is still held.
+   * document `target` addresses; with `params.update` (or `mark`, a quarantine's), applies it in the same write, only if it is held.
    */
-  releaseWith(target: unknown, tag: string, proof: Proof | undefined, claimed: LockData | undefined, params: unknown, group?: string): Promise<void> {
-    if (!isTraced('release')) return this.releaseNow(target, tag, proof, claimed, params, group);
+  releaseWith(target: unknown, tag: string, proof: Proof | undefined, claimed: LockData | undefined, params: unknown, group?: string, mark?: Document): Promise<void> {
+    if (!isTraced('release')) return this.releaseNow(target, tag, proof, claimed, params, group, mark);
     return traced(
       'release',
       () => ({ operation: 'release', kind: this.kindName, namespace: this.engine.namespace, tag, lockId: claimed?.id || undefined, fence: claimed?.fence || undefined }),
       () => this.clock.local(),
-      () => this.releaseNow(target, tag, proof, claimed, params, group),
+      () => this.releaseNow(target, tag, proof, claimed, params, group, mark),
     );
   }
 
-  private async releaseNow(target: unknown, tag: string, proof: Proof | undefined, claimed: LockData | undefined, params: unknown, group?: string): Promise<void> {
+  private async releaseNow(target: unknown, tag: string, proof: Proof | undefined, claimed: LockData | undefined, params: unknown, group?: string, mark?: Document): Promise<void> {
     const filter = expectFilter('filter', target);
     const { params: p, call: plain } = this.callOptions(params);
     const { write, session, call } = finalCallOf(p, this.engine.field, plain);
@@ -162,10 +162,10 @@ export class DocumentLock implements HandleOwner, AcquireSite {
     if (session && !proof) throw new TypeError('Expected `params.lock` (or `params.timestamp`) with `params.session`: a forced release joins no transaction');
     const inside = proof && inTransaction(call) ? proof : undefined;
     if (inside) this.transactionWrites.wrote(inside, call);
-    const release = (): Promise<void> => this.engine.release(filter, tag, proof, claimed, call, { ...write, group });
+    const release = (): Promise<void> => this.engine.release(filter, tag, proof, claimed, call, { ...write, group, ...(mark && { mark }) });
     const released = (): void => this.released(filter, tag, proof && 'id' in proof ? proof.id : undefined, claimed?.permits);
     // A release in a transaction is not handed over: the waiter's lock would be the transaction's until it commits.
-    await releaseHandingOver(this.engine, this.waiters, filter, write || inTransaction(call) || !proof || !('id' in proof) ? undefined : claimed, call, release, released);
+    await releaseHandingOver(this.engine, this.waiters, filter, write || mark || inTransaction(call) || !proof || !('id' in proof) ? undefined : claimed, call, release, released);
     if (inside) this.transactionWrites.released(inside, () => this.engine.release(filter, tag, inside, claimed, plain), plain.timeout);
   }
 
@@ -194,6 +194,9 @@ export class DocumentLock implements HandleOwner, AcquireSite {
     if (id !== undefined && !(isPlainObject(id) && Object.keys(id).some((key) => key.startsWith('$')))) this.waiters.released(id, tag, lockId, permits);
     else if (lockId !== undefined) this.waiters.releasedLock(lockId, tag, permits);
   }
+
+  /** Ends the hold of `lock` with a quarantine mark (lib/locks/quarantine.ts). */
+  readonly quarantine = (target: Document, lock: LockData, params: unknown): Promise<void> => quarantineHold(this, target, lock, params);
 
   extend(target: Document, lock: LockData, params: unknown, locktimeout: unknown): Promise<Extension> {
     return this.keep(target, lock, params, locktimeout) as Promise<Extension>;

@@ -32,6 +32,8 @@ export interface Extension {
 export interface HandleOwner {
   /** Releases `lock`; `params` as the caller passed them (validated against {@link HANDLE_PARAMS}); a commit of a group records its id. */
   release(target: Document, lock: LockData, params: unknown, group?: string): Promise<void>;
+  /** Ends the hold of `lock` with a quarantine mark (exclusive document locks only); `params` as passed. */
+  quarantine?(target: Document, lock: LockData, params: unknown): Promise<void>;
   /** Converts `lock` to `tag` (multiLock locks only); `params` as passed; when it rejects, `aftermath` hears what became of the lock. */
   convert?(target: Document, lock: LockData, tag: unknown, params: unknown, aftermath: (after: ConversionAftermath) => void): Promise<{ readonly lock: LockData; readonly appliedAt?: number }>;
   /** Extends `lock` to `locktimeout` ms (the positional argument; default the lock's lease); `params` as passed. */

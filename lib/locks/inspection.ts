@@ -10,6 +10,7 @@ import { NEVER } from '../protocol/lock-data';
 import { readHolds, type ReadHold } from '../protocol/lock-reading';
 import { usedPermits } from '../protocol/permits';
 import { pendingUpgrade } from '../protocol/convert';
+import { liveQuarantine } from '../protocol/quarantine';
 import type { LockPaths, StoredLock } from '../protocol/stored-format';
 
 /** Per-call options of `inspect`: a read, so only its deadline and the boom module. */
@@ -75,6 +76,8 @@ export interface LockInspection {
   readonly permits: Readonly<Record<string, { readonly used: number; readonly limit: number | null }>>;
   /** A pending upgrade (a conversion that waits, with writer preference): the converting lock's id, the tag it waits to become, when its mark lapses unless renewed. */
   readonly upgrade: { readonly lockId: string; readonly tag: string; readonly expiresAt: Date } | null;
+  /** A live quarantine mark (every acquisition is refused with `Quarantined` while it lasts): its reason, when it was set and ends (null: when it is cleared), by the server's clock, and the id of the lock whose holder set it; null: none. */
+  readonly quarantine: { readonly reason: string; readonly since: Date; readonly until: Date | null; readonly by: string } | null;
 }
 
 /** The inspection of the document `seen` read (its lock property and the server's clock), limited to `tags`. */
@@ -105,7 +108,14 @@ export function inspectionOf(seen: Inspection & { value: Document }, paths: Lock
     waiting: tickets.filter(ours).map((ticket) => ({ id: ticket.id, tag: ticket.tag, since: ticket.at, expiresAt: ticket.exp })),
     permits: Object.fromEntries(limited.map((tag) => [tag, { used: usedPermits(stored, tag, now), limit: stored.limits?.[tag] ?? null }])),
     upgrade: upgradeOf(stored, now, tags),
+    quarantine: quarantineOf(stored, now),
   };
+}
+
+/** The live quarantine mark, if any. */
+function quarantineOf(stored: StoredLock, now: number): LockInspection['quarantine'] {
+  const mark = liveQuarantine(stored, now);
+  return mark ? { reason: mark.reason, since: mark.since, until: mark.until instanceof Date ? mark.until : null, by: mark.by } : null;
 }
 
 /** The live pending upgrade of one of `tags`, if any. */

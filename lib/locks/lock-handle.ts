@@ -5,6 +5,7 @@ import type { Unclaimed } from '../common/promise-library';
 import type { PromiseOf } from '../common/promise-types';
 import type { ConversionAftermath, ConvertParams } from './conversion';
 import { FollowedLock } from './followed-lock';
+import type { QuarantineParams } from './quarantine';
 
 export type { LockData } from '../protocol/lock-data';
 export { extensionOf, HANDLE_PARAMS, type Extension, type HandleOwner, type HandleParams, type KeptExtension } from './handle-owner';
@@ -50,6 +51,14 @@ export interface LockHandle<TSchema extends Document = Document, P = undefined, 
    * it applies, `session` joins the caller's transaction (see `UpdateParams`).
    */
   release(params?: HandleParams<TSchema>): PromiseOf<P, void>;
+  /**
+   * Ends this hold in one write that leaves a quarantine mark (`reason`, the server's time, this
+   * lock's id; until `until` or `clearQuarantine`): every acquisition of the document is then refused
+   * with `Quarantined` (409). `update` is applied by the same write, as a commit's. Only a lock that
+   * holds its document alone (a writeLock, a multiLock tag cooperative with itself, not an owner's);
+   * else a TypeError, before anything is written.
+   */
+  quarantine(params: QuarantineParams<TSchema>): PromiseOf<P, void>;
   /**
    * Pushes the lease forward to `locktimeout` ms (default: the tag's lease) from the server's now.
    * Fails with `LockNotFound`/`LockWasReacquired` if the lock was lost; never re-creates it.
@@ -205,6 +214,13 @@ export class Handle implements LockHandle<Document, unknown, Document | undefine
       if (isLockError(error, 'LockNotFound') || isLockError(error, 'LockWasReacquired')) return;
       throw error;
     });
+  }
+
+  /** Ends this hold with a quarantine mark (see {@link LockHandle.quarantine}). */
+  quarantine(params: QuarantineParams): Promise<void> {
+    const quarantine = this.#owner.quarantine?.bind(this.#owner);
+    if (!quarantine) return Promise.reject(new TypeError('Only a writeLock or multiLock lock is quarantined'));
+    return this.#lock.following(() => quarantine(this.#target, Handle.claim(this), params));
   }
 
   /** Pushes the lease forward (see {@link LockHandle.extend}). */

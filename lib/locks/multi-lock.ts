@@ -1,5 +1,6 @@
 import type { Document } from 'mongodb';
 import { DocumentLock } from './document-lock';
+import { clearQuarantineMethod, type ClearQuarantineParams } from './quarantine';
 import { inspectMethod, type InspectParams, type LockInspection } from './inspection';
 import { describedAs } from './lock-kind';
 import type { UsingBody } from './scoped-hold';
@@ -97,6 +98,12 @@ export interface MultiLock<TSchema extends Document = Document, P = undefined, T
    */
   inspect(filter: LockFilter<TSchema>, params?: InspectParams): PromiseOf<P, LockInspection>;
   /**
+   * Removes the quarantine mark (`handle.quarantine`) of the document `filter` names, live or
+   * ended, in one update: resolves true when a mark was removed, false when it had none (or none
+   * matches). Acquisitions are then judged as before the mark.
+   */
+  clearQuarantine(filter: LockFilter<TSchema>, params?: ClearQuarantineParams): PromiseOf<P, boolean>;
+  /**
    * Takes every lock of `params.tag` of the first document matching `filter` from whoever holds
    * it (a multiLock's `release` always names its lock). Rejects with `RessourceNotFound` (404)
    * when none matches.
@@ -128,7 +135,7 @@ function namedLock(core: DocumentLock, filter: unknown, params: unknown, known: 
   return { lock: core.lockData('params.lock', p.lock), target };
 }
 
-/** `release` and `extend` of the lock `params.lock` names, and `inspect`: alike for a multiLock and a semaphore. */
+/** `release` and `extend` of the lock `params.lock` names, `inspect` and `clearQuarantine`: alike for a multiLock and a semaphore. */
 export function namedLockMethods(core: DocumentLock, release: KnownKeys, extend: KnownKeys) {
   return {
     release: (filter: unknown, params: unknown) =>
@@ -142,6 +149,7 @@ export function namedLockMethods(core: DocumentLock, release: KnownKeys, extend:
         return core.extendWith(target, lock, { id: lock.id }, params);
       }),
     inspect: inspectMethod(core),
+    clearQuarantine: clearQuarantineMethod(core),
   };
 }
 

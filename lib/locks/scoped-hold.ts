@@ -7,15 +7,17 @@ import { NEVER } from '../protocol/lock-data';
 import { Handle, type LockHandle } from './lock-handle';
 import { endHold, type HoldEnd } from './transaction-writes';
 import { linkSignals } from '../waiting/wait-options';
+import { Quarantine } from './quarantine';
 
 /**
  * The body of `using()`: runs while the lock is held; `signal` aborts if the lease is lost. It
- * may return {@link commit}`(update, value)` to end with a write applied by the release itself.
+ * may return {@link commit}`(update, value)` to end with a write applied by the release itself,
+ * or `quarantine(reason, options)` to end it with a quarantine mark (lib/locks/quarantine.ts).
  */
 export type UsingBody<T, H = LockHandle, TSchema extends Document = Document> = (
   handle: H,
   signal: AbortSignal,
-) => T | Commit<T, TSchema> | PromiseLike<T | Commit<T, TSchema>>;
+) => T | Commit<T, TSchema> | Quarantine<T, TSchema> | PromiseLike<T | Commit<T, TSchema> | Quarantine<T, TSchema>>;
 
 /** How to keep and end a held lock while a body runs. */
 export interface HoldSettings {
@@ -39,7 +41,7 @@ export interface HoldSettings {
  * Resolves the body's result; a body error is never masked by a release failure; a failed
  * release after a successful body rejects (the lock was lost), except `RessourceNotFound` (the
  * body may delete the document). A body that returns a {@link Commit} has its update applied by
- * the release (rejecting if it could not be). No timer is left afterwards. A lock the body wrote in
+ * the release (rejecting if it could not be); a {@link Quarantine}, its mark. No timer is left afterwards. A lock the body wrote in
  * the caller's transaction is not released inside it (see {@link HoldEnd}), and is no longer kept
  * once released there.
  */
@@ -62,18 +64,19 @@ export async function holdWhile<T, H extends Handle>(handle: H, settings: HoldSe
     else if (handle.expiresAt < NEVER) keeper = keep(Math.max(1, handle.remaining()));
   });
   const release = (end: HoldEnd): Promise<void> => endHold(end, () => handle.release(settings.callParams), settings.callParams.timeout);
-  const finish = async (commit?: { update: Document; options: object }): Promise<void> => {
+  const finish = async (commit?: { update: Document; options: object }, marked?: Quarantine<unknown, Document>): Promise<void> => {
     unwatch();
-    const end = commit ? 'release' : ending();
+    const end = commit || marked ? 'release' : ending();
     const stopping = keeper?.stop();
     // An extension sent while the caller's transaction holds the document lands once it ends: not waited for.
     if (end === 'release') await stopping;
     outer.signal?.removeEventListener('abort', forward);
     outer.dispose();
     if (commit) return handle.release({ ...settings.callParams, ...commit.options, update: commit.update });
+    if (marked) return handle.quarantine({ timeout: settings.callParams.timeout, boom: settings.boom, ...marked.options, reason: marked.reason });
     await release(end);
   };
-  let result: T | Commit<T, Document>;
+  let result: T | Commit<T, Document> | Quarantine<T, Document>;
   try {
     result = await body(handle, controller.signal);
   } catch (error) {
@@ -92,9 +95,9 @@ export async function holdWhile<T, H extends Handle>(handle: H, settings: HoldSe
     await finish().catch(() => undefined);
     throw new TypeError('Expected a `using()` body to return `commit(update, value)`, for its one document: `commitAll([update, …])` is for a `usingAll()` group (nothing was written, and the lock was released)');
   }
-  if (result instanceof CommitRequest) {
+  if (result instanceof CommitRequest || result instanceof Quarantine) {
     try {
-      await finish(result);
+      await (result instanceof Quarantine ? finish(undefined, result) : finish(result));
     } catch (error) {
       if (!isLockError(error, 'LockNotFound') && !isLockError(error, 'LockWasReacquired')) await release(ending()).catch(() => undefined);
       throw error;

@@ -1,6 +1,7 @@
 import type { Document } from 'mongodb';
 import { DocumentLock } from './document-lock';
 import type { InspectParams, LockInspection } from './inspection';
+import type { ClearQuarantineParams } from './quarantine';
 import { describedAs } from './lock-kind';
 import type { UsingBody } from './scoped-hold';
 import type { LockHandle } from './lock-handle';
@@ -65,6 +66,12 @@ export interface Semaphore<TSchema extends Document = Document, P = undefined> {
   ): PromiseOf<P, T>;
   /** A look without locking: the live holders (with their permits), the stored limit and the fair-mode waiters. */
   inspect(filter: LockFilter<TSchema>, params?: InspectParams): PromiseOf<P, LockInspection>;
+  /**
+   * Removes the quarantine mark (`handle.quarantine`) of the document `filter` names, live or
+   * ended, in one update: resolves true when a mark was removed, false when it had none (or none
+   * matches). Acquisitions are then judged as before the mark.
+   */
+  clearQuarantine(filter: LockFilter<TSchema>, params?: ClearQuarantineParams): PromiseOf<P, boolean>;
   /**
    * Takes every permit of the first document matching `filter` from its holders (a semaphore's
    * `release` always names its holder). Rejects with `RessourceNotFound` (404) when none matches.

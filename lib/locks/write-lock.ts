@@ -10,6 +10,7 @@ import { CALL_KEYS, FIXED_PER_LOCK, LOCK_OPTION_KEYS, readParams, UPDATE_KEYS, t
 import { expectBoolean, expectFilter, expectMs, expectTimestamp } from '../common/validation';
 import { FORCE_RELEASE, forcedReleaseRefused, forceReleaseMethod, type ForceReleaseParams } from './forced-release';
 import { resolveTagRules } from './relationships';
+import { clearQuarantineMethod, type ClearQuarantineParams } from './quarantine';
 import type { WaitOptions } from '../waiting/wait-options';
 
 /** The tag under which writeLock stores its entries (a multiLock on the same document sees it as `write`). */
@@ -118,6 +119,12 @@ export interface WriteLock<TSchema extends Document = Document, P = undefined> {
    * document matches. What it shows may change the moment after it is read.
    */
   inspect(filter: LockFilter<TSchema>, params?: InspectParams): PromiseOf<P, LockInspection>;
+  /**
+   * Removes the quarantine mark (`handle.quarantine`) of the document `filter` names, live or
+   * ended, in one update: resolves true when a mark was removed, false when it had none (or none
+   * matches). Acquisitions are then judged as before the mark.
+   */
+  clearQuarantine(filter: LockFilter<TSchema>, params?: ClearQuarantineParams): PromiseOf<P, boolean>;
 }
 
 /**
@@ -180,6 +187,7 @@ export function writeLock<TSchema extends Document = Document, P extends Promise
       }),
     forceRelease: forceReleaseMethod(core, FORCE_RELEASE, () => WRITE_TAG),
     inspect: inspectMethod(core),
+    clearQuarantine: clearQuarantineMethod(core),
   };
   // The methods return the `Promise` option's promises (run() makes them): typed as such here.
   return describedAs(lock, { kind: 'writeLock', tags: core.engine.tags, field: core.engine.field, core }) as unknown as WriteLock<TSchema, P>;

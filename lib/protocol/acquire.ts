@@ -17,6 +17,7 @@ import {
   type StoredEntry,
 } from './stored-format';
 import { recordStamp, stampNotBeforeRecent } from './recent-stamps';
+import { notQuarantined } from './quarantine';
 
 /** What a lock kind adds to an acquisition (resource locks: owner details, a limit, a GC date). */
 export interface AcquireExtension {
@@ -66,7 +67,8 @@ export interface AcquireRequest {
  * must be the caller's unless no permit is live (see lib/protocol/permits.ts); for an owner's first hold, that the fencing counter is still the one
  * read (so that its entry can keep its token for the owner's nested holds), or unpinned, that the
  * owner holds none by `$$NOW` (so that it has one first hold, one token); no pending upgrade
- * that waits for this tag (lib/protocol/convert.ts: writer preference); in fair mode, no live ticket of a cooperative tag (or, limited, of
+ * that waits for this tag (lib/protocol/convert.ts: writer preference); no live quarantine mark
+ * (lib/protocol/quarantine.ts); in fair mode, no live ticket of a cooperative tag (or, limited, of
  * its own) that came first; and the kind's conditions.
  *
  * Writes the entry (replacing an exclusive tag's array, whose entries the filter proved expired;
@@ -110,6 +112,7 @@ export function acquireOperation(request: AcquireRequest): LockOperation {
     extension?.update?.(at, entry.exp),
   );
   const filter = allOf(request.filter, [
+    notQuarantined(paths),
     ...rule.cooperative.map((other) => (other === tag && replacing !== undefined ? noLiveEntry(paths, other, at, replacing) : noLiveEntry(paths, other, at))),
     ...(replacing !== undefined ? [hasEntry(paths, tag, { id: replacing })] : []),
     ...(rule.exclusive ? [stampNotBeforeRecent(paths, tag, at)] : []),

@@ -16,6 +16,7 @@ import {
   type StoredUpgrade,
 } from './stored-format';
 import { recordStamp, stampNotBeforeRecent } from './recent-stamps';
+import { notQuarantined } from './quarantine';
 
 /**
  * Converting a held multiLock lock to another tag (read → write, write → read) in one update, and
@@ -68,7 +69,8 @@ export function noPendingUpgrade(paths: LockPaths, tags: readonly string[], stam
  * expiry and fencing token (+1 on the document's counter). Checks, in the filter: the lock is in
  * `from` and unexpired by `$$NOW`; at the stamp, no entry but its own of a tag the new one waits
  * for ({@link conversionWaitsFor}); the stamp (as an acquisition does); the new tag's limit; and
- * no other holder's pending upgrade that the new tag would hold up. Writes the move, the new
+ * no other holder's pending upgrade that the new tag would hold up; no live quarantine mark (a
+ * conversion is an acquisition of its new tag). Writes the move, the new
  * token, the server's clock and the latest expiry, and takes its own upgrade mark out.
  *
  * Why it never admits a second holder: the new tag's checks are an acquisition's, made at a stamp
@@ -84,6 +86,7 @@ export function convertOperation(request: ConvertRequest): LockOperation {
   const stored: StoredEntry = limited ? { ...entry, permits: 1 } : entry;
   return {
     filter: allOf(request.target, [
+      notQuarantined(paths),
       { $expr: { $and: [entryLiveOnServer(paths, from.tag, { id: entry.id }), stampWithin(at, request.tolerance)] } },
       ...conversionWaitsFor(to).map((tag) => (tag === from.tag ? noOtherLiveEntry(paths, tag, at, entry.id) : noLiveEntry(paths, tag, at))),
       ...(to.exclusive ? [stampNotBeforeRecent(paths, to.tag, at)] : []),

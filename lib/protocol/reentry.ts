@@ -3,6 +3,7 @@ import type { TagRule } from './lock-data';
 import { mergeUpdates, type LockOperation } from './operation';
 import { allOf, entryUnexpired, everyEntryDead, liveEntries, pruneCommits, pruneTags, recordJudged, stampWithin, type LockPaths, type StoredEntry, type StoredLock } from './stored-format';
 import { recordStamp, stampNotBeforeRecent } from './recent-stamps';
+import { notQuarantined } from './quarantine';
 
 /**
  * Reentrant locks, keyed by an owner (a string the caller chooses). Each hold of an owner is an
@@ -74,7 +75,7 @@ function ownerHolds(paths: LockPaths, tag: string, owner: string, fence: number)
  * Re-enter: adds a hold for `owner`, which already holds the lock. Checks, in the filter, that an
  * entry of the owner with the lock's token is unexpired by `$$NOW`, that it has fewer than
  * {@link MAX_HOLDS} such entries, that every tag the rule asserts over is gone (a registration
- * still waiting for them is not a hold to nest in), and the stamp (as an acquisition does). Writes
+ * still waiting for them is not a hold to nest in), no live quarantine mark, and the stamp (as an acquisition does). Writes
  * the new entry (with the same `owner` and `fence`), the server's clock and the latest expiry; it
  * does not move the fencing counter, extends no other hold, and bypasses the fair queue (the
  * owner holds the lock already: queueing behind waiters who wait for it could never end).
@@ -91,6 +92,7 @@ export function reenterOperation(request: ReenterRequest): LockOperation {
   const stored: StoredEntry = { ...entry, owner: request.owner, fence: request.fence };
   return {
     filter: allOf(request.target, [
+      notQuarantined(paths),
       { $expr: { $and: [{ $gt: [{ $size: held }, 0] }, { $lt: [{ $size: held }, MAX_HOLDS] }, stampWithin(entry.at, request.tolerance), ...asserted] } },
       ...(rule.exclusive ? [stampNotBeforeRecent(paths, rule.tag, entry.at)] : []),
     ]),

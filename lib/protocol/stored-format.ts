@@ -1,4 +1,5 @@
 import type { Document } from 'mongodb';
+import type { StoredQuarantine } from './quarantine';
 
 /**
  * The lock as stored in a document, under `options.field` (default `lock`):
@@ -98,6 +99,8 @@ export interface StoredLock {
   until?: Date;
   /** The latest stamp at which a write judged the entries (`$max`): an entry that expired by it is dead, whatever command lands later. */
   judged?: Date;
+  /** A quarantine mark: while it is live, every acquisition is refused (lib/protocol/quarantine.ts). */
+  quarantine?: StoredQuarantine;
   tags?: Record<string, StoredEntry[] | undefined>;
 }
 
@@ -106,7 +109,7 @@ export interface StoredLock {
  * `active`/`timestamp`). monglock v2 stored a tag's entries at `lock.<tag>`, so a v2 document with
  * a tag of one of these names collides with this layout (an acquisition fails with DbError).
  */
-export const RESERVED_TAG_NAMES: ReadonlySet<string> = new Set(['fence', 'now', 'recent', 'born', 'queue', 'committed', 'until', 'judged', 'tags', 'limits', 'upgrade', 'active', 'timestamp']);
+export const RESERVED_TAG_NAMES: ReadonlySet<string> = new Set(['fence', 'now', 'recent', 'born', 'queue', 'committed', 'until', 'judged', 'tags', 'limits', 'upgrade', 'quarantine', 'active', 'timestamp']);
 
 /** Dot paths into the stored lock property. */
 export class LockPaths {

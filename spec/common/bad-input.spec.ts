@@ -63,6 +63,13 @@ describe('bad input: every public function and option, nothing written', () => {
       ['handle.extend: a string names the positional argument', () => held.extend('5000' as never), /^Expected `locktimeout` to be an integer number of ms, got `5000` \(string\)$/],
       ['writeLock: locktimeout Infinity is shown as such', () => writeLock({ collection: docs, locktimeout: Infinity }), /got `Infinity` \(number\)/],
       ['handle.guard: extra not an object', () => held.guard('x' as never), /`extra`/],
+      ['handle.quarantine: no params', () => held.quarantine(undefined as never), /`params`/],
+      ['handle.quarantine: reason missing', () => held.quarantine({} as never), /`params.reason`/],
+      ['handle.quarantine: until a number', () => held.quarantine({ reason: 'x', until: 1 as never }), /`params.until`/],
+      ['handle.quarantine: update of the lock field', () => held.quarantine({ reason: 'x', update: { $unset: { lock: '' } } }), /`params.update`/],
+      ['handle.quarantine: a shared tag', () => heldRead.quarantine({ reason: 'x' }), /shared/],
+      ['clearQuarantine: filter null', () => wl.clearQuarantine(null as never), /`filter`/],
+      ['clearQuarantine: params a string', () => ml.clearQuarantine({ _id: 2 }, 'x' as never), /`params`/],
       // multiLock(options)
       ['multiLock: no tags', () => multiLock({ collection: docs }), /at least one tag/],
       ['multiLock: locktimeouts array', () => multiLock({ collection: docs, locktimeouts: [] as never }), /`options.locktimeouts`/],

@@ -5,7 +5,7 @@
  * acquire fail fast; a relationship that named `wirte` declared a tag nobody holds.
  */
 import { expect } from 'chai';
-import { acquireAll, clearV2Locks, election, multiLock, resourceLocks, semaphore, writeLock } from '../../lib';
+import { acquireAll, clearV2Locks, election, multiLock, quarantine, resourceLocks, semaphore, writeLock } from '../../lib';
 import { instrumentMonglock } from '../../lib/otel';
 import { failureOf, freshCollection, locksHoldingSomething, rejectionOf } from '../support/fixture';
 
@@ -130,6 +130,9 @@ describe('unknown keys: a typo never loosens a lock', () => {
       ['multiLock.extend', () => ml.extend({ _id: 2 }, { lock: heldRead, timout: 1 } as never), 'params.timout', 'timeout'],
       ['handle.release', () => held.release({ updaet: { $set: { v: 'x' } } } as never), 'params.updaet', 'update'],
       ['handle.extend', () => held.extend(1000, { W: 1 } as never), 'params.W', 'w'],
+      ['handle.quarantine', () => held.quarantine({ reason: 'x', untill: new Date() } as never), 'params.untill', 'until'],
+      ['quarantine() options', () => quarantine('x', { udpate: {} } as never), 'options.udpate', 'update'],
+      ['writeLock.clearQuarantine', () => wl.clearQuarantine({ _id: 1 }, { timout: 1 } as never), 'params.timout', 'timeout'],
       ['xlock', () => rl.xlock('res2', 'g', { tll: 10 } as never), 'params.tll', 'ttl'],
       ['slock', () => rl.slock('res2', 'g', { ownr: 'me' } as never), 'params.ownr', 'owner'],
       ['slock: fair', () => rl.slock('res2', 'g', { fair: true } as never), 'params.fair', undefined],

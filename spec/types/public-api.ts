@@ -6,7 +6,7 @@
 import Bluebird from 'bluebird';
 import { expectTypeOf } from 'expect-type';
 import type { Collection, Db, Document, WithId } from 'mongodb';
-import { commit, commitAll, isLockError, LockHandle, multiLock, resourceLocks, semaphore, usingAll, withOwner, writeLock, type LockError, type LockInspection, type MultiLock, type MultiLockOptions, type ResourceLockHandle, type Semaphore, type WriteLock } from 'monglock';
+import { commit, commitAll, isLockError, quarantine, LockHandle, multiLock, resourceLocks, semaphore, usingAll, withOwner, writeLock, type LockError, type LockInspection, type MultiLock, type MultiLockOptions, type ResourceLockHandle, type Semaphore, type WriteLock } from 'monglock';
 import 'monglock/bluebird';
 
 /** The params a multiLock's `acquire` takes (its `tag` typed by the lock's declared tags). */
@@ -68,6 +68,14 @@ export async function typedCollections(db: Db): Promise<void> {
   expectTypeOf(total).toEqualTypeOf<number>();
   // @ts-expect-error: `total` is a number
   await lock.using({ _id: 'o-1' }, {}, () => commit({ $set: { total: 'many' } }, 1));
+
+  // A quarantine: its update is typed by the schema too, and using() resolves its value.
+  expectTypeOf(handle.quarantine({ reason: 'bad', until: new Date(), update: { $set: { status: 'paid' } } })).toEqualTypeOf<Promise<void>>();
+  // @ts-expect-error: `status` is 'open' | 'paid'
+  await handle.quarantine({ reason: 'bad', update: { $set: { status: 'shipped' } } });
+  const marked = await lock.using({ _id: 'o-1' }, {}, () => quarantine('bad', { value: 7, update: { $set: { status: 'paid' } } }));
+  expectTypeOf(marked).toEqualTypeOf<number>();
+  expectTypeOf(lock.clearQuarantine({ _id: 'o-1' })).toEqualTypeOf<Promise<boolean>>();
 
   const tagged = multiLock({ collection: orders, locktimeouts: { read: 1_000, write: 5_000 }, lockRelationships: { read: { cooperative: ['write'] } } });
   expectTypeOf(tagged).toEqualTypeOf<MultiLock<Order>>();

@@ -2,7 +2,7 @@
  * `npx monglock`: see and operate the locks of a collection.
  *   monglock status  --uri <uri> --db <db> --collection <name> [--field lock] [--resources] [--all] [--streams] [--json]
  *   monglock watch   (same options) [--interval 1000]
- *   monglock release (same options) (--id <lockId> | --doc <_id> --tag <tag>) [--yes]
+ *   monglock release (same options) (--id <lockId> | --doc <_id> (--tag <tag> | --quarantine)) [--yes]
  *   monglock doctor  --uri <uri> --db <db> --collection <name> [--field lock] [--filter <ejson>] [--max-clock-skew <ms>] [--json]
  * Exit codes: 0 done, 1 failed (MongoDB, nothing to release, not confirmed, nothing released, a failing doctor finding), 2 usage.
  */
@@ -18,6 +18,8 @@ import { withdrawLiveOperation } from '../../protocol/release';
 import { readLockStreams, renderStreams, streamWatcher } from './stream-listing';
 import { textTable } from './text-table';
 import { dropTicketOperation } from '../../protocol/tickets';
+import { CliError } from './cli-error';
+import { listQuarantines, releaseQuarantine, withQuarantines } from './quarantine-listing';
 
 const { EJSON } = BSON;
 // eslint-disable-next-line @typescript-eslint/no-require-imports
@@ -33,16 +35,6 @@ interface Target {
   json?: boolean;
   /** Also list the processes that wait through monglock's change stream (`$currentOp`). */
   streams?: boolean;
-}
-
-/** A failure to report in one line, with its exit code. */
-class CliError extends Error {
-  constructor(
-    message: string,
-    readonly exitCode = 1,
-  ) {
-    super(message);
-  }
 }
 
 /**
@@ -118,12 +110,13 @@ function render(rows: ListedLock[], json: boolean | undefined): string {
 }
 
 async function status(target: Target): Promise<void> {
-  const [rows, streams] = await withCollection(target, async (collection) => {
+  const [rows, streams, marks] = await withCollection(target, async (collection) => {
     if (!target.all) await hintIndex(collection, lockField(target));
-    return [await list(collection, target), target.streams ? await readLockStreams(collection, lockField(target)) : undefined] as const;
+    const marks = target.resources ? [] : await listQuarantines(collection, target.field);
+    return [await list(collection, target), target.streams ? await readLockStreams(collection, lockField(target)) : undefined, marks] as const;
   });
-  if (!streams) console.log(render(rows, target.json));
-  else console.log(target.json ? JSON.stringify({ locks: jsonRows(rows), streams }, null, 2) : `${render(rows, false)}\n\n${renderStreams(streams)}`);
+  if (!streams) console.log(withQuarantines(render(rows, target.json), marks, target.json, show));
+  else console.log(target.json ? JSON.stringify({ locks: jsonRows(rows), streams, ...(marks.length > 0 && { quarantined: marks }) }, null, 2) : withQuarantines(`${render(rows, false)}\n\n${renderStreams(streams)}`, marks, false, show));
 }
 
 /** How many documents a collection holds before reading all of them for a listing is worth an index. */
@@ -205,7 +198,8 @@ async function confirm(question: string): Promise<boolean> {
   }
 }
 
-async function release(target: Target & { id?: string; doc?: string; tag?: string; yes?: boolean }): Promise<void> {
+async function release(target: Target & { id?: string; doc?: string; tag?: string; yes?: boolean; quarantine?: boolean }): Promise<void> {
+  if (target.quarantine) return releaseQuarantine(target, (body) => withCollection(target, body), confirm, parseId, show);
   if ((target.id === undefined) === (target.doc === undefined)) throw new CliError('release needs --id <lockId>, or --doc <_id> with --tag <tag>', 2);
   if (target.doc !== undefined && target.tag === undefined) throw new CliError('release --doc needs --tag <tag>', 2);
   if (target.resources && target.id === undefined) throw new CliError('resource locks are released by --id <lockId>', 2);
@@ -269,12 +263,13 @@ export function program(): Command {
     .option('--interval <ms>', 'polling interval (ms, at least 1)', interval, 1_000)
     .option('--streams', `${STREAMS_HELP}, and those that come and go`)
     .action((options: Target & { interval: number }) => watch(options));
-  common(root.command('release').description('force-release one lock by id, or one document tag'))
+  common(root.command('release').description('force-release one lock by id, or one document tag; or clear a quarantine mark'))
     .option('--id <lockId>', 'the lock id (or a fair-mode ticket id)')
     .option('--doc <_id>', 'the document _id (JSON/EJSON, else a string)')
     .option('--tag <tag>', "the tag to release on --doc ('write' for a writeLock)")
+    .option('--quarantine', 'clear the quarantine mark of --doc (it can be acquired again)')
     .option('-y, --yes', 'do not ask for confirmation')
-    .action((options: Target & { id?: string; doc?: string; tag?: string; yes?: boolean }) => release(options));
+    .action((options: Target & { id?: string; doc?: string; tag?: string; yes?: boolean; quarantine?: boolean }) => release(options));
   doctorCommand(root.command('doctor'), withCollection);
   return root;
 }

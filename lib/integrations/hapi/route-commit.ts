@@ -1,6 +1,7 @@
 import type { Document } from 'mongodb';
 import type { BoomLike } from '../../common/errors';
 import { CommitAllRequest, CommitRequest, FOREIGN_COMMIT, isForeignCommit } from '../../locks/commit';
+import { Quarantine } from '../../locks/quarantine';
 
 /** What a locked route's handler asks to commit with the release. */
 export interface RouteCommit {
@@ -29,6 +30,7 @@ export function routeCommitOf(result: unknown, boom: BoomLike, replacer?: JsonRe
   const response = isResponseObject(result) ? result : undefined;
   const carried = response ? response.source : result;
   if (isForeignCommit(carried)) throw boom.badImplementation(`monglock: the handler returned ${FOREIGN_COMMIT}; nothing was written`);
+  if (carried instanceof Quarantine) throw boom.badImplementation('monglock: a locked route does not end with quarantine(reason) (a using() body does); nothing was written, and its lock is released');
   if (!(carried instanceof CommitRequest || carried instanceof CommitAllRequest)) return undefined;
   expectSendable(carried.value, boom, replacer);
   if (!response) return { request: carried, answer: (value) => value };
