@@ -1,4 +1,5 @@
 import type { Document } from 'mongodb';
+import { NEVER } from './lock-data';
 import type { LockOperation } from './operation';
 import { allOf, type LockPaths, type StoredLock } from './stored-format';
 
@@ -43,7 +44,8 @@ export interface QuarantineMark {
 
 /**
  * Update: sets the mark (field by field, so that `since` is the server's clock by `$currentDate`
- * in the same update; an `until` left by an ended earlier mark is removed). Merged into the
+ * in the same update; an `until` left by an ended earlier mark is removed), and raises the
+ * document's `until` to the mark's end (a mark without one: never). Merged into the
  * release of the holder's lock (a commit: lib/protocol/release.ts), which matches only while that
  * lock is live by `$$NOW`: the mark and the end of the hold land together or not at all.
  */
@@ -52,6 +54,8 @@ export function quarantineUpdate(paths: LockPaths, mark: QuarantineMark): Docume
   return {
     $set: { [`${path}.reason`]: mark.reason, [`${path}.by`]: mark.by, ...(mark.until && { [`${path}.until`]: mark.until }) },
     $currentDate: { [`${path}.since`]: true },
+    // The document's `until` covers the mark too, so that `monglock status` finds it by the index it reads locks by.
+    $max: { [paths.until]: mark.until ?? new Date(NEVER) },
     ...(!mark.until && { $unset: { [`${path}.until`]: '' } }),
   };
 }

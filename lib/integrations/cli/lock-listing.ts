@@ -167,7 +167,7 @@ export async function documentLocks(collection: Collection<Document>, field: str
 }
 
 /** The primary's clock (`isMaster.localTime`). */
-async function serverTime(collection: Collection<Document>): Promise<Date> {
+export async function serverTime(collection: Collection<Document>): Promise<Date> {
   const hello = await collection.db.command({ isMaster: 1 }, { readPreference: 'primary' });
   return hello.localTime instanceof Date ? hello.localTime : new Date(0);
 }

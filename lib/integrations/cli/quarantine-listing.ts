@@ -2,6 +2,7 @@ import { BSON, type Collection, type Document } from 'mongodb';
 import { clearQuarantineOperation, hasQuarantineMark, liveQuarantine } from '../../protocol/quarantine';
 import { LockPaths } from '../../protocol/stored-format';
 import { CliError } from './cli-error';
+import { listingMatch, serverTime } from './lock-listing';
 import { textTable } from './text-table';
 
 /** A quarantined document, as `monglock status` lists it. */
@@ -20,11 +21,14 @@ export interface ListedQuarantine {
 /**
  * The documents of `collection` (those `only` selects) whose quarantine mark under `field` is live
  * by the server's clock (`$$NOW`, read with them), or with `all` every mark; read on the primary.
- * Without an index on `<field>.quarantine.reason` it scans the collection.
+ * The live ones are read by `<field>.until` (a mark raises it to its end), which the index
+ * `status` suggests serves; `all` reads every document that has a mark.
  */
 export async function listQuarantines(collection: Collection<Document>, field: string, only: Document = {}, all = false): Promise<ListedQuarantine[]> {
   const paths = new LockPaths(field);
-  const docs = await collection.aggregate([{ $match: { ...only, ...hasQuarantineMark(paths) } }, { $project: { [`${field}.quarantine`]: 1, now: '$$NOW' } }], { readPreference: 'primary' }).toArray();
+  // A mark raises the document's `until` to its end: a live one is among the documents whose `until` has not passed (the index the locks' listing reads by).
+  const live = all ? {} : listingMatch(field, await serverTime(collection));
+  const docs = await collection.aggregate([{ $match: { ...only, ...live, ...hasQuarantineMark(paths) } }, { $project: { [`${field}.quarantine`]: 1, now: '$$NOW' } }], { readPreference: 'primary' }).toArray();
   return docs.flatMap((doc) => {
     const stored = paths.read(doc);
     const mark = all ? stored.quarantine : liveQuarantine(stored, (doc.now as Date).getTime());
