@@ -40,6 +40,8 @@ export interface AcquireExtras extends AcquireExtension {
   readonly permits?: number;
   /** An owner's first hold (reentrant locks): the owner, and the fencing counter it read. */
   readonly owned?: OwnedAcquisition;
+  /** ms of minimum hold (lib/protocol/min-hold.ts). */
+  readonly minHold?: number;
 }
 
 /** Below this many ms left of its lease (by the upper bound of the server's clock), a plain release is a cleanup, sent after extensions (lib/engine/command-gate.ts). */
@@ -130,13 +132,14 @@ export class LockEngine {
       lease,
       write: async (stamp, tolerance) => {
         const entry = { id, at: new Date(stamp), exp: new Date(this.settings.clock.expiry(stamp, lease)) };
-        const operation = acquireOperation({ paths, rule, tags: this.tags, filter, entry, tolerance, fair: extras.fair, permits, owned, extension: extras });
+        const operation = acquireOperation({ paths, rule, tags: this.tags, filter, entry, tolerance, fair: extras.fair, permits, owned, extension: extras, minHold: extras.minHold });
+        const held = extras.minHold === undefined ? {} : { minHoldUntil: stamp + extras.minHold };
         let reply: Timed<Document | null>;
         try {
           // An exclusive tag without assertive ones reads back only its token and the clock (the narrowest reply).
           reply = extras.document === undefined && rule.exclusive && rule.assertive.length === 0 ? await store.applyForToken(operation, call) : await store.apply(operation, call, call.w, extras.document);
         } catch (error) {
-          const attempted: LockData = { id, tag, timestamp: stamp, fence: 0, expiresAt: entry.exp.getTime(), ...(permits && { permits }), ...(owned && { owner: owned.owner }) };
+          const attempted: LockData = { id, tag, timestamp: stamp, fence: 0, expiresAt: entry.exp.getTime(), ...(permits && { permits }), ...(owned && { owner: owned.owner }), ...held };
           throw failedAcquisition(error, call.boom, { lock: attempted, target: this.deployment.addressFromFilter(filter), ...landing(stamp, tolerance, call) } satisfies Acquired);
         }
         if (!reply.value) return undefined;
@@ -144,7 +147,7 @@ export class LockEngine {
         const lock = paths.read(reply.value);
         const target = this.deployment.addressOf(reply.value);
         if (!rule.exclusive && hasExpiredEntries(lock, tag, now)) await this.pruneOwnTag(pruneTagOperation(paths, target, tag, new Date(now)), call);
-        const data: LockData = { id, tag, timestamp: stamp, fence: fenceOf(lock), expiresAt: entry.exp.getTime(), ...(permits && { permits }), ...(owned && { owner: owned.owner }) };
+        const data: LockData = { id, tag, timestamp: stamp, fence: fenceOf(lock), expiresAt: entry.exp.getTime(), ...(permits && { permits }), ...(owned && { owner: owned.owner }), ...held };
         await this.deployment.refuseSkewed(call, () => this.release(target, tag, { id }, data, call));
         return withDocument(this.assertiveOutcome(data, target, lock, stamp), reply.value, paths.field, extras.document, store.shardKey);
       },

@@ -10,6 +10,7 @@ import type { EngineSettings } from './lock-engine';
 import { explainLostLock } from './refusals';
 import { noteReleased } from './recent-releases';
 import { failedRelease } from './write-failures';
+import { releaseKeepsEntry } from '../protocol/min-hold';
 
 /** What a release writes besides removing the lock: the caller's final write (a commit), and the group of a `commitAll`. */
 export interface ReleaseWrite extends Partial<FinalWrite> {
@@ -46,10 +47,12 @@ export async function releaseLock(settings: EngineSettings, rule: TagRule, reque
   }
   const record = update && 'id' in proof ? commitRecord(proof.id, clock, call.timeout, group) : undefined;
   const w = update ? DATA_WRITE_CONCERN : call.releaseW;
+  // A lock taken with minHold, released before its minimum hold surely ended (lower bound of the server's clock): its entry is kept until then.
+  const keptUntil = releaseKeepsEntry(claimed?.minHoldUntil, clock.lower()) ? new Date(claimed.minHoldUntil) : undefined;
   let matched: boolean;
   try {
     matched = await withDbErrors(call.boom, () =>
-      store.applyOne(releaseOperation({ paths, rule, target, proof, update, match: write.match, arrayFilters: write.arrayFilters, record, alsoTag: claimed?.maybeTag }), call, w),
+      store.applyOne(releaseOperation({ paths, rule, target, proof, update, match: write.match, arrayFilters: write.arrayFilters, record, alsoTag: claimed?.maybeTag, keptUntil }), call, w),
     );
   } catch (error) {
     if (inTransaction(call)) throw error; // nothing is settled inside the transaction: it decides what lands

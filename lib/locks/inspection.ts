@@ -38,6 +38,8 @@ export interface InspectedLock {
   readonly owner?: string;
   /** Its fencing token, where the document keeps it (an owner's holds); other locks' tokens are their handles' (see `fence` below). */
   readonly fence?: number;
+  /** Released before its minimum hold (`minHold`) ended: no hold any more, but it refuses others as one until this time (its `expiresAt`), by the server's clock; absent otherwise. */
+  readonly keptUntil?: Date;
 }
 
 /** A waiter's place in a fair queue, as `inspect` reads it. */
@@ -90,7 +92,7 @@ export function inspectionOf(seen: Inspection & { value: Document }, paths: Lock
     fence: typeof stored.fence === 'number' ? stored.fence : 0,
     locks: entries.filter(ours).map((entry) => {
       const endless = entry.exp.getTime() >= NEVER;
-      const { permits, owner, fence } = entry.extra;
+      const { permits, owner, fence, kept } = entry.extra;
       return {
         id: entry.id,
         tag: entry.tag,
@@ -100,6 +102,7 @@ export function inspectionOf(seen: Inspection & { value: Document }, paths: Lock
         ...(typeof permits === 'number' && { permits }),
         ...(typeof owner === 'string' && { owner }),
         ...(typeof fence === 'number' && { fence }),
+        ...(kept === true && { keptUntil: entry.exp }),
       };
     }),
     waiting: tickets.filter(ours).map((ticket) => ({ id: ticket.id, tag: ticket.tag, since: ticket.at, expiresAt: ticket.exp })),

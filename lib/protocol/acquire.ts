@@ -17,6 +17,7 @@ import {
   type StoredEntry,
 } from './stored-format';
 import { recordStamp, stampNotBeforeRecent } from './recent-stamps';
+import { minHoldEntry } from './min-hold';
 
 /** What a lock kind adds to an acquisition (resource locks: owner details, a limit, a GC date). */
 export interface AcquireExtension {
@@ -52,6 +53,8 @@ export interface AcquireRequest {
    * takes the place of, its holder's, which must still be there; it does not count as a live lock.
    */
   readonly replacing?: string;
+  /** ms of minimum hold (lib/protocol/min-hold.ts): the entry stores when it ends, `at + minHold`. */
+  readonly minHold?: number;
 }
 
 /**
@@ -94,7 +97,7 @@ export function acquireOperation(request: AcquireRequest): LockOperation {
   const limited = isLimited(rule) ? rule : undefined;
   const permits = request.permits ?? 1;
   const owned = request.owned;
-  const stored: StoredEntry = { ...extension?.entry, ...entry, ...(limited ? { permits } : {}), ...(owned ? { owner: owned.owner, ...(owned.counter !== undefined && { fence: owned.counter + 1 }) } : {}) };
+  const stored: StoredEntry = { ...extension?.entry, ...entry, ...minHoldEntry(at, request.minHold), ...(limited ? { permits } : {}), ...(owned ? { owner: owned.owner, ...(owned.counter !== undefined && { fence: owned.counter + 1 }) } : {}) };
   const queueTags = queuedBehind(rule);
   const queue = fair ? { [paths.queue]: fair.ticket ? { $or: [{ id: fair.ticket.id }, { exp: { $lte: at } }] } : { exp: { $lte: at } } } : undefined;
   const update = mergeUpdates(

@@ -43,6 +43,10 @@ export interface StoredEntry {
   owner?: string;
   /** Reentrant locks: the fencing token of the owner's lock, which every nested hold keeps. */
   fence?: number;
+  /** A lock taken with `minHold`: when its minimum hold ends (`at` + minHold). */
+  hold?: Date;
+  /** Released before its minimum hold ended: no hold any more, kept (under another id) until `exp`, the hold's end. */
+  kept?: boolean;
 }
 
 /** A waiter's place in a fair queue: its tag, when it came (server time) and until when it is live. */

@@ -1,0 +1,29 @@
+import { describe } from './validation';
+
+/** Per-call option of an acquisition (`acquire`, `using`): the minimum hold of run-once jobs and rate limits. */
+export interface MinHoldParams {
+  /**
+   * ms from the acquisition (its stamp, by the server's clock) during which the lock stays taken
+   * even once released: a release before then ends this caller's hold but leaves its entry, which
+   * refuses every other acquisition (with the 409 a held lock gives) until `timestamp + minHold`.
+   * A job that every instance starts at the same moment then runs once (ShedLock's
+   * `lockAtLeastFor`); on a semaphore with a limit K it makes a rate limit (at most K acquisitions
+   * within any `minHold` ms). From 1 to the lease. The entry left is no hold: `guard()` matches
+   * nothing, `extend` or a second release is `LockNotFound`; a forced release removes it.
+   * @default none (a release frees the lock at once)
+   */
+  readonly minHold?: number;
+}
+
+/**
+ * `params.minHold` of an acquisition whose lease is `lease` ms: an integer number of ms from 1 to
+ * the lease (a minimum hold past the lease would outlast the lock); undefined when not given.
+ * Throws a TypeError otherwise, before anything is written.
+ */
+export function expectMinHold(name: string, value: unknown, lease: number): number | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < 1 || value > lease) {
+    throw new TypeError(`Expected \`${name}\` to be an integer number of ms from 1 to the lease (${lease} ms), got ${describe(value)}`);
+  }
+  return value;
+}

@@ -1,0 +1,61 @@
+import type { Document } from 'mongodb';
+import type { LockOperation } from './operation';
+import type { LockPaths } from './stored-format';
+
+/**
+ * Minimum hold (`minHold`, ShedLock's `lockAtLeastFor`): a lock taken with it stores the end of
+ * its minimum hold in its entry (`hold`: its acquisition stamp `at` plus `minHold`, server time).
+ * A release before that end leaves the entry in the document until then, no longer a hold: it
+ * gets another id (see {@link keptId}), so nothing that names the lock by its proof (a guarded
+ * write, an extension, a commit, a second release, a conversion, a hand-over) finds it, and its
+ * owner is taken out (its owner cannot nest in it). Its `exp` becomes the minimum hold's end, so
+ * every acquisition that a live entry of its tag refuses is refused until then, as by a held lock,
+ * and it lapses at that end without any write, as a lease does.
+ */
+
+/** The array filter name of the entry a release keeps. */
+const KEPT = 'kept';
+
+/** The id a kept entry gets: the lock's, with a suffix no proof can carry (a lock id passed back has no `:`). */
+export function keptId(id: string): string {
+  return `${id}:kept`;
+}
+
+/** The stored fields of a lock taken with `minHold` ms, stamped `at`: the end of its minimum hold. */
+export function minHoldEntry(at: Date, minHold: number | undefined): { hold?: Date } {
+  return minHold === undefined ? {} : { hold: new Date(at.getTime() + minHold) };
+}
+
+/**
+ * What a release that leaves its entry writes instead of removing it, for the entry `id` of `tag`
+ * whose minimum hold ends at `hold` (the value its acquisition stored, which the filter requires:
+ * the end is the stored stamp plus `minHold`, never the client's clock): the entry renamed and
+ * marked `kept`, its owner removed, and its `exp` lowered to `hold` (`$min`: never past its lease).
+ * The filter also requires the entry with that end, in `$expr` (which matches no array element,
+ * so a commit's positional `$` still names the element of the caller's `match`). The array filter
+ * matches the entry by its id before or after the rename: servers differ in whether an update's
+ * operators see the array as it was or as the earlier ones left it.
+ */
+export function keepEntryOperation(paths: LockPaths, tag: string, id: string, hold: Date): Required<Pick<LockOperation, 'update' | 'arrayFilters'>> & { condition: Document } {
+  const path = `${paths.tag(tag)}.$[${KEPT}]`;
+  return {
+    condition: {
+      $expr: { $in: [true, { $map: { input: { $ifNull: [`$${paths.tag(tag)}`, []] }, as: 'entry', in: { $and: [{ $eq: ['$$entry.id', id] }, { $eq: ['$$entry.hold', hold] }] } } }] },
+    },
+    update: {
+      $set: { [`${path}.id`]: keptId(id), [`${path}.kept`]: true },
+      $min: { [`${path}.exp`]: hold },
+      $unset: { [`${path}.owner`]: '' },
+    },
+    arrayFilters: [{ [`${KEPT}.id`]: { $in: [id, keptId(id)] } }],
+  };
+}
+
+/**
+ * True when a release of a lock whose minimum hold ends at `hold` (server ms) must leave its entry:
+ * unless the lower bound of the server's clock (`serverLower`) has passed that end, it may not
+ * have (a release that removes the entry is sent only once it has, for sure).
+ */
+export function releaseKeepsEntry(hold: number | undefined, serverLower: number): hold is number {
+  return hold !== undefined && serverLower < hold;
+}

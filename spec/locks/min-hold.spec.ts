@@ -1,0 +1,173 @@
+/**
+ * Minimum hold (`minHold`): a release before `timestamp + minHold` ends the caller's hold but
+ * leaves its entry until then, no hold any more, refusing every other acquisition as a held lock
+ * does. Judged by the server's clock (the stored acquisition stamp), never the client's.
+ */
+import * as Boom from '@hapi/boom';
+import { expect } from 'chai';
+import type { Collection, Document } from 'mongodb';
+import { multiLock, semaphore, writeLock, type LockHandle } from '../../lib';
+import { failureOf, freshCollection, newClient, rejectionOf, snapshotOf } from '../support/fixture';
+
+/** The stored entries of `tag` on document `_id`. */
+async function entriesOf(collection: Collection<Document>, _id: unknown, tag = 'write'): Promise<Document[]> {
+  const doc = await collection.findOne({ _id } as Document);
+  return ((doc?.lock as Document | undefined)?.tags as Document | undefined)?.[tag] ?? [];
+}
+
+describe('minHold: a released lock stays taken until its minimum hold ends', () => {
+  it('writeLock: released early, the entry refuses others with the 409 a held lock gives until timestamp + minHold; then the lock is free', async () => {
+    const collection = await freshCollection([{ _id: 1, runs: 0 }]);
+    const lock = writeLock({ collection, locktimeout: 10_000 });
+    const held = await lock.acquire({ _id: 1 }, { minHold: 800 });
+    expect(held.minHoldUntil).to.equal(held.timestamp + 800);
+    const whileHeld = await rejectionOf(lock.acquire({ _id: 1 }, { boom: Boom }));
+    await held.release();
+    const stored = await entriesOf(collection, 1);
+    expect(stored).to.have.length(1);
+    expect(stored[0]!.kept).to.equal(true);
+    expect(stored[0]!.id).to.not.equal(held.id);
+    expect(stored[0]!.exp.getTime(), 'kept until the stored stamp + minHold').to.equal(held.timestamp + 800);
+    const afterRelease = await rejectionOf(lock.acquire({ _id: 1 }, { boom: Boom }));
+    expect(afterRelease.subtype).to.equal(whileHeld.subtype);
+    expect((afterRelease as unknown as Boom.Boom).output.statusCode).to.equal(409);
+    // A waiter gets it once the minimum hold ended by the server's clock (its stamp says so), not handed over by the release.
+    const next = await lock.acquire({ _id: 1 }, { wait: 10_000 });
+    expect(next.timestamp).to.be.at.least(held.timestamp + 800);
+    await next.release();
+  });
+
+  it('the entry left is no hold: guard() matches nothing, extend and a second release are LockNotFound, the owner cannot re-enter it', async () => {
+    const collection = await freshCollection([{ _id: 1, n: 0 }]);
+    const lock = writeLock({ collection, locktimeout: 10_000 });
+    const held = await lock.acquire({ _id: 1 }, { minHold: 5_000, owner: 'job' });
+    const guard = held.guard();
+    expect((await collection.updateOne(guard, { $inc: { n: 1 } })).modifiedCount).to.equal(1);
+    await held.release();
+    expect((await collection.updateOne(guard, { $inc: { n: 1 } })).modifiedCount, 'guard after the release').to.equal(0);
+    expect((await collection.updateOne(held.guard(), { $inc: { n: 1 } })).modifiedCount).to.equal(0);
+    expect((await rejectionOf(held.extend())).subtype).to.equal('LockNotFound');
+    expect((await rejectionOf(held.release())).subtype).to.equal('LockNotFound');
+    expect((await rejectionOf(lock.release({ _id: 1 }, { lock: JSON.parse(JSON.stringify(held)) as LockHandle }))).subtype).to.equal('LockNotFound');
+    expect((await rejectionOf(lock.acquire({ _id: 1 }, { owner: 'job' }))).subtype, 'the same owner').to.equal('LockAlreadyTaken');
+    const stored = await entriesOf(collection, 1);
+    expect(stored).to.have.length(1);
+    expect(stored[0]!.owner).to.equal(undefined);
+    expect((await collection.findOne({ _id: 1 } as Document))!.n).to.equal(1);
+  });
+
+  it('inspect shows the entry as kept until its end; a forced release removes it (and ends the minimum hold)', async () => {
+    const collection = await freshCollection([{ _id: 1 }]);
+    const lock = writeLock({ collection, locktimeout: 10_000 });
+    const held = await lock.acquire({ _id: 1 }, { minHold: 9_000 });
+    await held.release();
+    const seen = await lock.inspect({ _id: 1 });
+    expect(seen.locks).to.have.length(1);
+    expect(seen.locks[0]!.keptUntil?.getTime()).to.equal(held.timestamp + 9_000);
+    expect(seen.locks[0]!.expiresAt?.getTime()).to.equal(held.timestamp + 9_000);
+    await lock.release({ _id: 1 });
+    expect(await entriesOf(collection, 1)).to.deep.equal([]);
+    await (await lock.acquire({ _id: 1 })).release();
+  });
+
+  it('a release after the minimum hold ended (by the server\'s clock) frees the lock at once, as without minHold', async () => {
+    const collection = await freshCollection([{ _id: 1 }]);
+    const lock = writeLock({ collection, locktimeout: 10_000 });
+    const held = await lock.acquire({ _id: 1 }, { minHold: 50 });
+    await lock.acquire({ _id: 1 }, { wait: 2_000, minHold: 50 }).then(
+      () => expect.fail('held'),
+      () => undefined,
+    );
+    await held.release();
+    expect(await entriesOf(collection, 1)).to.deep.equal([]);
+  });
+
+  it('a lock taken without minHold stores and sends what it did before: no hold field, removed by its release', async () => {
+    const collection = await freshCollection([{ _id: 1 }]);
+    const lock = writeLock({ collection });
+    const held = await lock.acquire({ _id: 1 });
+    expect(Object.keys((await entriesOf(collection, 1))[0]!).sort()).to.deep.equal(['at', 'exp', 'id']);
+    expect(held.minHoldUntil).to.equal(undefined);
+    expect(JSON.parse(JSON.stringify(held))).to.not.have.property('minHoldUntil');
+    await held.release();
+    expect(await entriesOf(collection, 1)).to.deep.equal([]);
+  });
+
+  it('a commit before the minimum hold ends applies its update and keeps the entry', async () => {
+    const collection = await freshCollection([{ _id: 1, done: false }]);
+    const lock = writeLock({ collection, locktimeout: 10_000 });
+    const held = await lock.acquire({ _id: 1 }, { minHold: 5_000 });
+    await held.release({ update: { $set: { done: true } } });
+    expect((await collection.findOne({ _id: 1 } as Document))!.done).to.equal(true);
+    expect((await entriesOf(collection, 1))[0]!.kept).to.equal(true);
+    expect((await rejectionOf(lock.acquire({ _id: 1 }))).subtype).to.equal('LockAlreadyTaken');
+  });
+
+  it('run once per window: clients that start the same job together with minHold, one of them late, run it once', async () => {
+    const collection = await freshCollection([{ _id: 'nightly', runs: 0 }]);
+    const clients = await Promise.all(Array.from({ length: 6 }, () => newClient()));
+    const locks = clients.map((client) => writeLock({ collection: client.db(collection.dbName).collection(collection.collectionName), locktimeout: 20_000 }));
+    const runJob = async (index: number): Promise<boolean> => {
+      const handle = await locks[index]!.acquire({ _id: 'nightly' }, { minHold: 10_000 }).catch(() => undefined);
+      if (!handle) return false;
+      await collection.updateOne(handle.guard(), { $inc: { runs: 1 } });
+      await handle.release(); // the job was quick: released long before its minimum hold ends
+      return true;
+    };
+    const first = await Promise.all(locks.slice(0, 5).map((_, index) => runJob(index)));
+    // The sixth instance runs late, after the winner released.
+    const late = await runJob(5);
+    expect(first.filter(Boolean)).to.have.length(1);
+    expect(late).to.equal(false);
+    expect((await collection.findOne({ _id: 'nightly' } as Document))!.runs).to.equal(1);
+  });
+
+  it('multiLock: a tag released early refuses what it refused while held until its end; a tag concurrent with it is not refused', async () => {
+    const collection = await freshCollection([{ _id: 1 }]);
+    const lock = multiLock({ collection, locktimeouts: { read: 10_000, write: 10_000 }, lockRelationships: { read: { cooperative: ['write'] }, write: { cooperative: ['write', 'read'] } } });
+    const writer = await lock.acquire({ _id: 1 }, { tag: 'write', minHold: 5_000 });
+    await writer.release();
+    expect((await rejectionOf(lock.acquire({ _id: 1 }, { tag: 'read' }))).subtype).to.equal('CooperativeLock');
+    expect((await rejectionOf(lock.acquire({ _id: 1 }, { tag: 'write' }))).subtype).to.equal('CooperativeLock');
+    const readers = multiLock({ collection, locktimeouts: { read: 10_000, write: 10_000 }, lockRelationships: { write: { cooperative: ['write', 'read'] } } });
+    const reader = await readers.acquire({ _id: 2 }, { tag: 'read', minHold: 5_000 }).catch(() => undefined);
+    expect(reader, 'no such document').to.equal(undefined);
+    await collection.insertOne({ _id: 3 } as Document);
+    await (await readers.acquire({ _id: 3 }, { tag: 'read', minHold: 5_000 })).release();
+    const another = await readers.acquire({ _id: 3 }, { tag: 'read' });
+    expect((await rejectionOf(readers.acquire({ _id: 3 }, { tag: 'write' }))).subtype, 'a writer waits for the kept reader').to.equal('CooperativeLock');
+    await another.release();
+    expect((await rejectionOf(readers.acquire({ _id: 3 }, { tag: 'write' }))).subtype).to.equal('CooperativeLock');
+  });
+
+  it('semaphore: a permit released early still counts until its end', async () => {
+    const collection = await freshCollection([{ _id: 1 }]);
+    const pool = semaphore({ collection, limit: 2, locktimeout: 10_000 });
+    const a = await pool.acquire({ _id: 1 }, { minHold: 5_000 });
+    const b = await pool.acquire({ _id: 1 });
+    await a.release();
+    await b.release();
+    const c = await pool.acquire({ _id: 1 });
+    expect((await rejectionOf(pool.acquire({ _id: 1 }))).subtype).to.equal('SemaphoreFull');
+    await c.release();
+    expect((await pool.inspect({ _id: 1 })).permits.permit!.used).to.equal(1);
+  });
+
+  it('bad minHold is refused with a TypeError before anything is written: 0, past the lease, not an integer, with a lock to continue; typos are named', async () => {
+    const collection = await freshCollection([{ _id: 1 }]);
+    const lock = writeLock({ collection, locktimeout: 1_000 });
+    const multi = multiLock({ collection, locktimeouts: { read: 1_000 } });
+    const pool = semaphore({ collection, limit: 2, locktimeout: 1_000 });
+    const before = await snapshotOf(collection);
+    for (const minHold of [0, -1, 1.5, 1_001, '100', null, Infinity]) {
+      const error = await failureOf(() => lock.acquire({ _id: 1 }, { minHold } as never));
+      expect(error, String(minHold)).to.be.instanceOf(TypeError);
+      expect(error.message).to.match(/params\.minHold/);
+    }
+    expect(await failureOf(() => lock.using({ _id: 1 }, { minHold: 2_000 }, () => undefined))).to.be.instanceOf(TypeError);
+    expect(await failureOf(() => multi.acquire({ _id: 1 }, { tag: 'read', minHold: 0 }))).to.be.instanceOf(TypeError);
+    expect(await failureOf(() => pool.acquire({ _id: 1 }, { minHold: 1_001 }))).to.be.instanceOf(TypeError);
+    expect((await failureOf(() => lock.acquire({ _id: 1 }, { minhold: 100 } as never))).message).to.match(/minhold.*Did you mean `minHold`/);
+    expect(await snapshotOf(collection)).to.equal(before);
+  });
+});
