@@ -126,7 +126,9 @@ export class LockEngine {
     const id = newLockId();
     const permits = rule.limit === undefined ? undefined : (extras.permits ?? 1);
     const { owned } = extras;
-    const context: AcquireContext = { paths, rule, conflict, lease, permits, owned, boom: call.boom, fair: extras.fair, refusal: extras.refusal };
+    // A limited tag's permits taken with minHold: a rate limit over that window (lib/protocol/rate-window.ts).
+    const window = rule.limit === undefined ? undefined : extras.minHold;
+    const context: AcquireContext = { paths, rule, conflict, lease, permits, owned, boom: call.boom, fair: extras.fair, refusal: extras.refusal, window };
     return this.stamped(call, {
       target: filter,
       lease,
@@ -146,7 +148,9 @@ export class LockEngine {
         const now = this.observeWrite(reply.value, reply);
         const lock = paths.read(reply.value);
         const target = this.deployment.addressOf(reply.value);
-        if (!rule.exclusive && hasExpiredEntries(lock, tag, now)) await this.pruneOwnTag(pruneTagOperation(paths, target, tag, new Date(now)), call);
+        // A rate limit's entries are pruned at the stamp, never later: its later acquisitions, stamped no earlier, must count every entry live at their stamps.
+        const pruneAt = window === undefined ? now : stamp;
+        if (!rule.exclusive && hasExpiredEntries(lock, tag, pruneAt)) await this.pruneOwnTag(pruneTagOperation(paths, target, tag, new Date(pruneAt)), call);
         const data: LockData = { id, tag, timestamp: stamp, fence: fenceOf(lock), expiresAt: entry.exp.getTime(), ...(permits && { permits }), ...(owned && { owner: owned.owner }), ...held };
         await this.deployment.refuseSkewed(call, () => this.release(target, tag, { id }, data, call));
         return withDocument(this.assertiveOutcome(data, target, lock, stamp), reply.value, paths.field, extras.document, store.shardKey);

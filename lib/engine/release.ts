@@ -48,7 +48,7 @@ export async function releaseLock(settings: EngineSettings, rule: TagRule, reque
   const record = update && 'id' in proof ? commitRecord(proof.id, clock, call.timeout, group) : undefined;
   const w = update ? DATA_WRITE_CONCERN : call.releaseW;
   // A lock taken with minHold, released before its minimum hold surely ended (lower bound of the server's clock): its entry is kept until then.
-  const keptUntil = releaseKeepsEntry(claimed?.minHoldUntil, clock.lower()) ? new Date(claimed.minHoldUntil) : undefined;
+  const keptUntil = releaseKeepsEntry(claimed?.minHoldUntil, clock.lower(), rule.limit !== undefined) ? new Date(claimed.minHoldUntil) : undefined;
   let matched: boolean;
   try {
     matched = await withDbErrors(call.boom, () =>

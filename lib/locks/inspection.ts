@@ -9,6 +9,7 @@ import type { Inspection } from '../engine/store';
 import { NEVER } from '../protocol/lock-data';
 import { readHolds, type ReadHold } from '../protocol/lock-reading';
 import { usedPermits } from '../protocol/permits';
+import { limitNumber, windowOf } from '../protocol/rate-window';
 import { pendingUpgrade } from '../protocol/convert';
 import type { LockPaths, StoredLock } from '../protocol/stored-format';
 
@@ -72,9 +73,10 @@ export interface LockInspection {
   readonly waiting: readonly InspectedWaiter[];
   /**
    * Tags with a limit (a semaphore's `permit`, a multiLock's `limits`): the permits held and the
-   * limit they were taken under, as stored in the document (null before its first acquisition).
+   * limit they were taken under, as stored in the document (null before its first acquisition),
+   * and for a rate limit (permits taken with `minHold`) its window in ms.
    */
-  readonly permits: Readonly<Record<string, { readonly used: number; readonly limit: number | null }>>;
+  readonly permits: Readonly<Record<string, { readonly used: number; readonly limit: number | null; readonly window?: number }>>;
   /** A pending upgrade (a conversion that waits, with writer preference): the converting lock's id, the tag it waits to become, when its mark lapses unless renewed. */
   readonly upgrade: { readonly lockId: string; readonly tag: string; readonly expiresAt: Date } | null;
 }
@@ -106,9 +108,15 @@ export function inspectionOf(seen: Inspection & { value: Document }, paths: Lock
       };
     }),
     waiting: tickets.filter(ours).map((ticket) => ({ id: ticket.id, tag: ticket.tag, since: ticket.at, expiresAt: ticket.exp })),
-    permits: Object.fromEntries(limited.map((tag) => [tag, { used: usedPermits(stored, tag, now), limit: stored.limits?.[tag] ?? null }])),
+    permits: Object.fromEntries(limited.map((tag) => [tag, { used: usedPermits(stored, tag, now), limit: limitNumber(stored.limits?.[tag]), ...windowEntry(stored.limits?.[tag]) }])),
     upgrade: upgradeOf(stored, now, tags),
   };
+}
+
+/** A rate limit's window, as an inspection shows it (nothing for a plain limit). */
+function windowEntry(stored: unknown): { window?: number } {
+  const window = windowOf(stored);
+  return window === undefined ? {} : { window };
 }
 
 /** The live pending upgrade of one of `tags`, if any. */

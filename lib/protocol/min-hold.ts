@@ -54,8 +54,10 @@ export function keepEntryOperation(paths: LockPaths, tag: string, id: string, ho
 /**
  * True when a release of a lock whose minimum hold ends at `hold` (server ms) must leave its entry:
  * unless the lower bound of the server's clock (`serverLower`) has passed that end, it may not
- * have (a release that removes the entry is sent only once it has, for sure).
+ * have (a release that removes the entry is sent only once it has, for sure). A rate limit's
+ * permit (`windowed`) always does: only an acquisition's prune, at its own stamp, removes it
+ * (lib/protocol/rate-window.ts); once its end has passed, the entry kept is expired already.
  */
-export function releaseKeepsEntry(hold: number | undefined, serverLower: number): hold is number {
-  return hold !== undefined && serverLower < hold;
+export function releaseKeepsEntry(hold: number | undefined, serverLower: number, windowed = false): hold is number {
+  return hold !== undefined && (windowed || serverLower < hold);
 }

@@ -97,7 +97,7 @@ export interface StoredLock {
   /** A pending upgrade (at most one live): new acquisitions of the tags it waits for are refused. */
   upgrade?: StoredUpgrade[];
   /** Tags with a limit (semaphores): the limit the live permits were acquired under. */
-  limits?: Record<string, number | undefined>;
+  limits?: Record<string, number | { limit: number; window: number } | undefined>;
   /** The latest expiry written (`$max`), of a lock or a ticket: nothing in the document is live once the server's clock passes it. */
   until?: Date;
   /** The latest stamp at which a write judged the entries (`$max`): an entry that expired by it is dead, whatever command lands later. */

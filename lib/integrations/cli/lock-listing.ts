@@ -1,3 +1,4 @@
+import { limitNumber, windowOf } from '../../protocol/rate-window';
 import type { Collection, Document } from 'mongodb';
 import { entriesOf, RESOURCE_DOCUMENTS } from '../../resources/status';
 import { RESOURCE_FIELD } from '../../protocol/resource-document';
@@ -37,7 +38,7 @@ export interface ListedLock {
   /** Reentrant document locks: how many live holds its owner has of this tag here (each listed). */
   readonly holds?: number;
   /** Semaphores (a tag with a limit): the permits this holder took, all held of the tag, and the stored limit. */
-  readonly permits?: { readonly taken: number; readonly used: number; readonly limit: number | null };
+  readonly permits?: { readonly taken: number; readonly used: number; readonly limit: number | null; readonly window?: number };
 }
 
 /** How far before the server's time (read first) documents are looked at: their entries are then judged by `$$NOW` itself. */
@@ -173,8 +174,15 @@ function holdDetails(lock: StoredLock, entry: ReadHold, now: number): Pick<Liste
   const { owner, permits } = entry.extra;
   return {
     ...(typeof owner === 'string' && { owner, holds: holdsOf(lock, entry.tag, owner, now).length }),
-    ...(typeof permits === 'number' && { permits: { taken: permits, used: usedPermits(lock, entry.tag, now), limit: lock.limits?.[entry.tag] ?? null } }),
+    ...(typeof permits === 'number' && { permits: { taken: permits, used: usedPermits(lock, entry.tag, now), ...storedLimitOf(lock, entry.tag) } }),
   };
+}
+
+/** The limit stored for `tag` (null: none), and a rate limit's window (lib/protocol/rate-window.ts). */
+function storedLimitOf(lock: StoredLock, tag: string): { limit: number | null; window?: number } {
+  const stored = lock.limits?.[tag];
+  const window = windowOf(stored);
+  return { limit: limitNumber(stored), ...(window !== undefined && { window }) };
 }
 
 function listed(target: unknown, hold: ReadHold, now: number, documentFence: number | null, state: ListedLock['state']): ListedLock {
