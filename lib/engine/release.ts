@@ -15,6 +15,8 @@ import { releaseKeepsEntry } from '../protocol/min-hold';
 /** What a release writes besides removing the lock: the caller's final write (a commit), and the group of a `commitAll`. */
 export interface ReleaseWrite extends Partial<FinalWrite> {
   readonly group?: string;
+  /** A release that keeps its entry (minHold): what the kept entry's fields become besides (a resource lock's group, renamed). */
+  readonly keptFields?: Document;
 }
 
 /** A release to run: the document it addresses, the lock (its tag, its proof, its data if known), what it also writes. */
@@ -52,7 +54,7 @@ export async function releaseLock(settings: EngineSettings, rule: TagRule, reque
   let matched: boolean;
   try {
     matched = await withDbErrors(call.boom, () =>
-      store.applyOne(releaseOperation({ paths, rule, target, proof, update, match: write.match, arrayFilters: write.arrayFilters, record, alsoTag: claimed?.maybeTag, keptUntil }), call, w),
+      store.applyOne(releaseOperation({ paths, rule, target, proof, update, match: write.match, arrayFilters: write.arrayFilters, record, alsoTag: claimed?.maybeTag, keptUntil, keptFields: write.keptFields }), call, w),
     );
   } catch (error) {
     if (inTransaction(call)) throw error; // nothing is settled inside the transaction: it decides what lands

@@ -30,20 +30,21 @@ export function minHoldEntry(at: Date, minHold: number | undefined): { hold?: Da
  * What a release that leaves its entry writes instead of removing it, for the entry `id` of `tag`
  * whose minimum hold ends at `hold` (the value its acquisition stored, which the filter requires:
  * the end is the stored stamp plus `minHold`, never the client's clock): the entry renamed and
- * marked `kept`, its owner removed, and its `exp` lowered to `hold` (`$min`: never past its lease).
+ * marked `kept`, its owner removed, its `exp` lowered to `hold` (`$min`: never past its lease), and
+ * the kind's `fields` set (a resource lock's group renamed: `unlock` and `renew` by it leave it).
  * The filter also requires the entry with that end, in `$expr` (which matches no array element,
  * so a commit's positional `$` still names the element of the caller's `match`). The array filter
  * matches the entry by its id before or after the rename: servers differ in whether an update's
  * operators see the array as it was or as the earlier ones left it.
  */
-export function keepEntryOperation(paths: LockPaths, tag: string, id: string, hold: Date): Required<Pick<LockOperation, 'update' | 'arrayFilters'>> & { condition: Document } {
+export function keepEntryOperation(paths: LockPaths, tag: string, id: string, hold: Date, fields: Document = {}): Required<Pick<LockOperation, 'update' | 'arrayFilters'>> & { condition: Document } {
   const path = `${paths.tag(tag)}.$[${KEPT}]`;
   return {
     condition: {
       $expr: { $in: [true, { $map: { input: { $ifNull: [`$${paths.tag(tag)}`, []] }, as: 'entry', in: { $and: [{ $eq: ['$$entry.id', id] }, { $eq: ['$$entry.hold', hold] }] } } }] },
     },
     update: {
-      $set: { [`${path}.id`]: keptId(id), [`${path}.kept`]: true },
+      $set: { [`${path}.id`]: keptId(id), [`${path}.kept`]: true, ...Object.fromEntries(Object.entries(fields).map(([key, value]) => [`${path}.${key}`, value])) },
       $min: { [`${path}.exp`]: hold },
       $unset: { [`${path}.owner`]: '' },
     },

@@ -26,6 +26,8 @@ export interface ReleaseRequest {
   readonly alsoTag?: string;
   /** An id proof's lock taken with `minHold`, released before its minimum hold ends (server time): the entry is kept until then (lib/protocol/min-hold.ts). */
   readonly keptUntil?: Date;
+  /** With `keptUntil`: what the kept entry's fields become besides (a resource lock's group, renamed). */
+  readonly keptFields?: Document;
 }
 
 /**
@@ -58,7 +60,7 @@ export function releaseOperation(request: ReleaseRequest): LockOperation {
       update: { $pull: { [paths.tag(rule.tag)]: match, [paths.tag(alsoTag)]: match } },
     };
   }
-  const kept = request.keptUntil && 'id' in proof ? keepEntryOperation(paths, rule.tag, proof.id, request.keptUntil) : undefined;
+  const kept = request.keptUntil && 'id' in proof ? keepEntryOperation(paths, rule.tag, proof.id, request.keptUntil, request.keptFields) : undefined;
   const conditions = update
     ? [...onlyOne(paths, rule.tag, proof), ...commitConditions(paths, rule, proof), ...(request.match ? [request.match] : [])]
     : [hasEntry(paths, rule.tag, match), ...onlyOne(paths, rule.tag, proof)];

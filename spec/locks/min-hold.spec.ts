@@ -6,7 +6,7 @@
 import * as Boom from '@hapi/boom';
 import { expect } from 'chai';
 import type { Collection, Document } from 'mongodb';
-import { multiLock, semaphore, writeLock, type LockHandle } from '../../lib';
+import { multiLock, resourceLocks, semaphore, writeLock, type LockHandle } from '../../lib';
 import { failureOf, freshCollection, newClient, rejectionOf, snapshotOf } from '../support/fixture';
 
 /** The stored entries of `tag` on document `_id`. */
@@ -150,6 +150,31 @@ describe('minHold: a released lock stays taken until its minimum hold ends', () 
     await b.release();
     expect((await rejectionOf(pool.acquire({ _id: 1 }, { minHold: 5_000 }))).subtype).to.equal('SemaphoreFull');
     expect((await pool.inspect({ _id: 1 })).permits.permit!.used).to.equal(2);
+  });
+
+  it('resource locks: xlock, slock and using keep a released lock until its end; unlock and renew by its lock id leave it; status shows it kept; purge does not remove it early', async () => {
+    const collection = await freshCollection();
+    const locks = resourceLocks({ collection });
+    const held = await locks.xlock('report', 'job-1', { ttl: 20_000, minHold: 10_000 });
+    expect(held.minHoldUntil).to.equal(held.timestamp + 10_000);
+    await held.release();
+    expect((await rejectionOf(locks.xlock('report', 'job-2', { ttl: 20_000 }))).subtype).to.equal('LockAlreadyTaken');
+    expect((await rejectionOf(locks.xlock('report', 'job-1', { ttl: 20_000 }))).subtype, 'the same lock id').to.equal('LockAlreadyTaken');
+    expect((await rejectionOf(locks.slock('report', 'job-3', { ttl: 20_000 }))).subtype).to.equal('LockAlreadyTaken');
+    expect((await rejectionOf(held.release())).subtype).to.equal('LockNotFound');
+    expect(await locks.unlock('job-1'), 'unlock by the lock id').to.deep.equal([]);
+    expect((await rejectionOf(locks.renew('job-1', 20_000))).subtype).to.equal('LockNotFound');
+    await locks.purge();
+    const status = await locks.status({ resource: 'report' });
+    expect(status.map((lock) => lock.lockId)).to.deep.equal(['job-1:kept']);
+    expect(status[0]!.expiresAt!.getTime()).to.equal(held.timestamp + 10_000);
+    expect((await rejectionOf(locks.xlock('report', 'job-2', { ttl: 20_000 }))).subtype, 'after purge').to.equal('LockAlreadyTaken');
+
+    const shared = await locks.using('queue', 'job-4', { ttl: 20_000, shared: true, minHold: 10_000 }, (handle) => handle.fence);
+    expect(shared).to.be.a('number');
+    expect((await rejectionOf(locks.xlock('queue', 'job-5', { ttl: 20_000 }))).subtype, 'an exclusive lock waits for the kept shared one').to.equal('LockAlreadyTaken');
+    await (await locks.slock('queue', 'job-6', { ttl: 20_000 })).release();
+    expect(await failureOf(() => locks.xlock('x', 'job-7', { ttl: 1_000, minHold: 2_000 }))).to.be.instanceOf(TypeError);
   });
 
   it('bad minHold is refused with a TypeError before anything is written: 0, past the lease, not an integer, with a lock to continue; typos are named', async () => {
