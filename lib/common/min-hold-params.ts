@@ -16,6 +16,18 @@ export interface MinHoldParams {
 }
 
 /**
+ * Throws a TypeError when `lease` (ms from the server's now) could end a lock taken with minHold
+ * before its minimum hold does: an extension by at least `minHold` ends at or after `timestamp +
+ * minHold`, since the server's now is past the stamp; a shorter one might not. Returns `lease`.
+ */
+export function expectLeaseCoversMinHold(lease: number, lock: { readonly timestamp: number; readonly minHoldUntil?: number | undefined }): number {
+  if (lock.minHoldUntil === undefined) return lease;
+  const minHold = lock.minHoldUntil - lock.timestamp;
+  if (lease < minHold) throw new TypeError(`Expected a lease of at least the lock's minHold (${minHold} ms), got ${lease} ms: a lock taken with minHold keeps its entry until its minimum hold ends`);
+  return lease;
+}
+
+/**
  * `params.minHold` of an acquisition whose lease is `lease` ms: an integer number of ms from 1 to
  * the lease (a minimum hold past the lease would outlast the lock); undefined when not given.
  * Throws a TypeError otherwise, before anything is written.

@@ -19,6 +19,7 @@ import { handOver, withdrawHandOver, type GranteeTerms } from './hand-over';
 import { DATA_WRITE_CONCERN } from './commit-outcome';
 import { releaseLock, type LockRelease, type ReleaseWrite } from './release';
 import { explainLostLock, explainRefusedAcquisition, unexplainedRefusal, type AcquireContext } from './refusals';
+import { prunedAt } from '../protocol/rate-window';
 import { observeWrite, readClock, refuseExcessSkew, runStamped, type StampedWrite } from './stamped-write';
 import type { Inspection, Store, Timed } from './store';
 import { failedAcquisition } from './write-failures';
@@ -126,8 +127,7 @@ export class LockEngine {
     const id = newLockId();
     const permits = rule.limit === undefined ? undefined : (extras.permits ?? 1);
     const { owned } = extras;
-    // A limited tag's permits taken with minHold: a rate limit over that window (lib/protocol/rate-window.ts).
-    const window = rule.limit === undefined ? undefined : extras.minHold;
+    const window = rule.limit === undefined ? undefined : extras.minHold; // a rate limit's (lib/protocol/rate-window.ts)
     const context: AcquireContext = { paths, rule, conflict, lease, permits, owned, boom: call.boom, fair: extras.fair, refusal: extras.refusal, window };
     return this.stamped(call, {
       target: filter,
@@ -148,8 +148,7 @@ export class LockEngine {
         const now = this.observeWrite(reply.value, reply);
         const lock = paths.read(reply.value);
         const target = this.deployment.addressOf(reply.value);
-        // A rate limit's entries are pruned at the stamp, never later: its later acquisitions, stamped no earlier, must count every entry live at their stamps.
-        const pruneAt = window === undefined ? now : stamp;
+        const pruneAt = prunedAt(window, now, stamp);
         if (!rule.exclusive && hasExpiredEntries(lock, tag, pruneAt)) await this.pruneOwnTag(pruneTagOperation(paths, target, tag, new Date(pruneAt)), call);
         const data: LockData = { id, tag, timestamp: stamp, fence: fenceOf(lock), expiresAt: entry.exp.getTime(), ...(permits && { permits }), ...(owned && { owner: owned.owner }), ...held };
         await this.deployment.refuseSkewed(call, () => this.release(target, tag, { id }, data, call));

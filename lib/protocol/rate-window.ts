@@ -62,3 +62,12 @@ export function windowStampConditions(paths: LockPaths, tag: string, at: Date): 
 export function recordWindowStamp(paths: LockPaths, tag: string, at: Date): Document {
   return { $push: recordStamp(paths, tag, at) };
 }
+
+/**
+ * The time at which an acquisition prunes its own shared tag's expired entries: the server's time
+ * its reply showed (`now`), or for a rate limit (a `window`) its stamp, never later: its later
+ * acquisitions, stamped no earlier, must count every entry live at their stamps.
+ */
+export function prunedAt(window: number | undefined, now: number, stamp: number): number {
+  return window === undefined ? now : stamp;
+}

@@ -1,4 +1,5 @@
 import { keptId } from '../protocol/min-hold';
+import { expectLeaseCoversMinHold } from '../common/min-hold-params';
 import type { ReleaseWrite } from '../engine/release';
 import type { Document } from 'mongodb';
 import { traced } from '../common/diagnostics';
@@ -165,6 +166,7 @@ export class ResourceLockClient implements HandleOwner, ResourceAcquireSite {
       refuseFinalWrite(p);
       const call = resolveCallOptions(p, this.defaults);
       const lease = locktimeout === undefined ? Infinity : expectMs('locktimeout', locktimeout);
+      expectLeaseCoversMinHold(lease, lock);
       const extended = await traced(
         'extend',
         () => ({ operation: 'extend', kind: 'resourceLocks', namespace: this.engine.namespace, tag: lock.tag, lockId: lock.id }),

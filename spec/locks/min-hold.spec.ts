@@ -4,10 +4,12 @@
  * does. Judged by the server's clock (the stored acquisition stamp), never the client's.
  */
 import * as Boom from '@hapi/boom';
+import { spawn } from 'node:child_process';
+import { join } from 'node:path';
 import { expect } from 'chai';
 import type { Collection, Document } from 'mongodb';
 import { multiLock, resourceLocks, semaphore, writeLock, type LockHandle } from '../../lib';
-import { failureOf, freshCollection, newClient, rejectionOf, snapshotOf } from '../support/fixture';
+import { failureOf, freshCollection, mongoBackend, newClient, rejectionOf, snapshotOf } from '../support/fixture';
 
 /** The stored entries of `tag` on document `_id`. */
 async function entriesOf(collection: Collection<Document>, _id: unknown, tag = 'write'): Promise<Document[]> {
@@ -122,6 +124,28 @@ describe('minHold: a released lock stays taken until its minimum hold ends', () 
     expect((await collection.findOne({ _id: 'nightly' } as Document))!.runs).to.equal(1);
   });
 
+  it('run once per window across processes: three processes start the job each tick, some late by up to 300 ms; the winners\' stamps lie minHold apart, never two runs in one tick', async function () {
+    this.timeout(60_000);
+    const collection = await freshCollection([{ _id: 'job', runs: [] }]);
+    const minHold = 600;
+    const settings = { uri: mongoBackend().uri, db: collection.dbName, collection: collection.collectionName, start: Date.now() + 5_000, interval: 1_000, ticks: 4, minHold, lateBy: 300 };
+    const script = join(__dirname, '..', 'support', 'scheduled-job-process.ts');
+    const codes = await Promise.all(
+      ['a', 'b', 'c'].map(
+        (name) =>
+          new Promise<number | null>((resolve) => {
+            const child = spawn(process.execPath, ['--import', 'tsx', script, JSON.stringify({ ...settings, name })], { stdio: ['ignore', 'ignore', 'inherit'] });
+            child.on('exit', (code) => resolve(code));
+          }),
+      ),
+    );
+    expect(codes).to.deep.equal([0, 0, 0]);
+    const runs = ((await collection.findOne({ _id: 'job' } as Document))!.runs as Array<{ tick: number; by: string; stamp: number }>).sort((a, b) => a.stamp - b.stamp);
+    expect(runs.length, 'ran at all').to.be.greaterThan(0);
+    expect(new Set(runs.map((run) => run.tick)).size, `one run per tick: ${JSON.stringify(runs)}`).to.equal(runs.length);
+    for (let i = 1; i < runs.length; i++) expect(runs[i]!.stamp - runs[i - 1]!.stamp, 'by the server\'s stamps').to.be.at.least(minHold);
+  });
+
   it('multiLock: a tag released early refuses what it refused while held until its end; a tag concurrent with it is not refused', async () => {
     const collection = await freshCollection([{ _id: 1 }]);
     const lock = multiLock({ collection, locktimeouts: { read: 10_000, write: 10_000 }, lockRelationships: { read: { cooperative: ['write'] }, write: { cooperative: ['write', 'read'] } } });
@@ -182,13 +206,21 @@ describe('minHold: a released lock stays taken until its minimum hold ends', () 
     const lock = writeLock({ collection, locktimeout: 1_000 });
     const multi = multiLock({ collection, locktimeouts: { read: 1_000 } });
     const pool = semaphore({ collection, limit: 2, locktimeout: 1_000 });
-    const before = await snapshotOf(collection);
+    let before = await snapshotOf(collection);
     for (const minHold of [0, -1, 1.5, 1_001, '100', null, Infinity]) {
       const error = await failureOf(() => lock.acquire({ _id: 1 }, { minHold } as never));
       expect(error, String(minHold)).to.be.instanceOf(TypeError);
       expect(error.message).to.match(/params\.minHold/);
     }
     expect(await failureOf(() => lock.using({ _id: 1 }, { minHold: 2_000 }, () => undefined))).to.be.instanceOf(TypeError);
+    const held = await lock.acquire({ _id: 1 }, { minHold: 500 });
+    const heldBefore = await snapshotOf(collection);
+    expect((await failureOf(() => held.extend(499))).message, 'a lease shorter than the minimum hold').to.match(/at least the lock's minHold \(500 ms\)/);
+    expect(await failureOf(() => lock.extend({ _id: 1 }, { lock: held, locktimeout: 100 }))).to.be.instanceOf(TypeError);
+    expect(await snapshotOf(collection)).to.equal(heldBefore);
+    await held.extend(500);
+    await lock.forceRelease({ _id: 1 });
+    before = await snapshotOf(collection);
     expect(await failureOf(() => multi.acquire({ _id: 1 }, { tag: 'read', minHold: 0 }))).to.be.instanceOf(TypeError);
     expect(await failureOf(() => pool.acquire({ _id: 1 }, { minHold: 1_001 }))).to.be.instanceOf(TypeError);
     expect((await failureOf(() => lock.acquire({ _id: 1 }, { minhold: 100 } as never))).message).to.match(/minhold.*Did you mean `minHold`/);
