@@ -21,6 +21,11 @@ export function keptId(id: string): string {
   return `${id}:kept`;
 }
 
+/** True for the id of an entry a release kept ({@link keptId}). */
+export function isKeptId(id: string): boolean {
+  return id.endsWith(':kept');
+}
+
 /** The stored fields of a lock taken with `minHold` ms, stamped `at`: the end of its minimum hold. */
 export function minHoldEntry(at: Date, minHold: number | undefined): { hold?: Date } {
   return minHold === undefined ? {} : { hold: new Date(at.getTime() + minHold) };

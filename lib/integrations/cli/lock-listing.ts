@@ -1,4 +1,5 @@
 import { limitNumber, windowOf } from '../../protocol/rate-window';
+import { isKeptId } from '../../protocol/min-hold';
 import type { Collection, Document } from 'mongodb';
 import { entriesOf, RESOURCE_DOCUMENTS } from '../../resources/status';
 import { RESOURCE_FIELD } from '../../protocol/resource-document';
@@ -13,10 +14,12 @@ export interface ListedLock {
   readonly target: unknown;
   readonly tag: string;
   /**
-   * `held`, `waiting` (a fair-mode ticket), `upgrading` (a held lock's conversion to `tag` waits:
-   * new locks of the tags it waits for are refused) or `expired` (an entry nobody released).
+   * `held`, `kept` (released before its minimum hold ended: it refuses others as a held lock until
+   * it expires; `release` removes it), `waiting` (a fair-mode ticket), `upgrading` (a held lock's
+   * conversion to `tag` waits: new locks of the tags it waits for are refused) or `expired` (an
+   * entry nobody released).
    */
-  readonly state: 'held' | 'waiting' | 'upgrading' | 'expired';
+  readonly state: 'held' | 'kept' | 'waiting' | 'upgrading' | 'expired';
   readonly lockId: string;
   /**
    * Resource locks: the entry's own id, one acquisition (the lock id is its group: a later lock of
@@ -69,7 +72,7 @@ export function listResourceLocks(collection: Collection<Document>, options: { a
       .map(({ status, entryId, live }) => ({
         target: status.resource,
         tag: status.type,
-        state: live ? 'held' : 'expired',
+        state: live ? (isKeptId(entryId) ? 'kept' : 'held') : 'expired',
         lockId: status.lockId,
         entryId,
         since: status.createdAt,
@@ -141,7 +144,7 @@ export function locksOf(doc: Document, field: string, all: boolean): ListedLock[
   const fence = typeof lock.fence === 'number' ? lock.fence : null;
   const { entries, tickets } = readHolds(lock, now);
   const rows = [
-    ...entries.map((entry) => ({ ...listed(doc._id, entry, now, fence, entry.live ? 'held' : 'expired'), ...holdDetails(lock, entry, now) })),
+    ...entries.map((entry) => ({ ...listed(doc._id, entry, now, fence, entry.live ? (entry.extra.kept === true ? 'kept' : 'held') : 'expired'), ...holdDetails(lock, entry, now) })),
     ...tickets.map((ticket) => listed(doc._id, ticket, now, null, ticket.live ? 'waiting' : 'expired')),
     ...(lock.upgrade ?? []).map((mark) => ({
       target: doc._id,
