@@ -20,6 +20,7 @@ import { DATA_WRITE_CONCERN } from './commit-outcome';
 import { releaseLock, type LockRelease, type ReleaseWrite } from './release';
 import { explainLostLock, explainRefusedAcquisition, unexplainedRefusal, type AcquireContext } from './refusals';
 import { prunedAt } from '../protocol/rate-window';
+import { withoutMinHold } from '../protocol/min-hold';
 import { observeWrite, readClock, refuseExcessSkew, runStamped, type StampedWrite } from './stamped-write';
 import type { Inspection, Store, Timed } from './store';
 import { failedAcquisition } from './write-failures';
@@ -151,7 +152,7 @@ export class LockEngine {
         const pruneAt = prunedAt(window, now, stamp);
         if (!rule.exclusive && hasExpiredEntries(lock, tag, pruneAt)) await this.pruneOwnTag(pruneTagOperation(paths, target, tag, new Date(pruneAt)), call);
         const data: LockData = { id, tag, timestamp: stamp, fence: fenceOf(lock), expiresAt: entry.exp.getTime(), ...(permits && { permits }), ...(owned && { owner: owned.owner }), ...held };
-        await this.deployment.refuseSkewed(call, () => this.release(target, tag, { id }, data, call));
+        await this.deployment.refuseSkewed(call, () => this.release(target, tag, { id }, withoutMinHold(data), call));
         return withDocument(this.assertiveOutcome(data, target, lock, stamp), reply.value, paths.field, extras.document, store.shardKey);
       },
       explain: extras.explain === false ? null : (seen, stamp, tolerance) => explainRefusedAcquisition(context, seen, stamp, tolerance),
@@ -176,7 +177,7 @@ export class LockEngine {
 
   /** Releases a lock no caller holds (an acquisition's whose reply was lost, or whose call was abandoned): a cleanup, after the extensions of held leases, before attempts. */
   releaseWritten(written: Acquired, call: ResolvedCallOptions): Promise<void> {
-    return this.releaseAt('cleanup', { target: written.target, tag: written.lock.tag, proof: { id: written.lock.id }, claimed: written.lock, write: {} }, call);
+    return this.releaseAt('cleanup', { target: written.target, tag: written.lock.tag, proof: { id: written.lock.id }, claimed: withoutMinHold(written.lock), write: {} }, call);
   }
 
   private releaseAt(priority: CommandPriority, request: LockRelease, call: ResolvedCallOptions): Promise<void> {

@@ -21,6 +21,17 @@ export function keptId(id: string): string {
   return `${id}:kept`;
 }
 
+/**
+ * `lock` released as a lock no caller held (an abandoned acquisition's, one whose reply came too
+ * late, one refused for clocks too far apart): its entry is removed, not kept. Its caller never
+ * ran under it, so it is no run of a job and no call of a rate limit; the permits a window counts
+ * are those handed to callers.
+ */
+export function withoutMinHold<T extends { readonly minHoldUntil?: number | undefined }>(lock: T): T {
+  if (lock.minHoldUntil === undefined) return lock;
+  return { ...lock, minHoldUntil: undefined };
+}
+
 /** True for the id of an entry a release kept ({@link keptId}). */
 export function isKeptId(id: string): boolean {
   return id.endsWith(':kept');

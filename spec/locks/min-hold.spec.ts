@@ -9,7 +9,9 @@ import { join } from 'node:path';
 import { expect } from 'chai';
 import type { Collection, Document } from 'mongodb';
 import { multiLock, resourceLocks, semaphore, writeLock, type LockHandle } from '../../lib';
-import { failureOf, freshCollection, mongoBackend, newClient, rejectionOf, snapshotOf } from '../support/fixture';
+import { failureOf, freshCollection, mongoBackend, newClient, rejectionOf, sleep, snapshotOf } from '../support/fixture';
+import { isAcquisition } from '../support/lock-commands';
+import { delayedCollection } from '../../stress/delayed-collection';
 
 /** The stored entries of `tag` on document `_id`. */
 async function entriesOf(collection: Collection<Document>, _id: unknown, tag = 'write'): Promise<Document[]> {
@@ -82,6 +84,22 @@ describe('minHold: a released lock stays taken until its minimum hold ends', () 
     );
     await held.release();
     expect(await entriesOf(collection, 1)).to.deep.equal([]);
+  });
+
+  it('an abandoned acquisition (aborted while its attempt was on its way) removes the entry it wrote: nobody ran under it, and it keeps nobody out', async () => {
+    const collection = await freshCollection([{ _id: 1 }]);
+    let acquisitions = 0;
+    const slow = delayedCollection(collection, { reply: (method, _n, args) => (isAcquisition(method, args) && ++acquisitions === 1 ? 400 : 0) });
+    const lock = writeLock({ collection: slow, locktimeout: 10_000, changeStreams: false });
+    const controller = new AbortController();
+    const abandoned = lock.acquire({ _id: 1 }, { minHold: 9_000, signal: controller.signal });
+    for (let i = 0; i < 100 && (await entriesOf(collection, 1)).length === 0; i++) await sleep(10);
+    expect(await entriesOf(collection, 1), 'its attempt landed').to.have.length(1);
+    controller.abort(new Error('the caller went away'));
+    expect((await rejectionOf(abandoned)).message).to.equal('the caller went away');
+    for (let i = 0; i < 200 && (await entriesOf(collection, 1)).length > 0; i++) await sleep(10);
+    expect(await entriesOf(collection, 1), 'removed, not kept').to.deep.equal([]);
+    await (await writeLock({ collection }).acquire({ _id: 1 })).release();
   });
 
   it('a lock taken without minHold stores and sends what it did before: no hold field, removed by its release', async () => {
