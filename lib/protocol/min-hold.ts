@@ -14,7 +14,7 @@ import type { LockPaths } from './stored-format';
  */
 
 /** The array filter name of the entry a release keeps. */
-const KEPT = 'kept';
+const KEPT = 'keptEntry';
 
 /** The id a kept entry gets: the lock's, with a suffix no proof can carry (a lock id passed back has no `:`). */
 export function keptId(id: string): string {
