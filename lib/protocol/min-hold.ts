@@ -16,9 +16,12 @@ import type { LockPaths } from './stored-format';
 /** The array filter name of the entry a release keeps. */
 const KEPT = 'keptEntry';
 
-/** The id a kept entry gets: the lock's, with a suffix no proof can carry (a lock id passed back has no `:`). */
+/** What a kept entry's id ends with: a suffix no proof can carry (a lock id passed back has no `:`). */
+const KEPT_SUFFIX = ':kept';
+
+/** The id a kept entry gets: the lock's, with {@link KEPT_SUFFIX}. */
 export function keptId(id: string): string {
-  return `${id}:kept`;
+  return `${id}${KEPT_SUFFIX}`;
 }
 
 /**
@@ -34,7 +37,7 @@ export function withoutMinHold<T extends { readonly minHoldUntil?: number | unde
 
 /** True for the id of an entry a release kept ({@link keptId}). */
 export function isKeptId(id: string): boolean {
-  return id.endsWith(':kept');
+  return id.endsWith(KEPT_SUFFIX);
 }
 
 /** The stored fields of a lock taken with `minHold` ms, stamped `at`: the end of its minimum hold. */
