@@ -18,11 +18,12 @@ export interface MinHoldParams {
 /**
  * Throws a TypeError when `lease` (ms from the server's now) could end a lock taken with minHold
  * before its minimum hold does: an extension by at least `minHold` ends at or after `timestamp +
- * minHold`, since the server's now is past the stamp; a shorter one might not. Returns `lease`.
+ * minHold`, since the server's now is past the stamp; a shorter one might not. `leaseOf` reads the
+ * minHold back from the stored end (which, as a lease's, includes the clocks' skew). Returns `lease`.
  */
-export function expectLeaseCoversMinHold(lease: number, lock: { readonly timestamp: number; readonly minHoldUntil?: number | undefined }): number {
+export function expectLeaseCoversMinHold(lease: number, lock: { readonly timestamp: number; readonly minHoldUntil?: number | undefined }, leaseOf: (stamp: number, end: number) => number): number {
   if (lock.minHoldUntil === undefined) return lease;
-  const minHold = lock.minHoldUntil - lock.timestamp;
+  const minHold = leaseOf(lock.timestamp, lock.minHoldUntil);
   if (lease < minHold) throw new TypeError(`Expected a lease of at least the lock's minHold (${minHold} ms), got ${lease} ms: a lock taken with minHold keeps its entry until its minimum hold ends`);
   return lease;
 }

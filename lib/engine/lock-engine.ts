@@ -135,8 +135,8 @@ export class LockEngine {
       lease,
       write: async (stamp, tolerance) => {
         const entry = { id, at: new Date(stamp), exp: new Date(this.settings.clock.expiry(stamp, lease)) };
-        const operation = acquireOperation({ paths, rule, tags: this.tags, filter, entry, tolerance, fair: extras.fair, permits, owned, extension: extras, minHold: extras.minHold });
-        const held = extras.minHold === undefined ? {} : { minHoldUntil: stamp + extras.minHold };
+        const held = extras.minHold === undefined ? {} : { minHoldUntil: this.settings.clock.expiry(stamp, extras.minHold) }; // the hold's end is stored as a lease's
+        const operation = acquireOperation({ paths, rule, tags: this.tags, filter, entry, tolerance, fair: extras.fair, permits, owned, extension: extras, minHold: extras.minHold, holdUntil: held.minHoldUntil === undefined ? undefined : new Date(held.minHoldUntil) });
         let reply: Timed<Document | null>;
         try {
           // An exclusive tag without assertive ones reads back only its token and the clock (the narrowest reply).

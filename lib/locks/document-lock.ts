@@ -178,7 +178,7 @@ export class DocumentLock implements HandleOwner, AcquireSite {
   async extendWith(target: unknown, lock: LockData, proof: Proof, params: unknown): Promise<Handle> {
     const filter = expectFilter('filter', target);
     const { params: p, call } = this.callOptions(params);
-    const extended = await extendLock(this, filter, lock, proof, expectLeaseCoversMinHold(this.leaseOf(lock.tag, p), lock), p, call);
+    const extended = await extendLock(this, filter, lock, proof, expectLeaseCoversMinHold(this.leaseOf(lock.tag, p), lock, (stamp, end) => this.clock.leaseOf(stamp, end)), p, call);
     for (const given of [p.lock, p.timestamp]) {
       if (given instanceof Handle && given.id === lock.id) Handle.updateExpiry(given, extensionOf(extended));
     }
@@ -205,7 +205,7 @@ export class DocumentLock implements HandleOwner, AcquireSite {
     return this.run(async () => {
       const { params: p, call } = this.callOptions(readParams('params', params, HANDLE_PARAMS));
       const ms = lease === undefined ? this.engine.rule(lock.tag).lease : expectMs('locktimeout', lease);
-      return keepLock(this, target, lock, expectLeaseCoversMinHold(ms, lock), p, call, kept);
+      return keepLock(this, target, lock, expectLeaseCoversMinHold(ms, lock, (stamp, end) => this.clock.leaseOf(stamp, end)), p, call, kept);
     });
   }
 

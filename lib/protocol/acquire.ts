@@ -54,8 +54,10 @@ export interface AcquireRequest {
    * takes the place of, its holder's, which must still be there; it does not count as a live lock.
    */
   readonly replacing?: string;
-  /** ms of minimum hold (lib/protocol/min-hold.ts): the entry stores when it ends, `at + minHold`. */
+  /** ms of minimum hold (lib/protocol/min-hold.ts); on a limited tag, a rate limit's window (lib/protocol/rate-window.ts). */
   readonly minHold?: number;
+  /** With `minHold`: when it ends, which the entry stores (`at + minHold`, stored longer by the clocks' skew as a lease is). */
+  readonly holdUntil?: Date;
 }
 
 /**
@@ -100,7 +102,7 @@ export function acquireOperation(request: AcquireRequest): LockOperation {
   // A limited tag's permits taken with minHold: a rate limit over that window (lib/protocol/rate-window.ts).
   const window = limited ? request.minHold : undefined;
   const owned = request.owned;
-  const stored: StoredEntry = { ...extension?.entry, ...entry, ...minHoldEntry(at, request.minHold), ...(limited ? { permits } : {}), ...(owned ? { owner: owned.owner, ...(owned.counter !== undefined && { fence: owned.counter + 1 }) } : {}) };
+  const stored: StoredEntry = { ...extension?.entry, ...entry, ...minHoldEntry(request.holdUntil), ...(limited ? { permits } : {}), ...(owned ? { owner: owned.owner, ...(owned.counter !== undefined && { fence: owned.counter + 1 }) } : {}) };
   const queueTags = queuedBehind(rule);
   const queue = fair ? { [paths.queue]: fair.ticket ? { $or: [{ id: fair.ticket.id }, { exp: { $lte: at } }] } : { exp: { $lte: at } } } : undefined;
   const update = mergeUpdates(

@@ -40,9 +40,9 @@ export function isKeptId(id: string): boolean {
   return id.endsWith(KEPT_SUFFIX);
 }
 
-/** The stored fields of a lock taken with `minHold` ms, stamped `at`: the end of its minimum hold. */
-export function minHoldEntry(at: Date, minHold: number | undefined): { hold?: Date } {
-  return minHold === undefined ? {} : { hold: new Date(at.getTime() + minHold) };
+/** The stored fields of a lock taken with `minHold`: the end of its minimum hold, `holdUntil`. */
+export function minHoldEntry(holdUntil: Date | undefined): { hold?: Date } {
+  return holdUntil === undefined ? {} : { hold: holdUntil };
 }
 
 /**

@@ -166,7 +166,7 @@ export class ResourceLockClient implements HandleOwner, ResourceAcquireSite {
       refuseFinalWrite(p);
       const call = resolveCallOptions(p, this.defaults);
       const lease = locktimeout === undefined ? Infinity : expectMs('locktimeout', locktimeout);
-      expectLeaseCoversMinHold(lease, lock);
+      expectLeaseCoversMinHold(lease, lock, (stamp, end) => this.clock.leaseOf(stamp, end));
       const extended = await traced(
         'extend',
         () => ({ operation: 'extend', kind: 'resourceLocks', namespace: this.engine.namespace, tag: lock.tag, lockId: lock.id }),

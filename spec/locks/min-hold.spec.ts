@@ -102,6 +102,18 @@ describe('minHold: a released lock stays taken until its minimum hold ends', () 
     await (await writeLock({ collection }).acquire({ _id: 1 })).release();
   });
 
+  it('with several clocks (maxClockSkew), the minimum hold is stored 4 × the skew longer, as a lease is; an extension by minHold is still accepted', async () => {
+    const collection = await freshCollection([{ _id: 1 }]);
+    const lock = writeLock({ collection, locktimeout: 5_000, maxClockSkew: 100 });
+    const held = await lock.acquire({ _id: 1 }, { minHold: 5_000 });
+    expect(held.minHoldUntil).to.equal(held.timestamp + 5_000 + 400);
+    expect((await entriesOf(collection, 1))[0]!.hold.getTime()).to.equal(held.minHoldUntil);
+    await held.extend(5_000);
+    expect(await failureOf(() => held.extend(4_999))).to.be.instanceOf(TypeError);
+    await held.release();
+    expect((await entriesOf(collection, 1))[0]!.exp.getTime()).to.equal(held.minHoldUntil);
+  });
+
   it('a lock taken without minHold stores and sends what it did before: no hold field, removed by its release', async () => {
     const collection = await freshCollection([{ _id: 1 }]);
     const lock = writeLock({ collection });
