@@ -41,6 +41,18 @@ describe('minHold: a released lock stays taken until its minimum hold ends', () 
     await next.release();
   });
 
+  it('waiters in other clients (woken by the release\'s change, refused, then asleep until the hold ends) get the lock once it ends, by the server\'s clock', async () => {
+    const collection = await freshCollection([{ _id: 1 }]);
+    const clients = await Promise.all([newClient(), newClient()]);
+    const waiters = clients.map((client) => writeLock({ collection: client.db(collection.dbName).collection(collection.collectionName), locktimeout: 10_000 }));
+    const held = await writeLock({ collection, locktimeout: 10_000 }).acquire({ _id: 1 }, { minHold: 700 });
+    // Each waiter holds the lock in turn, releasing it as soon as it has it.
+    const waiting = waiters.map((lock) => lock.acquire({ _id: 1 }, { wait: 10_000 }).then(async (handle) => (await handle.release(), handle.timestamp)));
+    await held.release();
+    const stamps = await Promise.all(waiting);
+    for (const stamp of stamps) expect(stamp, 'stamped once the minimum hold ended').to.be.at.least(held.minHoldUntil!);
+  });
+
   it('the entry left is no hold: guard() matches nothing, extend and a second release are LockNotFound, the owner cannot re-enter it', async () => {
     const collection = await freshCollection([{ _id: 1, n: 0 }]);
     const lock = writeLock({ collection, locktimeout: 10_000 });
