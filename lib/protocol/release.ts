@@ -90,6 +90,18 @@ export function withdrawOperation(paths: LockPaths, target: Document, tag: strin
 }
 
 /**
+ * Withdraw ({@link withdrawOperation}) in settling a lost commit; for a lock taken with minHold
+ * (its hold ending at `keptUntil`), its entry is kept as a release before then keeps it
+ * ({@link keepEntryOperation}: renamed, so the commit, which names its id, can no longer land
+ * either), always: a permit of a rate limit is never removed before its window passed.
+ */
+export function withdrawOrKeepOperation(paths: LockPaths, target: Document, tag: string, id: string, keptUntil: Date | undefined): LockOperation {
+  if (keptUntil === undefined) return withdrawOperation(paths, target, tag, id);
+  const kept = keepEntryOperation(paths, tag, id, keptUntil);
+  return { filter: allOf(target, [kept.condition]), update: kept.update, arrayFilters: kept.arrayFilters };
+}
+
+/**
  * Withdraw ({@link withdrawOperation}), only while the entry is live by the server's clock: what an
  * operator's release takes (`monglock release`). An entry whose lease ended holds nothing: it is
  * not reported released (the next acquisition prunes it).

@@ -8,9 +8,9 @@ import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { expect } from 'chai';
 import type { Collection, Document } from 'mongodb';
-import { multiLock, resourceLocks, semaphore, writeLock, type LockHandle } from '../../lib';
+import { commit, multiLock, resourceLocks, semaphore, writeLock, type LockHandle } from '../../lib';
 import { failureOf, freshCollection, mongoBackend, newClient, rejectionOf, sleep, snapshotOf } from '../support/fixture';
-import { isAcquisition } from '../support/lock-commands';
+import { gate, isAcquisition } from '../support/lock-commands';
 import { delayedCollection } from '../../stress/delayed-collection';
 
 /** The stored entries of `tag` on document `_id`. */
@@ -145,6 +145,22 @@ describe('minHold: a released lock stays taken until its minimum hold ends', () 
     expect((await collection.findOne({ _id: 1 } as Document))!.done).to.equal(true);
     expect((await entriesOf(collection, 1))[0]!.kept).to.equal(true);
     expect((await rejectionOf(lock.acquire({ _id: 1 }))).subtype).to.equal('LockAlreadyTaken');
+  });
+
+  it('a commit still on its way when its call gives up is settled not applied, and the entry is kept until the minimum hold ends, not removed', async function () {
+    this.timeout(20_000);
+    const collection = await freshCollection([{ _id: 1, done: false }]);
+    const late = gate(); // the commit (the first updateOne) reaches the server only after the call's deadline and the settling write
+    const slow = delayedCollection(collection, { request: (method, n) => (method === 'updateOne' && n === 1 ? late.promise : 0) });
+    const lock = writeLock({ collection: slow, locktimeout: 15_000, timeout: 2_000 });
+    const error = await rejectionOf(lock.using({ _id: 1 }, { minHold: 15_000 }, () => commit({ $set: { done: true } }, 'ran')));
+    late.open();
+    await sleep(300);
+    expect({ subtype: error.subtype, applied: (error.data as { applied?: unknown }).applied }).to.deep.equal({ subtype: 'DbError', applied: false });
+    expect((await collection.findOne({ _id: 1 } as Document))!.done, 'the late commit did not land').to.equal(false);
+    const stored = await entriesOf(collection, 1);
+    expect(stored.map((entry) => entry.kept)).to.deep.equal([true]);
+    expect((await rejectionOf(writeLock({ collection }).acquire({ _id: 1 }))).subtype).to.equal('LockAlreadyTaken');
   });
 
   it('run once per window: clients that start the same job together with minHold, one of them late, run it once', async () => {
