@@ -1,6 +1,6 @@
 /** Leader election: three workers campaign for one job; one leads at a time, the others take over when it resigns or dies (docs/api.md: elections). */
 import { MongoClient } from 'mongodb';
-import { election, type LeaderState } from 'monglock';
+import { election } from 'monglock';
 
 async function main(): Promise<void> {
   const uri = process.env.MONGODB_URI ?? 'mongodb://127.0.0.1:27017';

@@ -36,6 +36,7 @@ export type {
   WriteOptions,
   WriteConcernW,
 } from './common/options';
+export type { MinHoldParams } from './common/min-hold-params';
 export type { LockRelationships, TagRelationship, TagLimits } from './locks/relationships';
 export type { StoredLock, StoredEntry, StoredCommit, StoredTicket, StoredUpgrade } from './protocol/stored-format';
 export type { StoredQuarantine } from './protocol/quarantine';

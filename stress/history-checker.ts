@@ -18,7 +18,12 @@
  *    holds the lock, logging `{ holder, fence, mode }` in the target itself; in that log, in the
  *    order the server applied the writes, no holder's write comes after a write of a holder with a
  *    larger token (a later holder), unless both holds are shared. This needs no clock at all: it is
- *    an independent proof of exclusion (and of fencing) in the server's own order.
+ *    an independent proof of exclusion (and of fencing) in the server's own order;
+ * 7. minimum hold: on a target, a holder that took its lock with `minHold` is followed by no other
+ *    holder stamped less than `minHold` after it (by the acquisition stamps, server time), however
+ *    early it released: the entry it leaves is never a hold;
+ * 8. rate: the holds of a rate-limited target (with a `window`) never have more than `limit`
+ *    permits stamped within any `window` ms.
  *
  * All times are one machine's clock in ms (the test server runs on the same machine, so it is also
  * the server's clock).
@@ -37,6 +42,10 @@ export interface HoldEvent {
   /** A semaphore's holder: the permits it held, and the target's limit. */
   readonly permits?: number;
   readonly limit?: number;
+  /** Taken with minHold: its acquisition stamp (server ms), and the minimum hold or (a rate limit's permit) the window. */
+  readonly stamp?: number;
+  readonly minHold?: number;
+  readonly window?: number;
 }
 
 /** How one call ended. */
@@ -78,7 +87,7 @@ export interface FinalState {
 
 /** One broken invariant, in words. */
 export interface Violation {
-  readonly rule: 'exclusion' | 'fencing' | 'leak' | 'liveness' | 'limit' | 'guarded';
+  readonly rule: 'exclusion' | 'fencing' | 'leak' | 'liveness' | 'limit' | 'guarded' | 'minHold' | 'rate';
   readonly detail: string;
 }
 
@@ -120,6 +129,8 @@ export function checkHistory(events: readonly HistoryEvent[], final: FinalState)
     }
   }
 
+  for (const [target, list] of byTarget) violations.push(...minHoldViolations(target, list), ...rateViolations(target, list));
+
   for (const entry of final.liveEntries) {
     violations.push({ rule: 'leak', detail: `${entry.target}: ${entry.tag} lock ${entry.id} still held (expires ${new Date(entry.exp).toISOString()}) after every holder gave up` });
   }
@@ -145,6 +156,32 @@ export function guardedWriteViolations(target: string, log: readonly GuardedWrit
     if (i < 0) continue;
     const a = log[i]!;
     violations.push({ rule: 'guarded', detail: `${target}: ${b.mode} ${b.holder} (fence ${b.fence}) wrote (log #${j}) after ${a.mode} ${a.holder} (fence ${a.fence}) had written (log #${i})` });
+  }
+  return violations;
+}
+
+/** Rule 7 on one target's holds: after a hold taken with `minHold`, the next holder's stamp is at least `minHold` later. */
+export function minHoldViolations(target: string, holds: readonly HoldEvent[]): Violation[] {
+  const stamped = holds.filter((hold) => hold.stamp !== undefined && hold.mode === 'exclusive').sort((a, b) => a.stamp! - b.stamp!);
+  const violations: Violation[] = [];
+  for (let i = 1; i < stamped.length; i++) {
+    const [a, b] = [stamped[i - 1]!, stamped[i]!];
+    if (a.holder !== b.holder && a.minHold !== undefined && b.stamp! - a.stamp! < a.minHold) {
+      violations.push({ rule: 'minHold', detail: `${target}: ${b.holder} (fence ${b.fence}) stamped ${b.stamp! - a.stamp!} ms after ${a.holder} (fence ${a.fence}), whose minHold is ${a.minHold} ms` });
+    }
+  }
+  return violations;
+}
+
+/** Rule 8 on one target's holds: no `window` ms hold more than `limit` permits by their stamps. */
+export function rateViolations(target: string, holds: readonly HoldEvent[]): Violation[] {
+  const rated = holds.filter((hold) => hold.stamp !== undefined && hold.window !== undefined && hold.limit !== undefined).sort((a, b) => a.stamp! - b.stamp!);
+  const violations: Violation[] = [];
+  for (let i = 0; i < rated.length; i++) {
+    const first = rated[i]!;
+    const within = rated.filter((hold) => hold.stamp! >= first.stamp! && hold.stamp! < first.stamp! + first.window!);
+    const permits = within.reduce((sum, hold) => sum + (hold.permits ?? 1), 0);
+    if (permits > first.limit!) violations.push({ rule: 'rate', detail: `${target}: ${permits} permits stamped within ${first.window} ms from ${first.stamp}, limit ${first.limit}` });
   }
   return violations;
 }

@@ -7,6 +7,8 @@
  * A history on a sharded cluster reaches every collection through simulated routers
  * (simulated-cluster.ts); a client's late acquisitions fail at once and land later (server-faults.ts).
  */
+import { settleWithin } from './settle-within';
+import { minHoldOf, RATE_TARGET, runWithMinHold, type HoldDetails } from './interleaving-min-hold';
 import { request as httpRequest } from 'node:http';
 import Hapi from '@hapi/hapi';
 import type { Collection, Db, Document, MongoClient } from 'mongodb';
@@ -56,7 +58,7 @@ export async function runScenario(scenario: Scenario, context: RunContext): Prom
   const suffix = `${scenario.seed}_${Math.floor(realNow() % 1e9)}`;
   const docs = context.db.collection(`docs_${suffix}`);
   const lockCollection = context.db.collection(`locks_${suffix}`);
-  await docs.insertMany(['w0', 'w1', 'g0', 'm0', 'h0', 'b0', 's0', 'o0'].map((id) => ({ _id: id as never })));
+  await docs.insertMany(['w0', 'w1', 'g0', 'm0', 'h0', 'b0', 's0', 'o0', 'j0', 't0'].map((id) => ({ _id: id as never })));
   const events: HistoryEvent[] = [];
   const outcomes: Record<string, number> = {};
   const deployment: HistoryDeployment = { cluster: scenario.cluster, landed: [], refusals: [] };
@@ -155,6 +157,9 @@ async function runOperation(operation: Operation, op: number, clients: readonly 
             hold(events, docs, 'o0', 'exclusive', operation.holdMs, { holder: operation.owner, fence: outer.fence === inner.fence ? inner.fence : -1 })(inner, innerSignal),
           );
         });
+      case 'runOnce':
+      case 'rate':
+        return await runWithMinHold(operation, locks, params, hold(events, docs, operation.kind === 'rate' ? RATE_TARGET : 'j0', operation.kind === 'rate' ? 'shared' : 'exclusive', operation.holdMs, minHoldOf(operation, LIMIT)));
       case 'upgrade':
         // A reader upgraded to write for its section, then back; a second upgrader gives up.
         return await locks.multi.using({ _id: 'm0' }, { ...params, tag: 'read' }, async (handle, signal) => {
@@ -219,11 +224,13 @@ function memberHold(member: GroupMember): { target: string; mode: 'exclusive' | 
  * protected it: from its start until it ended or its signal aborted, whichever came first. It
  * writes to its document in `log` through `guard()` when it starts and when it ends.
  */
-function hold(events: HistoryEvent[], log: Collection<Document>, target: string, mode: 'exclusive' | 'shared', holdMs: number, more: { permits?: number; limit?: number; holder?: string; fence?: number } = {}) {
+function hold(events: HistoryEvent[], log: Collection<Document>, target: string, mode: 'exclusive' | 'shared', holdMs: number, more: HoldDetails = {}) {
   return async (handle: LockHandle, signal: AbortSignal): Promise<void> => {
     const { holder = handle.id, fence = handle.fence, ...limits } = more;
     const { start, end } = await guardedSpan(holdMs, signal, () => guardedWrite(log, handle, { holder, fence, mode }));
-    events.push({ type: 'hold', target, holder, mode, fence, start, end, ...limits });
+    // Taken with minHold: its acquisition stamp (server time), which the checker's minimum-hold and rate rules judge by.
+    const stamp = limits.minHold === undefined && limits.window === undefined ? {} : { stamp: handle.timestamp };
+    events.push({ type: 'hold', target, holder, mode, fence, start, end, ...limits, ...stamp });
   };
 }
 
@@ -291,21 +298,4 @@ async function hapiServer(docs: Collection<Document>, events: HistoryEvent[]): P
         req.end();
       }),
   };
-}
-
-/** `ok`, the error's subtype or name, or `unsettled` when `promise` did not settle within `ms`. */
-async function settleWithin(promise: Promise<unknown>, ms: number): Promise<string> {
-  let timer: NodeJS.Timeout | undefined;
-  const bound = new Promise<string>((resolve) => {
-    timer = setTimeout(() => resolve('unsettled'), ms);
-  });
-  const outcome = promise.then(
-    () => 'ok',
-    (error: unknown) => String((error as { subtype?: unknown; name?: unknown })?.subtype ?? (error as { name?: unknown })?.name ?? 'error'),
-  );
-  try {
-    return await Promise.race([outcome, bound]);
-  } finally {
-    clearTimeout(timer);
-  }
 }

@@ -72,6 +72,8 @@ export type Operation =
   | (Timed & { readonly kind: 'multiLock'; readonly tag: 'read' | 'write' })
   | (Timed & { readonly kind: 'semaphore'; readonly permits: 1 | 2 })
   | (Timed & { readonly kind: 'reentrant'; readonly owner: 'a' | 'b' })
+  | (Timed & { readonly kind: 'runOnce'; readonly minHold: 100 | 300 })
+  | (Timed & { readonly kind: 'rate' })
   | (Timed & { readonly kind: 'upgrade' })
   | (Timed & { readonly kind: 'election' })
   | (Timed & { readonly kind: 'group'; readonly members: ReadonlyArray<GroupMember> })
@@ -152,6 +154,9 @@ export function operation(clients: number): fc.Arbitrary<Operation> {
     { weight: 2, arbitrary: timed(clients).map((t) => ({ ...t, kind: 'upgrade' as const })) },
     // A campaign for one election: its term is the hold (its signal or the scenario's ends it), then it resigns.
     { weight: 2, arbitrary: timed(clients).map((t) => ({ ...t, kind: 'election' as const })) },
+    // A job taken with minHold (released early, its entry kept), and calls under a rate limit (a semaphore's permits taken with minHold).
+    { weight: 2, arbitrary: fc.tuple(timed(clients), fc.constantFrom(100, 300 as const)).map(([t, minHold]) => ({ ...t, kind: 'runOnce' as const, minHold })) },
+    { weight: 2, arbitrary: timed(clients).map((t) => ({ ...t, kind: 'rate' as const })) },
     {
       weight: 3,
       arbitrary: fc

@@ -6,7 +6,7 @@ import type { ResolvedCallOptions } from '../common/options';
 import type { Inspection, Store } from './store';
 import { newLockId } from '../protocol/lock-ids';
 import type { ServerClock } from '../protocol/server-clock';
-import { withdrawOperation } from '../protocol/release';
+import { withdrawOrKeepOperation } from '../protocol/release';
 import { COMMIT_RECORDS, hasEntry, type LockPaths, type StoredCommit } from '../protocol/stored-format';
 import { classifyWriteFailure } from './write-failures';
 
@@ -60,9 +60,10 @@ export function commitRecord(lockId: string, clock: ServerClock, timeout: number
  * 1. If the lock's own acquisition may still land (`err.lock` of a lost reply, or a lock passed
  *    back as data), wait until the server's clock has passed the time its stamp allows (it can no
  *    longer land after).
- * 2. The entry is removed by this call (an update sent at majority): if that matched, the commit
- *    had not landed, and now never can, however late it arrives (a slow network, a queued
- *    connection, the driver's retry): `applied: false`, and the lock is released.
+ * 2. The entry is removed by this call (an update sent at majority; a lock taken with minHold
+ *    keeps it, renamed, as its release does): if that matched, the commit had not landed, and now
+ *    never can, however late it arrives (a slow network, a queued connection, the driver's retry):
+ *    `applied: false`, and the lock is released.
  * 3. Otherwise the entry was already gone, and the locked document is read at majority (a read
  *    that a failover cannot roll back; after the majority removal above it shows every write
  *    before it). Only a `target` that names its `_id` identifies it; any other filter may select
@@ -95,7 +96,7 @@ export async function settleCommit(settlement: CommitSettlement, target: Documen
   try {
     if (landsBy !== undefined && landsBy > 0) await untilServerPassed(settlement, landsBy);
     removed = await withDbErrors(call.boom, () =>
-      store.applyOne(withdrawOperation(paths, target, lock.tag, lock.id), call, DATA_WRITE_CONCERN),
+      store.applyOne(withdrawOrKeepOperation(paths, target, lock.tag, lock.id, lock.minHoldUntil === undefined ? undefined : new Date(lock.minHoldUntil)), call, DATA_WRITE_CONCERN),
     );
   } catch {
     throw fail('unknown', 'whether the update was applied is unknown: MongoDB could not be reached to settle it (the lock may be held until its lease ends)');

@@ -19,6 +19,8 @@ import { handOver, withdrawHandOver, type GranteeTerms } from './hand-over';
 import { DATA_WRITE_CONCERN } from './commit-outcome';
 import { releaseLock, type LockRelease, type ReleaseWrite } from './release';
 import { explainLostLock, explainRefusedAcquisition, unexplainedRefusal, type AcquireContext } from './refusals';
+import { prunedAt } from '../protocol/rate-window';
+import { withoutMinHold } from '../protocol/min-hold';
 import { observeWrite, readClock, refuseExcessSkew, runStamped, type StampedWrite } from './stamped-write';
 import type { Inspection, Store, Timed } from './store';
 import { failedAcquisition } from './write-failures';
@@ -40,6 +42,8 @@ export interface AcquireExtras extends AcquireExtension {
   readonly permits?: number;
   /** An owner's first hold (reentrant locks): the owner, and the fencing counter it read. */
   readonly owned?: OwnedAcquisition;
+  /** ms of minimum hold (lib/protocol/min-hold.ts). */
+  readonly minHold?: number;
 }
 
 /** Below this many ms left of its lease (by the upper bound of the server's clock), a plain release is a cleanup, sent after extensions (lib/engine/command-gate.ts). */
@@ -124,28 +128,31 @@ export class LockEngine {
     const id = newLockId();
     const permits = rule.limit === undefined ? undefined : (extras.permits ?? 1);
     const { owned } = extras;
-    const context: AcquireContext = { paths, rule, conflict, lease, permits, owned, boom: call.boom, fair: extras.fair, refusal: extras.refusal };
+    const window = rule.limit === undefined ? undefined : extras.minHold; // a rate limit's (lib/protocol/rate-window.ts)
+    const context: AcquireContext = { paths, rule, conflict, lease, permits, owned, boom: call.boom, fair: extras.fair, refusal: extras.refusal, window };
     return this.stamped(call, {
       target: filter,
       lease,
       write: async (stamp, tolerance) => {
         const entry = { id, at: new Date(stamp), exp: new Date(this.settings.clock.expiry(stamp, lease)) };
-        const operation = acquireOperation({ paths, rule, tags: this.tags, filter, entry, tolerance, fair: extras.fair, permits, owned, extension: extras });
+        const held = extras.minHold === undefined ? {} : { minHoldUntil: this.settings.clock.expiry(stamp, extras.minHold) }; // the hold's end is stored as a lease's
+        const operation = acquireOperation({ paths, rule, tags: this.tags, filter, entry, tolerance, fair: extras.fair, permits, owned, extension: extras, minHold: extras.minHold, holdUntil: held.minHoldUntil === undefined ? undefined : new Date(held.minHoldUntil) });
         let reply: Timed<Document | null>;
         try {
           // An exclusive tag without assertive ones reads back only its token and the clock (the narrowest reply).
           reply = extras.document === undefined && rule.exclusive && rule.assertive.length === 0 ? await store.applyForToken(operation, call) : await store.apply(operation, call, call.w, extras.document);
         } catch (error) {
-          const attempted: LockData = { id, tag, timestamp: stamp, fence: 0, expiresAt: entry.exp.getTime(), ...(permits && { permits }), ...(owned && { owner: owned.owner }) };
+          const attempted: LockData = { id, tag, timestamp: stamp, fence: 0, expiresAt: entry.exp.getTime(), ...(permits && { permits }), ...(owned && { owner: owned.owner }), ...held };
           throw failedAcquisition(error, call.boom, { lock: attempted, target: this.deployment.addressFromFilter(filter), ...landing(stamp, tolerance, call) } satisfies Acquired);
         }
         if (!reply.value) return undefined;
         const now = this.observeWrite(reply.value, reply);
         const lock = paths.read(reply.value);
         const target = this.deployment.addressOf(reply.value);
-        if (!rule.exclusive && hasExpiredEntries(lock, tag, now)) await this.pruneOwnTag(pruneTagOperation(paths, target, tag, new Date(now)), call);
-        const data: LockData = { id, tag, timestamp: stamp, fence: fenceOf(lock), expiresAt: entry.exp.getTime(), ...(permits && { permits }), ...(owned && { owner: owned.owner }) };
-        await this.deployment.refuseSkewed(call, () => this.release(target, tag, { id }, data, call));
+        const pruneAt = prunedAt(window, now, stamp);
+        if (!rule.exclusive && hasExpiredEntries(lock, tag, pruneAt)) await this.pruneOwnTag(pruneTagOperation(paths, target, tag, new Date(pruneAt)), call);
+        const data: LockData = { id, tag, timestamp: stamp, fence: fenceOf(lock), expiresAt: entry.exp.getTime(), ...(permits && { permits }), ...(owned && { owner: owned.owner }), ...held };
+        await this.deployment.refuseSkewed(call, () => this.release(target, tag, { id }, withoutMinHold(data), call));
         return withDocument(this.assertiveOutcome(data, target, lock, stamp), reply.value, paths.field, extras.document, store.shardKey);
       },
       explain: extras.explain === false ? null : (seen, stamp, tolerance) => explainRefusedAcquisition(context, seen, stamp, tolerance),
@@ -170,7 +177,7 @@ export class LockEngine {
 
   /** Releases a lock no caller holds (an acquisition's whose reply was lost, or whose call was abandoned): a cleanup, after the extensions of held leases, before attempts. */
   releaseWritten(written: Acquired, call: ResolvedCallOptions): Promise<void> {
-    return this.releaseAt('cleanup', { target: written.target, tag: written.lock.tag, proof: { id: written.lock.id }, claimed: written.lock, write: {} }, call);
+    return this.releaseAt('cleanup', { target: written.target, tag: written.lock.tag, proof: { id: written.lock.id }, claimed: withoutMinHold(written.lock), write: {} }, call);
   }
 
   private releaseAt(priority: CommandPriority, request: LockRelease, call: ResolvedCallOptions): Promise<void> {

@@ -33,6 +33,8 @@ export interface AcquireContext {
   readonly fair?: { readonly ticket?: Ticket };
   /** Why the lock kind's own conditions refuse `lock` at server time `now` (ms), if they do. */
   readonly refusal?: (lock: StoredLock, now: number) => string | undefined;
+  /** A rate limit's window (ms): permits of a limited tag taken with minHold (lib/protocol/rate-window.ts). */
+  readonly window?: number;
 }
 
 /**
@@ -50,7 +52,7 @@ export function explainRefusedAcquisition(context: AcquireContext, seen: Inspect
   const refused = (detail: string): Verdict => ({ retry: false, error: refusedBy(lockError(conflict, boom, { detail }), seen.value?._id) });
   const quarantined = quarantinedVerdict(lock, now, boom, seen.value._id);
   if (quarantined) return quarantined;
-  const mismatch = limitMismatch(lock, rule, now);
+  const mismatch = limitMismatch(lock, rule, now, context.window);
   if (mismatch !== undefined) return { retry: false, error: refusedBy(lockError('LimitMismatch', boom, { detail: mismatch }), seen.value._id) };
   const holders = rule.cooperative.filter((other) => liveEntries(lock, other, now).length > 0);
   if (context.owned && (holdsOf(lock, rule.tag, context.owned.owner, now).length > 0 || (holders.length === 0 && (lock.fence ?? 0) !== context.owned.counter))) {
@@ -69,8 +71,8 @@ export function explainRefusedAcquisition(context: AcquireContext, seen: Inspect
   const ahead = context.fair ? earlierTickets(lock, queuedBehind(rule), now, context.fair.ticket).length : 0;
   if (ahead > 0) return refused(`${ahead} waiter(s) came first (fair mode)`);
   const permits = context.permits ?? 1;
-  if (isLimited(rule) && used + permits > rule.limit) return refused(`${used} of ${rule.limit} permits of tag ${rule.tag} are held, ${permits} asked`);
-  const latest = rule.exclusive ? Math.max(0, ...(lock.recent?.[rule.tag] ?? []).map((date) => date.getTime())) : 0;
+  if (isLimited(rule) && used + permits > rule.limit) return windowRefusal(refused(`${used} of ${rule.limit} permits of tag ${rule.tag} are ${context.window === undefined ? 'held' : `held or taken within the last ${context.window} ms`}, ${permits} asked`), lock, rule.tag, now, context.window);
+  const latest = rule.exclusive || context.window !== undefined ? Math.max(0, ...(lock.recent?.[rule.tag] ?? []).map((date) => date.getTime())) : 0;
   if (latest > stamp) return laterStampVerdict(seen, latest, lockError(conflict, boom, { detail: 'held when the update ran' }));
   if (stampRefused(seen, stamp, tolerance)) return { retry: true, why: stampLag(seen, stamp, tolerance, context.lease) };
   const own = context.refusal?.(lock, now);
@@ -80,6 +82,13 @@ export function explainRefusedAcquisition(context: AcquireContext, seen: Inspect
 
 /** Refusals by held locks, explained by a read: when the last of the entries that refused ends (server ms), unless extended. */
 const blockingLeases = new WeakMap<object, number>();
+
+/** A rate limit's refusal: its waiter may try again once the first of the tag's live entries ends (a permit kept until its window passes ends without any write). */
+function windowRefusal(verdict: Verdict, lock: StoredLock, tag: string, now: number, window: number | undefined): Verdict {
+  const ends = liveEntries(lock, tag, now).map((entry) => entry.exp.getTime());
+  if (window !== undefined && !verdict.retry && ends.length > 0) blockingLeases.set(verdict.error, Math.min(...ends));
+  return verdict;
+}
 
 /**
  * When the leases of the entries that refused the acquisition `error` reports end (server ms, as

@@ -11,12 +11,15 @@ import type { EngineSettings } from './lock-engine';
 import { explainLostLock } from './refusals';
 import { noteReleased } from './recent-releases';
 import { failedRelease } from './write-failures';
+import { releaseKeepsEntry } from '../protocol/min-hold';
 
 /** What a release writes besides removing the lock: the caller's final write (a commit), and the group of a `commitAll`. */
 export interface ReleaseWrite extends Partial<FinalWrite> {
   readonly group?: string;
   /** Monglock's own update of the lock field, applied as a commit's (a quarantine mark: lib/protocol/quarantine.ts). */
   readonly mark?: Document;
+  /** A release that keeps its entry (minHold): what the kept entry's fields become besides (a resource lock's group, renamed). */
+  readonly keptFields?: Document;
 }
 
 /** A release to run: the document it addresses, the lock (its tag, its proof, its data if known), what it also writes. */
@@ -51,10 +54,12 @@ export async function releaseLock(settings: EngineSettings, rule: TagRule, reque
   }
   const record = update && 'id' in proof ? commitRecord(proof.id, clock, call.timeout, group) : undefined;
   const w = update ? DATA_WRITE_CONCERN : call.releaseW;
+  // A lock taken with minHold, released before its minimum hold surely ended (lower bound of the server's clock): its entry is kept until then.
+  const keptUntil = releaseKeepsEntry(claimed?.minHoldUntil, clock.lower(), rule.limit !== undefined) ? new Date(claimed.minHoldUntil) : undefined;
   let matched: boolean;
   try {
     matched = await withDbErrors(call.boom, () =>
-      store.applyOne(releaseOperation({ paths, rule, target, proof, update, match: write.match, arrayFilters: write.arrayFilters, record, alsoTag: claimed?.maybeTag }), call, w),
+      store.applyOne(releaseOperation({ paths, rule, target, proof, update, match: write.match, arrayFilters: write.arrayFilters, record, alsoTag: claimed?.maybeTag, keptUntil, keptFields: write.keptFields }), call, w),
     );
   } catch (error) {
     if (inTransaction(call)) throw error; // nothing is settled inside the transaction: it decides what lands

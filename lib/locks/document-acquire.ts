@@ -3,6 +3,7 @@ import type { LockCallContext } from '../common/diagnostics';
 import { isLockError, lockError } from '../common/errors';
 import { type ResolvedCallOptions } from '../common/options';
 import { expectDocumentOption, expectFilter, expectOwner, expectPermits } from '../common/validation';
+import { expectMinHold } from '../common/min-hold-params';
 import { acquireOwned } from '../engine/owned-acquisition';
 import { contextOwner } from './owner-context';
 import type { TagRule } from '../protocol/lock-data';
@@ -75,6 +76,7 @@ export async function acquireOnDocument(
   const entry = (p as Record<symbol, Document | undefined>)[ENTRY_FIELDS];
   const owner = resumed || entry ? undefined : ownerOf(site.engine.rule(ruleTag), p);
   const document = expectDocumentOption('params.document', p.document, site.engine.field);
+  const minHold = minHoldOf(p, lease, resumed !== undefined);
   const waiting = readWaitParams(p);
   const quiet = (p as Record<symbol, unknown>)[UNEXPLAINED_REFUSAL] === true;
   const { signal, dispose } = linkSignals(waiting.signal, cancellation?.signal);
@@ -85,7 +87,8 @@ export async function acquireOnDocument(
   place.allowLooks(userFilter, owner !== undefined || resumed !== undefined);
   // When the wait ends (local ms): it bounds a look, the first sleep and the ticket's take (an attempt is bounded by `timeout`, and the last one explains).
   const waitEnds = performance.now() + waiting.wait;
-  if (waiting.wait > 0 && !resumed && owner === undefined && permits === undefined && document === undefined && entry === undefined) {
+  // A lock handed over is written by its holder's release, without a minimum hold or entry fields: a waiter that asks for one takes its lock itself.
+  if (waiting.wait > 0 && !resumed && owner === undefined && permits === undefined && document === undefined && minHold === undefined && entry === undefined) {
     place.acceptHandOver(userFilter, { lease, w: call.w, fairness: () => place.fairness });
   }
   // An assertive lock registered by this call: continued on retries, released if we give up.
@@ -103,8 +106,8 @@ export async function acquireOnDocument(
     continuing
       ? site.engine.resume(continuing.target, continuing.lock, call, document)
       : owner
-        ? acquireOwned(site.engine, userFilter, ruleTag, lease, attemptCall, { explain, document, fair: place.fairness }, owner)
-        : site.engine.acquire(userFilter, ruleTag, lease, attemptCall, { explain, document, fair: place.fairness, permits, entry });
+        ? acquireOwned(site.engine, userFilter, ruleTag, lease, attemptCall, { explain, document, fair: place.fairness, minHold }, owner)
+        : site.engine.acquire(userFilter, ruleTag, lease, attemptCall, { explain, document, fair: place.fairness, permits, minHold, entry });
   // A refused attempt of a waiting call: it goes on waiting there (see WaitingPlace.refused).
   const refused = async (error: unknown): Promise<never> => {
     if (waiting.wait > 0 && isLockError(error, site.engine.conflict) && !acquisition.abandoned) {
@@ -214,6 +217,12 @@ export function ownerOf(rule: TagRule, params: Record<string, unknown>): string 
   if (params.owner === undefined) return rule.limit === undefined ? contextOwner() : undefined;
   if (rule.limit !== undefined) throw new TypeError(`Expected no \`params.owner\`: tag \`${rule.tag}\` has a limit, and its holders are counted by permits, not owned`);
   return expectOwner('params.owner', params.owner);
+}
+
+/** `params.minHold` (ms, 1 to the lease), refused when the call continues an assertive registration (its lock was taken already). */
+function minHoldOf(params: Record<string, unknown>, lease: number, resumed: boolean): number | undefined {
+  if (resumed && params.minHold !== undefined) throw new TypeError('Expected no `params.minHold` with `params.lock`: the registration it continues was taken without one');
+  return expectMinHold('params.minHold', params.minHold, lease);
 }
 
 /** A lock the caller passes back to continue, in the document its filter selects. */

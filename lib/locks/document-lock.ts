@@ -19,6 +19,7 @@ import { inPromiseLibrary, uncancellableWaitWarning, type Cancellation, type Unc
 import { holdWhile, type UsingBody } from './scoped-hold';
 import { releaseHandingOver } from './hand-over';
 import { DEFAULT_MAX_HOLD } from './lease-keeper';
+import { expectLeaseCoversMinHold } from '../common/min-hold-params';
 import { ServerClock } from '../protocol/server-clock';
 import { Store } from '../engine/store';
 import { DeploymentProbe } from '../engine/deployment';
@@ -177,7 +178,7 @@ export class DocumentLock implements HandleOwner, AcquireSite {
   async extendWith(target: unknown, lock: LockData, proof: Proof, params: unknown): Promise<Handle> {
     const filter = expectFilter('filter', target);
     const { params: p, call } = this.callOptions(params);
-    const extended = await extendLock(this, filter, lock, proof, this.leaseOf(lock.tag, p), p, call);
+    const extended = await extendLock(this, filter, lock, proof, expectLeaseCoversMinHold(this.leaseOf(lock.tag, p), lock, (stamp, end) => this.clock.leaseOf(stamp, end)), p, call);
     for (const given of [p.lock, p.timestamp]) {
       if (given instanceof Handle && given.id === lock.id) Handle.updateExpiry(given, extensionOf(extended));
     }
@@ -206,7 +207,8 @@ export class DocumentLock implements HandleOwner, AcquireSite {
   keep(target: Document, lock: LockData, params: unknown, lease: unknown, kept?: KeptExtension): Promise<Extension | undefined> {
     return this.run(async () => {
       const { params: p, call } = this.callOptions(readParams('params', params, HANDLE_PARAMS));
-      return keepLock(this, target, lock, lease === undefined ? this.engine.rule(lock.tag).lease : expectMs('locktimeout', lease), p, call, kept);
+      const ms = lease === undefined ? this.engine.rule(lock.tag).lease : expectMs('locktimeout', lease);
+      return keepLock(this, target, lock, expectLeaseCoversMinHold(ms, lock, (stamp, end) => this.clock.leaseOf(stamp, end)), p, call, kept);
     });
   }
 

@@ -105,6 +105,6 @@ export class FollowedLock {
 }
 
 /** The fields of `data` a handle keeps (its expiry aside), and only those: its JSON has no others. */
-export function lockOnly({ id, tag, timestamp, fence, permits, owner, maybeTag }: LockData): Omit<LockData, 'expiresAt'> {
-  return { id, tag, timestamp, fence, ...(permits !== undefined && { permits }), ...(owner !== undefined && { owner }), ...(maybeTag !== undefined && { maybeTag }) };
+export function lockOnly({ id, tag, timestamp, fence, permits, owner, maybeTag, minHoldUntil }: LockData): Omit<LockData, 'expiresAt'> {
+  return { id, tag, timestamp, fence, ...(permits !== undefined && { permits }), ...(owner !== undefined && { owner }), ...(maybeTag !== undefined && { maybeTag }), ...(minHoldUntil !== undefined && { minHoldUntil }) };
 }

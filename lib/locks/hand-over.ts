@@ -9,6 +9,7 @@ import type { LockEngine } from '../engine/lock-engine';
 import type { LockData } from '../protocol/lock-data';
 import type { LocalWaiters } from '../waiting/local-waiters';
 import type { Waiter } from '../waiting/waiter';
+import { releaseKeepsEntry } from '../protocol/min-hold';
 
 /**
  * Releases `holder`'s lock on the document `target`: with `release`, then `released()` (which wakes
@@ -99,8 +100,8 @@ async function settleFailed(
   if (releaseError !== undefined && !landed) throw releaseError;
 }
 
-/** The waiter a release of `holder` on `target` may hand the lock to, if any. */
+/** The waiter a release of `holder` on `target` may hand the lock to, if any: none when the release leaves a minimum hold's entry. */
 function granteeOf(engine: LockEngine, waiters: LocalWaiters, target: Document, holder: LockData | undefined): Waiter | undefined {
-  if (!holder || holder.owner !== undefined || holder.permits !== undefined || holder.maybeTag !== undefined || !engine.rule(holder.tag).exclusive) return undefined;
+  if (!holder || releaseKeepsEntry(holder.minHoldUntil, engine.clock.lower()) || holder.owner !== undefined || holder.permits !== undefined || holder.maybeTag !== undefined || !engine.rule(holder.tag).exclusive) return undefined;
   return namesOneDocument(target, engine.store.shardKey) ? waiters.grantee(target._id, holder.tag) : undefined;
 }

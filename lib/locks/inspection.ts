@@ -9,6 +9,7 @@ import type { Inspection } from '../engine/store';
 import { NEVER } from '../protocol/lock-data';
 import { readHolds, type ReadHold } from '../protocol/lock-reading';
 import { usedPermits } from '../protocol/permits';
+import { limitNumber, windowOf } from '../protocol/rate-window';
 import { pendingUpgrade } from '../protocol/convert';
 import { liveQuarantine } from '../protocol/quarantine';
 import type { LockPaths, StoredLock } from '../protocol/stored-format';
@@ -39,6 +40,8 @@ export interface InspectedLock {
   readonly owner?: string;
   /** Its fencing token, where the document keeps it (an owner's holds); other locks' tokens are their handles' (see `fence` below). */
   readonly fence?: number;
+  /** Released before its minimum hold (`minHold`) ended: no hold any more, but it refuses others as one until this time (its `expiresAt`), by the server's clock; absent otherwise. */
+  readonly keptUntil?: Date;
 }
 
 /** A waiter's place in a fair queue, as `inspect` reads it. */
@@ -71,9 +74,10 @@ export interface LockInspection {
   readonly waiting: readonly InspectedWaiter[];
   /**
    * Tags with a limit (a semaphore's `permit`, a multiLock's `limits`): the permits held and the
-   * limit they were taken under, as stored in the document (null before its first acquisition).
+   * limit they were taken under, as stored in the document (null before its first acquisition),
+   * and for a rate limit (permits taken with `minHold`) its window in ms.
    */
-  readonly permits: Readonly<Record<string, { readonly used: number; readonly limit: number | null }>>;
+  readonly permits: Readonly<Record<string, { readonly used: number; readonly limit: number | null; readonly window?: number }>>;
   /** A pending upgrade (a conversion that waits, with writer preference): the converting lock's id, the tag it waits to become, when its mark lapses unless renewed. */
   readonly upgrade: { readonly lockId: string; readonly tag: string; readonly expiresAt: Date } | null;
   /** A live quarantine mark (every acquisition is refused with `Quarantined` while it lasts): its reason, when it was set and ends (null: when it is cleared), by the server's clock, and the id of the lock whose holder set it; null: none. */
@@ -93,7 +97,7 @@ export function inspectionOf(seen: Inspection & { value: Document }, paths: Lock
     fence: typeof stored.fence === 'number' ? stored.fence : 0,
     locks: entries.filter(ours).map((entry) => {
       const endless = entry.exp.getTime() >= NEVER;
-      const { permits, owner, fence } = entry.extra;
+      const { permits, owner, fence, kept } = entry.extra;
       return {
         id: entry.id,
         tag: entry.tag,
@@ -103,10 +107,11 @@ export function inspectionOf(seen: Inspection & { value: Document }, paths: Lock
         ...(typeof permits === 'number' && { permits }),
         ...(typeof owner === 'string' && { owner }),
         ...(typeof fence === 'number' && { fence }),
+        ...(kept === true && { keptUntil: entry.exp }),
       };
     }),
     waiting: tickets.filter(ours).map((ticket) => ({ id: ticket.id, tag: ticket.tag, since: ticket.at, expiresAt: ticket.exp })),
-    permits: Object.fromEntries(limited.map((tag) => [tag, { used: usedPermits(stored, tag, now), limit: stored.limits?.[tag] ?? null }])),
+    permits: Object.fromEntries(limited.map((tag) => [tag, { used: usedPermits(stored, tag, now), limit: limitNumber(stored.limits?.[tag]), ...windowEntry(stored.limits?.[tag]) }])),
     upgrade: upgradeOf(stored, now, tags),
     quarantine: quarantineOf(stored, now),
   };
@@ -116,6 +121,12 @@ export function inspectionOf(seen: Inspection & { value: Document }, paths: Lock
 function quarantineOf(stored: StoredLock, now: number): LockInspection['quarantine'] {
   const mark = liveQuarantine(stored, now);
   return mark ? { reason: mark.reason, since: mark.since, until: mark.until instanceof Date ? mark.until : null, by: mark.by } : null;
+}
+
+/** A rate limit's window, as an inspection shows it (nothing for a plain limit). */
+function windowEntry(stored: unknown): { window?: number } {
+  const window = windowOf(stored);
+  return window === undefined ? {} : { window };
 }
 
 /** The live pending upgrade of one of `tags`, if any. */

@@ -149,6 +149,11 @@ export class Handle implements LockHandle<Document, unknown, Document | undefine
     return this.#lock.lock.permits;
   }
 
+  /** When its minimum hold ends (a lock taken with `minHold`), ms since the epoch by the server's clock; absent otherwise. */
+  get minHoldUntil(): number | undefined {
+    return this.#lock.lock.minHoldUntil;
+  }
+
   /** The owner whose hold it is (reentrant acquisitions); absent otherwise. */
   get owner(): string | undefined {
     return this.#lock.lock.owner;
@@ -246,6 +251,7 @@ export class Handle implements LockHandle<Document, unknown, Document | undefine
   /** Converts this lock to another tag (see {@link LockHandle.convert}); resolves this handle, changed. Until what its attempts left is known, a refused release or extension waits. */
   convert(tag: string, params?: ConvertParams): Promise<this> {
     if (!this.#owner.convert) return Promise.reject(new TypeError('Only a multiLock lock converts to another tag'));
+    if (this.minHoldUntil !== undefined) return Promise.reject(new TypeError('A lock taken with `minHold` does not convert: its minimum hold is kept by its entry, which a conversion replaces'));
     const lock = this.#lock;
     let later: Promise<unknown> = Promise.resolve();
     const aftermath = ({ now, later: settling }: ConversionAftermath): void => {

@@ -24,7 +24,7 @@ export function readLockData(name: string, value: unknown, knownTags: ReadonlySe
   if (typeof lock.tag !== 'string' || !knownTags.has(lock.tag)) {
     throw new TypeError(`Expected \`${name}.tag\` to be one of this lock's tags (${[...knownTags].join(', ')})`);
   }
-  const numbers = ['timestamp', 'fence', 'expiresAt', 'permits'] as const;
+  const numbers = ['timestamp', 'fence', 'expiresAt', 'permits', 'minHoldUntil'] as const;
   for (const key of numbers) {
     const n = lock[key];
     if (n !== undefined && (typeof n !== 'number' || !Number.isSafeInteger(n) || n < 0)) {
@@ -38,6 +38,7 @@ export function readLockData(name: string, value: unknown, knownTags: ReadonlySe
     fence: (lock.fence as number | undefined) ?? 0,
     expiresAt: (lock.expiresAt as number | undefined) ?? 0,
     ...(typeof lock.permits === 'number' && { permits: lock.permits }),
+    ...(typeof lock.minHoldUntil === 'number' && { minHoldUntil: lock.minHoldUntil }),
     ...(lock.owner !== undefined && { owner: expectOwner(`${name}.owner`, lock.owner) }),
     ...(typeof lock.maybeTag === 'string' && knownTags.has(lock.maybeTag) && { maybeTag: lock.maybeTag }),
   };

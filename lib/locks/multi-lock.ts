@@ -8,6 +8,7 @@ import type { LockData, LockHandle } from './lock-handle';
 import type { PromiseOf } from '../common/promise-types';
 import { didYouMean, knownKeys, type KnownKeys } from '../common/known-keys';
 import { CALL_KEYS, FIXED_PER_LOCK, LOCK_OPTION_KEYS, readParams, UPDATE_KEYS, type CallOptions, type DocumentOf, type DocumentOptionOf, type DocumentParams, type HoldParams, type LockFilter, type LockOptions, type PromiseLibrary, type UpdateParams } from '../common/options';
+import type { MinHoldParams } from '../common/min-hold-params';
 import { describe, expectFilter, expectSafeName } from '../common/validation';
 import { resolveTagRules, withUpgradePreference, type LockRelationships, type TagLimits } from './relationships';
 import { forceReleaseMethod, NOT_FORCED, type ForceReleaseParams } from './forced-release';
@@ -32,7 +33,7 @@ export interface MultiLockOptions<TSchema extends Document = Document, P extends
 }
 
 /** Per-call options of `acquire`: a `tag` for a new lock, or the `lock` that `AssertiveLock` carried to continue. `Tag`: the multiLock's tags. */
-export interface MultiLockAcquireParams<Tag extends string = string> extends CallOptions, WaitOptions, DocumentParams {
+export interface MultiLockAcquireParams<Tag extends string = string> extends CallOptions, WaitOptions, DocumentParams, MinHoldParams {
   readonly tag?: Tag;
   readonly lock?: LockData;
   /** For a tag in `options.limits`: the permits to take. @default 1 */
@@ -117,8 +118,8 @@ const OPTIONS = knownKeys<MultiLockOptions>()([...LOCK_OPTION_KEYS, 'locktimeout
   wait: 'waiting is per call: `acquire(filter, { tag, wait })`',
   forcedRelease: "a multiLock's release always names its lock; `forceRelease(filter, { tag })` takes a tag's locks from their holders",
 });
-const ACQUIRE = knownKeys<MultiLockAcquireParams>()([...CALL_KEYS, ...WAIT_KEYS, 'document', 'tag', 'lock', 'locktimeout', 'permits', 'owner'], FIXED_PER_LOCK);
-const USING = knownKeys<MultiLockAcquireParams & HoldParams>()([...CALL_KEYS, ...WAIT_KEYS, 'document', 'tag', 'lock', 'locktimeout', 'permits', 'owner', 'maxHold'], FIXED_PER_LOCK);
+const ACQUIRE = knownKeys<MultiLockAcquireParams>()([...CALL_KEYS, ...WAIT_KEYS, 'document', 'tag', 'lock', 'locktimeout', 'permits', 'owner', 'minHold'], FIXED_PER_LOCK);
+const USING = knownKeys<MultiLockAcquireParams & HoldParams>()([...CALL_KEYS, ...WAIT_KEYS, 'document', 'tag', 'lock', 'locktimeout', 'permits', 'owner', 'maxHold', 'minHold'], FIXED_PER_LOCK);
 const RELEASE = knownKeys<MultiLockReleaseParams>()([...CALL_KEYS, ...UPDATE_KEYS, 'lock'], {
   ...FIXED_PER_LOCK,
   locktimeout: 'a release takes no lease (`locktimeout` is for acquire and extend)',

@@ -9,6 +9,7 @@ import { namedLockMethods, type MultiLockExtendParams, type MultiLockReleasePara
 import type { PromiseOf } from '../common/promise-types';
 import { knownKeys } from '../common/known-keys';
 import { CALL_KEYS, FIXED_PER_LOCK, LOCK_OPTION_KEYS, readParams, UPDATE_KEYS, type CallOptions, type DocumentOf, type DocumentOptionOf, type DocumentParams, type HoldParams, type LockFilter, type LockOptions, type PromiseLibrary } from '../common/options';
+import type { MinHoldParams } from '../common/min-hold-params';
 import { expectMs } from '../common/validation';
 import { resolveTagRules } from './relationships';
 import { FORCE_RELEASE, forceReleaseMethod, type ForceReleaseParams } from './forced-release';
@@ -26,7 +27,7 @@ export interface SemaphoreOptions<TSchema extends Document = Document, P extends
 }
 
 /** Per-call options of `acquire` and `using`. */
-export interface SemaphoreAcquireParams extends CallOptions, WaitOptions, DocumentParams {
+export interface SemaphoreAcquireParams extends CallOptions, WaitOptions, DocumentParams, MinHoldParams {
   /** How many permits this holder takes (at most the limit). @default 1 */
   readonly permits?: number;
   /** Lease of this holder in ms. @default options.locktimeout */
@@ -91,8 +92,8 @@ const NOT_OWNED = {
   owner: "a semaphore's holders are counted by permits, not owned: it is not reentrant",
   tag: 'a semaphore has no tags (its holders take `permits`): `tag` is a multiLock param, whose tags may have `limits`',
 };
-const ACQUIRE = knownKeys<SemaphoreAcquireParams>()([...CALL_KEYS, ...WAIT_KEYS, 'document', 'permits', 'locktimeout'], NOT_OWNED);
-const USING = knownKeys<SemaphoreAcquireParams & HoldParams>()([...CALL_KEYS, ...WAIT_KEYS, 'document', 'permits', 'locktimeout', 'maxHold'], NOT_OWNED);
+const ACQUIRE = knownKeys<SemaphoreAcquireParams>()([...CALL_KEYS, ...WAIT_KEYS, 'document', 'permits', 'locktimeout', 'minHold'], NOT_OWNED);
+const USING = knownKeys<SemaphoreAcquireParams & HoldParams>()([...CALL_KEYS, ...WAIT_KEYS, 'document', 'permits', 'locktimeout', 'maxHold', 'minHold'], NOT_OWNED);
 const RELEASE = knownKeys<SemaphoreReleaseParams>()([...CALL_KEYS, ...UPDATE_KEYS, 'lock'], {
   ...FIXED_PER_LOCK,
   permits: 'a release gives back what its holder took: name the holder (`{ lock }`)',

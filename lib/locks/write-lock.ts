@@ -7,6 +7,7 @@ import type { LockData, LockHandle } from './lock-handle';
 import type { PromiseOf } from '../common/promise-types';
 import { knownKeys } from '../common/known-keys';
 import { CALL_KEYS, FIXED_PER_LOCK, LOCK_OPTION_KEYS, readParams, UPDATE_KEYS, type CallOptions, type DocumentOf, type DocumentOptionOf, type DocumentParams, type HoldParams, type LockFilter, type LockOptions, type PromiseLibrary, type UpdateParams } from '../common/options';
+import type { MinHoldParams } from '../common/min-hold-params';
 import { expectBoolean, expectFilter, expectMs, expectTimestamp } from '../common/validation';
 import { FORCE_RELEASE, forcedReleaseRefused, forceReleaseMethod, type ForceReleaseParams } from './forced-release';
 import { resolveTagRules } from './relationships';
@@ -33,7 +34,7 @@ export interface WriteLockOptions<TSchema extends Document = Document, P extends
 }
 
 /** Per-call options of `acquire` and `using`. */
-export interface WriteLockAcquireParams extends CallOptions, WaitOptions, DocumentParams {
+export interface WriteLockAcquireParams extends CallOptions, WaitOptions, DocumentParams, MinHoldParams {
   /**
    * Reentrant: an owner id of the caller's choosing. While this owner holds the lock (live by the
    * server's clock), another acquisition by it succeeds at once as a nested hold with the same
@@ -66,8 +67,8 @@ const OPTIONS = knownKeys<WriteLockOptions>()([...LOCK_OPTION_KEYS, 'locktimeout
   wait: 'waiting is per call: `acquire(filter, { wait })`',
 });
 const NO_TAGS = { ...FIXED_PER_LOCK, tag: 'a writeLock has no tags (its one lock is `write`): `tag` is a multiLock param (`multiLock({ locktimeouts: { read, write } })`)' };
-const ACQUIRE = knownKeys<WriteLockAcquireParams>()([...CALL_KEYS, ...WAIT_KEYS, 'document', 'locktimeout', 'owner'], NO_TAGS);
-const USING = knownKeys<WriteLockAcquireParams & HoldParams>()([...CALL_KEYS, ...WAIT_KEYS, 'document', 'locktimeout', 'owner', 'maxHold'], NO_TAGS);
+const ACQUIRE = knownKeys<WriteLockAcquireParams>()([...CALL_KEYS, ...WAIT_KEYS, 'document', 'locktimeout', 'owner', 'minHold'], NO_TAGS);
+const USING = knownKeys<WriteLockAcquireParams & HoldParams>()([...CALL_KEYS, ...WAIT_KEYS, 'document', 'locktimeout', 'owner', 'maxHold', 'minHold'], NO_TAGS);
 const RELEASE = knownKeys<WriteLockReleaseParams>()([...CALL_KEYS, ...UPDATE_KEYS, 'timestamp', 'lock'], {
   ...NO_TAGS,
   locktimeout: 'a release takes no lease (`locktimeout` is for acquire and extend)',

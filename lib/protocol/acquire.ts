@@ -18,6 +18,8 @@ import {
 } from './stored-format';
 import { recordStamp, stampNotBeforeRecent } from './recent-stamps';
 import { notQuarantined } from './quarantine';
+import { minHoldEntry } from './min-hold';
+import { recordWindowStamp, windowStampConditions } from './rate-window';
 
 /** What a lock kind adds to an acquisition (resource locks: owner details, a limit, a GC date). */
 export interface AcquireExtension {
@@ -53,6 +55,10 @@ export interface AcquireRequest {
    * takes the place of, its holder's, which must still be there; it does not count as a live lock.
    */
   readonly replacing?: string;
+  /** ms of minimum hold (lib/protocol/min-hold.ts); on a limited tag, a rate limit's window (lib/protocol/rate-window.ts). */
+  readonly minHold?: number;
+  /** With `minHold`: when it ends, which the entry stores (`at + minHold`, stored longer by the clocks' skew as a lease is). */
+  readonly holdUntil?: Date;
 }
 
 /**
@@ -95,8 +101,10 @@ export function acquireOperation(request: AcquireRequest): LockOperation {
   const others = [...request.tags].filter((other) => other !== tag);
   const limited = isLimited(rule) ? rule : undefined;
   const permits = request.permits ?? 1;
+  // A limited tag's permits taken with minHold: a rate limit over that window (lib/protocol/rate-window.ts).
+  const window = limited ? request.minHold : undefined;
   const owned = request.owned;
-  const stored: StoredEntry = { ...extension?.entry, ...entry, ...(limited ? { permits } : {}), ...(owned ? { owner: owned.owner, ...(owned.counter !== undefined && { fence: owned.counter + 1 }) } : {}) };
+  const stored: StoredEntry = { ...extension?.entry, ...entry, ...minHoldEntry(request.holdUntil), ...(limited ? { permits } : {}), ...(owned ? { owner: owned.owner, ...(owned.counter !== undefined && { fence: owned.counter + 1 }) } : {}) };
   const queueTags = queuedBehind(rule);
   const queue = fair ? { [paths.queue]: fair.ticket ? { $or: [{ id: fair.ticket.id }, { exp: { $lte: at } }] } : { exp: { $lte: at } } } : undefined;
   const update = mergeUpdates(
@@ -107,7 +115,8 @@ export function acquireOperation(request: AcquireRequest): LockOperation {
       ...(rule.exclusive ? { $set: { [paths.tag(tag)]: [stored] }, $push: recordStamp(paths, tag, at) } : { $push: { [paths.tag(tag)]: stored } }),
       $pull: { ...pruneTags(paths, others, at), ...pruneCommits(paths, at), ...queue },
     },
-    limited && recordLimit(paths, limited),
+    limited && recordLimit(paths, limited, window),
+    window !== undefined ? recordWindowStamp(paths, tag, at) : undefined,
     isUnlimitedShared(rule) ? clearLimit(paths, tag) : undefined,
     extension?.update?.(at, entry.exp),
   );
@@ -116,7 +125,8 @@ export function acquireOperation(request: AcquireRequest): LockOperation {
     ...rule.cooperative.map((other) => (other === tag && replacing !== undefined ? noLiveEntry(paths, other, at, replacing) : noLiveEntry(paths, other, at))),
     ...(replacing !== undefined ? [hasEntry(paths, tag, { id: replacing })] : []),
     ...(rule.exclusive ? [stampNotBeforeRecent(paths, tag, at)] : []),
-    ...(limited ? permitConditions(paths, limited, permits, at) : isUnlimitedShared(rule) ? [noStoredLimit(paths, tag, at)] : []),
+    ...(limited ? permitConditions(paths, limited, permits, at, window) : isUnlimitedShared(rule) ? [noStoredLimit(paths, tag, at)] : []),
+    ...(window !== undefined ? windowStampConditions(paths, tag, at) : []),
     ...(owned ? [owned.counter !== undefined ? counterIs(paths, owned.counter) : ownerHoldsNone(paths, tag, owned.owner)] : []),
     ...(rule.yieldsToUpgradesOf?.length ? [noPendingUpgrade(paths, rule.yieldsToUpgradesOf, at)] : []),
     ...(fair && queueTags.length > 0 ? [noEarlierTicket(paths, queueTags, at, fair.ticket)] : []),

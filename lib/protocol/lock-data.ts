@@ -16,6 +16,8 @@ export interface LockData {
   readonly permits?: number | undefined;
   /** The owner whose hold it is, for a reentrant acquisition (`params.owner`); absent otherwise. */
   readonly owner?: string | undefined;
+  /** A lock taken with `minHold`: when its minimum hold ends, ms since the epoch by the server's clock (`timestamp` + minHold); absent otherwise. */
+  readonly minHoldUntil?: number | undefined;
   /** A tag a conversion whose reply was lost may have moved it to: a release looks for it there too, and a commit or extension refused under `tag` is sent again there. */
   readonly maybeTag?: string | undefined;
 }

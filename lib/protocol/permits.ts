@@ -1,6 +1,7 @@
 import type { Document } from 'mongodb';
 import type { TagRule } from './lock-data';
 import { liveEntries, noLiveEntry, type LockPaths, type StoredLock } from './stored-format';
+import { describeLimit, limitIs, limitNumber, limitRecord, sameLimit, windowOf } from './rate-window';
 
 /**
  * Counting semaphores: a tag with a `limit` admits live locks holding at most `limit` permits in
@@ -21,12 +22,13 @@ function usedAt(paths: LockPaths, tag: string, at: Date): Document {
  * entry of the tag is a permit (one without `permits` was taken by a process that declares the tag
  * without a limit, exclusive or shared, whatever limit an earlier use left stored); the document's
  * limit is the caller's (or no permit of the tag is live, and the acquisition stores the caller's);
- * and the live permits plus these stay within it.
+ * and the live permits plus these stay within it. With a `window` (a rate limit,
+ * lib/protocol/rate-window.ts), the stored limit must have the same window.
  */
-export function permitConditions(paths: LockPaths, rule: TagRule & { limit: number }, permits: number, at: Date): Document[] {
+export function permitConditions(paths: LockPaths, rule: TagRule & { limit: number }, permits: number, at: Date, window?: number): Document[] {
   return [
     { [paths.tag(rule.tag)]: { $not: { $elemMatch: { exp: { $gt: at }, permits: { $exists: false } } } } },
-    { $or: [{ [paths.limit(rule.tag)]: rule.limit }, noLiveEntry(paths, rule.tag, at)] },
+    { $or: [limitIs(paths, rule.tag, rule.limit, window), noLiveEntry(paths, rule.tag, at)] },
     { $expr: { $lte: [{ $add: [usedAt(paths, rule.tag, at), permits] }, rule.limit] } },
   ];
 }
@@ -36,9 +38,9 @@ export function permitConditions(paths: LockPaths, rule: TagRule & { limit: numb
  * at server time `now` (ms), if they do: the refusal's detail (`LimitMismatch`). A limited caller
  * finds a live lock of the tag that is not a permit, or permits held under another limit; a caller
  * without a limit (exclusive or shared) finds live permits, or a shared one a limit stored while
- * locks of the tag are live.
+ * locks of the tag are live. A rate limit's `window` is part of its limit: another one, or none, is a mismatch.
  */
-export function limitMismatch(lock: StoredLock, rule: TagRule, now: number): string | undefined {
+export function limitMismatch(lock: StoredLock, rule: TagRule, now: number, window?: number): string | undefined {
   const { tag } = rule;
   const live = liveEntries(lock, tag, now);
   const permits = live.filter((entry) => entry.permits !== undefined);
@@ -48,14 +50,15 @@ export function limitMismatch(lock: StoredLock, rule: TagRule, now: number): str
     return `${live.length - permits.length} lock(s) of tag ${tag} are held by a process that declares it without a limit (exclusive or shared), this lock's limit is ${rule.limit}: ${agree}`;
   }
   const used = usedPermits(lock, tag, now);
-  const mismatched = isLimited(rule) ? used > 0 && stored !== rule.limit : permits.length > 0 || (isUnlimitedShared(rule) && used > 0 && stored !== undefined);
+  const mismatched = isLimited(rule) ? used > 0 && !sameLimit(stored, rule.limit, window) : permits.length > 0 || (isUnlimitedShared(rule) && used > 0 && stored !== undefined);
   if (!mismatched) return undefined;
-  return `the document's ${used} held permit(s) of tag ${tag} were taken under limit ${stored ?? '(none)'}, this lock's is ${rule.limit ?? `(none${rule.exclusive ? ': exclusive' : ''})`}: ${agree}`;
+  const ours = rule.limit === undefined ? `(none${rule.exclusive ? ': exclusive' : ''})` : describeLimit(rule.limit, window);
+  return `the document's ${used} held permit(s) of tag ${tag} were taken under limit ${describeLimit(limitNumber(stored), windowOf(stored))}, this lock's is ${ours}: ${agree}`;
 }
 
-/** What an acquisition of a limited tag also writes: the limit it was judged by. */
-export function recordLimit(paths: LockPaths, rule: TagRule & { limit: number }): Document {
-  return { $set: { [paths.limit(rule.tag)]: rule.limit } };
+/** What an acquisition of a limited tag also writes: the limit it was judged by (with a rate limit's window). */
+export function recordLimit(paths: LockPaths, rule: TagRule & { limit: number }, window?: number): Document {
+  return { $set: { [paths.limit(rule.tag)]: limitRecord(rule.limit, window) } };
 }
 
 /**

@@ -4,6 +4,7 @@ import { mergeUpdates, type LockOperation } from './operation';
 import { proofMatch, type Proof } from './proofs';
 import { allOf, entryLiveOnServer, hasEntry, everyEntryDead, recordCommit, type LockPaths, type StoredCommit } from './stored-format';
 import { timestampUnique } from './recent-stamps';
+import { keepEntryOperation } from './min-hold';
 
 /** A release to send, with or without the caller's final update (a commit). */
 export interface ReleaseRequest {
@@ -23,6 +24,10 @@ export interface ReleaseRequest {
   readonly record?: StoredCommit;
   /** A plain release by id only: another tag the lock may be under (a conversion whose reply was lost). */
   readonly alsoTag?: string;
+  /** An id proof's lock taken with `minHold`, released before its minimum hold ends (server time): the entry is kept until then (lib/protocol/min-hold.ts). */
+  readonly keptUntil?: Date;
+  /** With `keptUntil`: what the kept entry's fields become besides (a resource lock's group, renamed). */
+  readonly keptFields?: Document;
 }
 
 /**
@@ -39,8 +44,12 @@ export interface ReleaseRequest {
  * With `alsoTag` (a plain release by id), the lock is removed from either tag: a conversion whose
  * reply was lost may have moved it.
  *
+ * With `keptUntil` (an id proof), the entry is not removed but kept until its minimum hold ends,
+ * no longer a hold ({@link keepEntryOperation}), in the same update (with a commit's write too).
+ *
  * A v2 timestamp proof must name exactly one lock of the tag (two taken in one ms cannot be told
- * apart). Why it never admits a second holder: it only removes the caller's own entry.
+ * apart). Why it never admits a second holder: it only removes the caller's own entry, or keeps it
+ * as an entry that refuses what it refused, under an id no proof names.
  */
 export function releaseOperation(request: ReleaseRequest): LockOperation {
   const { paths, rule, proof, update, record, alsoTag } = request;
@@ -51,13 +60,15 @@ export function releaseOperation(request: ReleaseRequest): LockOperation {
       update: { $pull: { [paths.tag(rule.tag)]: match, [paths.tag(alsoTag)]: match } },
     };
   }
+  const kept = request.keptUntil && 'id' in proof ? keepEntryOperation(paths, rule.tag, proof.id, request.keptUntil, request.keptFields) : undefined;
   const conditions = update
     ? [...onlyOne(paths, rule.tag, proof), ...commitConditions(paths, rule, proof), ...(request.match ? [request.match] : [])]
     : [hasEntry(paths, rule.tag, match), ...onlyOne(paths, rule.tag, proof)];
+  const arrayFilters = [...(update && request.arrayFilters ? request.arrayFilters : []), ...(kept?.arrayFilters ?? [])];
   return {
-    filter: allOf(request.target, conditions),
-    update: mergeUpdates(update, { $pull: { [paths.tag(rule.tag)]: match } }, record && { $push: recordCommit(paths, record) }),
-    ...(update && request.arrayFilters && { arrayFilters: [...request.arrayFilters] }),
+    filter: allOf(request.target, kept ? [...conditions, kept.condition] : conditions),
+    update: mergeUpdates(update, kept ? kept.update : { $pull: { [paths.tag(rule.tag)]: match } }, record && { $push: recordCommit(paths, record) }),
+    ...(arrayFilters.length > 0 && { arrayFilters }),
   };
 }
 
@@ -76,6 +87,18 @@ export function forcedReleaseOperation(paths: LockPaths, target: Document, tag: 
  */
 export function withdrawOperation(paths: LockPaths, target: Document, tag: string, id: string): LockOperation {
   return { filter: allOf(target, [hasEntry(paths, tag, { id })]), update: { $pull: { [paths.tag(tag)]: { id } } } };
+}
+
+/**
+ * Withdraw ({@link withdrawOperation}) in settling a lost commit; for a lock taken with minHold
+ * (its hold ending at `keptUntil`), its entry is kept as a release before then keeps it
+ * ({@link keepEntryOperation}: renamed, so the commit, which names its id, can no longer land
+ * either), always: a permit of a rate limit is never removed before its window passed.
+ */
+export function withdrawOrKeepOperation(paths: LockPaths, target: Document, tag: string, id: string, keptUntil: Date | undefined): LockOperation {
+  if (keptUntil === undefined) return withdrawOperation(paths, target, tag, id);
+  const kept = keepEntryOperation(paths, tag, id, keptUntil);
+  return { filter: allOf(target, [kept.condition]), update: kept.update, arrayFilters: kept.arrayFilters };
 }
 
 /**

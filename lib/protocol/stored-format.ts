@@ -44,6 +44,10 @@ export interface StoredEntry {
   owner?: string;
   /** Reentrant locks: the fencing token of the owner's lock, which every nested hold keeps. */
   fence?: number;
+  /** A lock taken with `minHold`: when its minimum hold ends (`at` + minHold). */
+  hold?: Date;
+  /** Released before its minimum hold ended: no hold any more, kept (under another id) until `exp`, the hold's end. */
+  kept?: boolean;
 }
 
 /** A waiter's place in a fair queue: its tag, when it came (server time) and until when it is live. */
@@ -94,7 +98,7 @@ export interface StoredLock {
   /** A pending upgrade (at most one live): new acquisitions of the tags it waits for are refused. */
   upgrade?: StoredUpgrade[];
   /** Tags with a limit (semaphores): the limit the live permits were acquired under. */
-  limits?: Record<string, number | undefined>;
+  limits?: Record<string, number | { limit: number; window: number } | undefined>;
   /** The latest expiry written (`$max`), of a lock or a ticket: nothing in the document is live once the server's clock passes it. */
   until?: Date;
   /** The latest stamp at which a write judged the entries (`$max`): an entry that expired by it is dead, whatever command lands later. */

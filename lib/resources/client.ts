@@ -1,3 +1,6 @@
+import { keptId } from '../protocol/min-hold';
+import { expectLeaseCoversMinHold } from '../common/min-hold-params';
+import type { ReleaseWrite } from '../engine/release';
 import type { Document } from 'mongodb';
 import { traced } from '../common/diagnostics';
 import { withDbErrors } from '../common/errors';
@@ -152,7 +155,7 @@ export class ResourceLockClient implements HandleOwner, ResourceAcquireSite {
         'release',
         () => ({ operation: 'release', kind: 'resourceLocks', namespace: this.engine.namespace, tag: lock.tag, lockId: lock.id }),
         () => this.clock.local(),
-        () => this.engine.release(target, lock.tag, { id: lock.id }, lock, call),
+        () => this.engine.release(target, lock.tag, { id: lock.id }, lock, call, keptGroup(lock)),
       );
     });
   }
@@ -163,6 +166,7 @@ export class ResourceLockClient implements HandleOwner, ResourceAcquireSite {
       refuseFinalWrite(p);
       const call = resolveCallOptions(p, this.defaults);
       const lease = locktimeout === undefined ? Infinity : expectMs('locktimeout', locktimeout);
+      expectLeaseCoversMinHold(lease, lock, (stamp, end) => this.clock.leaseOf(stamp, end));
       const extended = await traced(
         'extend',
         () => ({ operation: 'extend', kind: 'resourceLocks', namespace: this.engine.namespace, tag: lock.tag, lockId: lock.id }),
@@ -204,4 +208,10 @@ export class ResourceLockClient implements HandleOwner, ResourceAcquireSite {
 function refuseFinalWrite(params: Record<string, unknown>): void {
   const given = UPDATE_KEYS.find((key) => params[key] !== undefined);
   if (given) throw new TypeError(`Expected no \`params.${given}\`: a resource document holds no data of yours to update, nor joins a transaction`);
+}
+
+/** A release that keeps its entry (minHold) renames its group, so that `unlock` and `renew` by the lock id leave it (the handle's JSON carries its `lockId`). */
+function keptGroup(lock: LockData): ReleaseWrite {
+  const group = (lock as { lockId?: unknown }).lockId;
+  return typeof group === 'string' ? { keptFields: { group: keptId(group) } } : {};
 }

@@ -36,14 +36,14 @@ export const RESOURCE_LOCKS_OPTIONS = knownKeys<ResourceLocksOptions>()([...CALL
   changeStreams: 'resource locks wait with backoff; change-stream wake-ups are for document locks',
 });
 /** The keys of {@link ResourceLockParams} (`xlock`, `slock`). */
-export const RESOURCE_LOCK_PARAMS = knownKeys<ResourceLockParams>()([...CALL_KEYS, ...LOCK_DETAILS, 'wait', 'signal'], {
+export const RESOURCE_LOCK_PARAMS = knownKeys<ResourceLockParams>()([...CALL_KEYS, ...LOCK_DETAILS, 'wait', 'signal', 'minHold'], {
   ...FIXED_PER_LOCK,
   fair: NO_FAIR,
   shared: 'xlock is exclusive and slock shared; `shared` is an option of `using`',
   maxConcurrent: 'the limit of shared holders is the fourth argument: `slock(resource, lockId, params, maxConcurrent)`',
 });
 /** The keys of {@link ResourceUsingParams}. */
-export const RESOURCE_USING_PARAMS = knownKeys<ResourceUsingParams>()([...CALL_KEYS, ...LOCK_DETAILS, 'wait', 'signal', 'maxHold', 'shared', 'maxConcurrent'], {
+export const RESOURCE_USING_PARAMS = knownKeys<ResourceUsingParams>()([...CALL_KEYS, ...LOCK_DETAILS, 'wait', 'signal', 'maxHold', 'shared', 'maxConcurrent', 'minHold'], {
   ...FIXED_PER_LOCK,
   fair: NO_FAIR,
 });

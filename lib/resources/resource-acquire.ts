@@ -7,6 +7,8 @@ import { Acquisition } from '../locks/acquisition';
 import type { HandleOwner } from '../locks/lock-handle';
 import type { LockDetails } from './params';
 import { expectLimit, expectLockId, expectResource } from './params';
+import { expectMinHold } from '../common/min-hold-params';
+import { MAX_MS } from '../common/validation';
 import { acquisitionExtra, createResourceOperation, gcDateOf, sharedConditions, sharedRefusal } from '../protocol/resource-document';
 import { linkSignals, readWaitParams, retryWithin } from '../waiting/wait-options';
 import { ResourceHandle, type ResourceLockType } from './handle';
@@ -46,6 +48,7 @@ export async function lockResource(
   const { p, call, details } = site.readParams(params);
   const limit = expectLimit(maxConcurrent);
   const lease = details.ttl ?? Infinity;
+  const minHold = expectMinHold('params.minHold', p.minHold, details.ttl ?? MAX_MS);
   const waiting = readWaitParams(p);
   const { signal, dispose } = linkSignals(waiting.signal, cancellation?.signal);
   if (signal?.aborted) throw signal.reason;
@@ -55,6 +58,7 @@ export async function lockResource(
     conditions: (at) => (type === 'shared' ? sharedConditions(site.paths, group, limit, at) : []),
     refusal: (lock, now) => (type === 'shared' ? sharedRefusal(lock, group, limit, now) : undefined),
     update: (_at, exp) => acquisitionExtra(gcDateOf(exp, site.gcAfter)),
+    minHold,
   };
   const acquisition = new Acquisition((written) => site.releaseWritten(written, call), site.clock, () => site.engine.readClock({ _id: name }, call));
   // An attempt still queued in the client when the call is abandoned is not sent.

@@ -7,6 +7,7 @@ import type { LockDetails, StatusFilter } from './params';
 import type { LockStatus } from './status';
 import type { UsingBody } from '../locks/scoped-hold';
 import type { WaitOptions } from '../waiting/wait-options';
+import type { MinHoldParams } from '../common/min-hold-params';
 
 export { ResourceLockHandle, type ResourceLockType } from './handle';
 export type { LockDetails, StatusFilter } from './params';
@@ -23,7 +24,7 @@ export interface ResourceLocksOptions<TSchema extends Document = Document, P ext
 }
 
 /** Per-call options of `xlock`/`slock`/`using`. */
-export interface ResourceLockParams extends LockDetails, CallOptions, Omit<WaitOptions, 'fair'> {}
+export interface ResourceLockParams extends LockDetails, CallOptions, Omit<WaitOptions, 'fair'>, MinHoldParams {}
 
 /** Per-call options of `using`: those of `xlock`/`slock`, the ceiling on renewal, and which kind of lock. */
 export interface ResourceUsingParams extends ResourceLockParams, HoldParams {

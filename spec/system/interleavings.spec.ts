@@ -46,6 +46,15 @@ describe('the history checker', () => {
     expect(rules([], withLog([write('owner-a', 3), write('owner-b', 2)]))).to.deep.equal(['guarded']);
   });
 
+  it('reports a holder stamped within the minimum hold of the holder before it, and more permits than the limit stamped within a rate window', () => {
+    const stamped = (holder: string, fence: number, stamp: number, more: Partial<HistoryEvent>): HistoryEvent => ({ type: 'hold', target: 'j0', holder, mode: 'exclusive', fence, start: stamp, end: stamp + 1, stamp, ...more }) as HistoryEvent;
+    expect(rules([stamped('a', 1, 1_000, { minHold: 300 }), stamped('b', 2, 1_300, { minHold: 300 })], { liveEntries: [] })).to.deep.equal([]);
+    expect(rules([stamped('a', 1, 1_000, { minHold: 300 }), stamped('b', 2, 1_299, { minHold: 300 })], { liveEntries: [] })).to.deep.equal(['minHold']);
+    const permit = (holder: string, stamp: number): HistoryEvent => stamped(holder, 0, stamp, { mode: 'shared', target: 't0', permits: 1, limit: 2, window: 300 } as Partial<HistoryEvent>);
+    expect(rules([permit('a', 0), permit('b', 100), permit('c', 300)], { liveEntries: [] })).to.deep.equal([]);
+    expect(rules([permit('a', 0), permit('b', 100), permit('c', 299)], { liveEntries: [] })).to.deep.equal(['rate']);
+  });
+
   it('still reports overlapping exclusive holds, decreasing fences and calls that never settled', () => {
     const hold = (holder: string, fence: number, start: number, end: number): HistoryEvent => ({ type: 'hold', target: 'w0', holder, mode: 'exclusive', fence, start, end });
     expect(rules([hold('a', 1, 0, 10), hold('b', 2, 5, 20)], { liveEntries: [] })).to.deep.equal(['exclusion']);

@@ -208,7 +208,7 @@ async function release(target: Target & { id?: string; doc?: string; tag?: strin
     const rows =
       target.id !== undefined
         ? (await list(collection, target)).filter((row) => row.lockId === target.id && row.state !== 'upgrading')
-        : (await documentLocks(collection, target.field, parseId(target.doc!))).filter((row) => sameId(row.target, parseId(target.doc!)) && row.tag === target.tag && row.state === 'held');
+        : (await documentLocks(collection, target.field, parseId(target.doc!))).filter((row) => sameId(row.target, parseId(target.doc!)) && row.tag === target.tag && (row.state === 'held' || row.state === 'kept'));
     if (rows.length === 0) throw new CliError(target.id !== undefined ? `no lock with id ${target.id}` : `no ${target.tag} lock on document ${target.doc}`);
     console.log(render(rows, target.json));
     if (!target.yes && !(await confirm(`Release ${rows.length === 1 ? 'this lock' : `these ${rows.length} locks`}? Their holders lose them.`))) throw new CliError('not released');

@@ -1,3 +1,5 @@
+import { limitNumber, windowOf } from '../../protocol/rate-window';
+import { isKeptId } from '../../protocol/min-hold';
 import type { Collection, Document } from 'mongodb';
 import { entriesOf, RESOURCE_DOCUMENTS } from '../../resources/status';
 import { RESOURCE_FIELD } from '../../protocol/resource-document';
@@ -14,10 +16,12 @@ export interface ListedLock {
   readonly target: unknown;
   readonly tag: string;
   /**
-   * `held`, `waiting` (a fair-mode ticket), `upgrading` (a held lock's conversion to `tag` waits:
-   * new locks of the tags it waits for are refused) or `expired` (an entry nobody released).
+   * `held`, `kept` (released before its minimum hold ended: it refuses others as a held lock until
+   * it expires; `release` removes it), `waiting` (a fair-mode ticket), `upgrading` (a held lock's
+   * conversion to `tag` waits: new locks of the tags it waits for are refused) or `expired` (an
+   * entry nobody released).
    */
-  readonly state: 'held' | 'waiting' | 'upgrading' | 'expired';
+  readonly state: 'held' | 'kept' | 'waiting' | 'upgrading' | 'expired';
   readonly lockId: string;
   /**
    * Resource locks: the entry's own id, one acquisition (the lock id is its group: a later lock of
@@ -39,7 +43,7 @@ export interface ListedLock {
   /** Reentrant document locks: how many live holds its owner has of this tag here (each listed). */
   readonly holds?: number;
   /** Semaphores (a tag with a limit): the permits this holder took, all held of the tag, and the stored limit. */
-  readonly permits?: { readonly taken: number; readonly used: number; readonly limit: number | null };
+  readonly permits?: { readonly taken: number; readonly used: number; readonly limit: number | null; readonly window?: number };
   /** Elections (the tag `leader`): the leader's entry, with the value it proclaims. */
   readonly election?: { readonly value: unknown };
 }
@@ -72,7 +76,7 @@ export function listResourceLocks(collection: Collection<Document>, options: { a
       .map(({ status, entryId, live }) => ({
         target: status.resource,
         tag: status.type,
-        state: live ? 'held' : 'expired',
+        state: live ? (isKeptId(entryId) ? 'kept' : 'held') : 'expired',
         lockId: status.lockId,
         entryId,
         since: status.createdAt,
@@ -144,7 +148,7 @@ export function locksOf(doc: Document, field: string, all: boolean): ListedLock[
   const fence = typeof lock.fence === 'number' ? fenceOf(lock) : null;
   const { entries, tickets } = readHolds(lock, now);
   const rows = [
-    ...entries.map((entry) => ({ ...listed(doc._id, entry, now, fence, entry.live ? 'held' : 'expired'), ...holdDetails(lock, entry, now) })),
+    ...entries.map((entry) => ({ ...listed(doc._id, entry, now, fence, entry.live ? (entry.extra.kept === true ? 'kept' : 'held') : 'expired'), ...holdDetails(lock, entry, now) })),
     ...tickets.map((ticket) => listed(doc._id, ticket, now, null, ticket.live ? 'waiting' : 'expired')),
     ...(lock.upgrade ?? []).map((mark) => ({
       target: doc._id,
@@ -178,8 +182,15 @@ function holdDetails(lock: StoredLock, entry: ReadHold, now: number): Pick<Liste
   return {
     ...(entry.tag === LEADER_TAG && { election: { value: entry.extra.value ?? null } }),
     ...(typeof owner === 'string' && { owner, holds: holdsOf(lock, entry.tag, owner, now).length }),
-    ...(typeof permits === 'number' && { permits: { taken: permits, used: usedPermits(lock, entry.tag, now), limit: lock.limits?.[entry.tag] ?? null } }),
+    ...(typeof permits === 'number' && { permits: { taken: permits, used: usedPermits(lock, entry.tag, now), ...storedLimitOf(lock, entry.tag) } }),
   };
+}
+
+/** The limit stored for `tag` (null: none), and a rate limit's window (lib/protocol/rate-window.ts). */
+function storedLimitOf(lock: StoredLock, tag: string): { limit: number | null; window?: number } {
+  const stored = lock.limits?.[tag];
+  const window = windowOf(stored);
+  return { limit: limitNumber(stored), ...(window !== undefined && { window }) };
 }
 
 function listed(target: unknown, hold: ReadHold, now: number, documentFence: number | null, state: ListedLock['state']): ListedLock {

@@ -23,6 +23,9 @@ const ROUTE_KEYS: ReadonlyArray<keyof RouteLockSettings | 'filter' | 'filters'> 
 export function resolveRoute(where: string, config: unknown): Resolved {
   if (!isPlainObject(config)) throw new TypeError(`Expected \`plugins.monglock\` of ${where} to be an object, got ${describe(config)}`);
   const unknown = Object.keys(config).find((key) => !(ROUTE_KEYS as string[]).includes(key));
+  if (unknown === 'minHold') {
+    throw new TypeError(`Unexpected option \`plugins.monglock.minHold\` of ${where}: a minimum hold is not offered on routes (a client's next request would be refused by its own previous one); take it with \`acquire(filter, { minHold })\` in the handler`);
+  }
   if (unknown !== undefined) {
     throw new TypeError(`Unknown option \`plugins.monglock.${unknown}\` of ${where}: expected ${ROUTE_KEYS.join(', ')}`);
   }

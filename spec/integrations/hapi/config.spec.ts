@@ -139,6 +139,11 @@ describe('hapi plugin: route configuration is checked at server.initialize()', (
     expect((await server.inject({ method: 'POST', url: '/tag/b' })).result).to.equal('read');
   });
 
+  it('minHold is not offered on routes: refused, saying why (a sequential client would be refused by its own previous request)', async () => {
+    const collection = await freshCollection();
+    expect(await initializeError({ lock: writeLock({ collection }), minHold: 1_000 })).to.match(/^Unexpected option `plugins\.monglock\.minHold` of POST \/orders\/\{id\}: a minimum hold is not offered on routes/);
+  });
+
   it('a route added after server.initialize() is checked when added: a misconfigured one makes server.route() throw, naming it', async () => {
     const collection = await freshCollection([{ _id: 'c' }]);
     const { server } = await serverWith({ lock: writeLock({ collection }) });
