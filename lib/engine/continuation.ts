@@ -5,6 +5,7 @@ import type { LockData } from '../protocol/lock-data';
 import { withDocument, type Acquired, type AssertivePending } from './acquired';
 import type { LockEngine } from './lock-engine';
 import { explainLostLock } from './refusals';
+import { quarantinedVerdict } from './quarantined';
 
 /**
  * Continues the assertive registration `lock` ({@link continueOperation}) in the document `target`
@@ -35,6 +36,9 @@ export function continueRegistration(
       const data: LockData = { ...lock, expiresAt: own?.exp.getTime() ?? lock.expiresAt };
       return withDocument(engine.assertiveOutcome(data, engine.deployment.addressOf(reply.value), stored, stamp), reply.value, paths.field, document, store.shardKey);
     },
-    explain: (seen, stamp, tolerance) => explainLostLock({ paths, rule, reportsReacquired, boom: call.boom }, seen, lock, { id: lock.id }, stamp, tolerance, rule.lease),
+    // A live quarantine mark refuses the continuation (Quarantined, final) before anything else is said of the lock.
+    explain: (seen, stamp, tolerance) =>
+      (seen.value ? quarantinedVerdict(paths.read(seen.value), seen.serverNow?.getTime() ?? stamp, call.boom, seen.value._id) : undefined) ??
+      explainLostLock({ paths, rule, reportsReacquired, boom: call.boom }, seen, lock, { id: lock.id }, stamp, tolerance, rule.lease),
   });
 }

@@ -12,7 +12,8 @@ import type { Proof } from '../protocol/proofs';
 import { pruneTagOperation } from '../protocol/prune';
 import type { OwnedAcquisition } from '../protocol/reentry';
 import type { ServerClock } from '../protocol/server-clock';
-import { hasExpiredEntries, liveEntries, type LockPaths, type StoredLock } from '../protocol/stored-format';
+import { allOf, hasExpiredEntries, liveEntries, type LockPaths, type StoredLock } from '../protocol/stored-format';
+import { notQuarantined } from '../protocol/quarantine';
 import { AssertivePending, landing, withDocument, type Acquired } from './acquired';
 import { FairTickets } from './fair-tickets';
 import { handOver, withdrawHandOver, type GranteeTerms } from './hand-over';
@@ -132,6 +133,8 @@ export class LockEngine {
     const context: AcquireContext = { paths, rule, conflict, lease, permits, owned, boom: call.boom, fair: extras.fair, refusal: extras.refusal, window };
     return this.stamped(call, {
       target: filter,
+      // A filter that may match several documents skips quarantined ones: its refusal is explained by a match without a live mark, if there is one.
+      ...(!namesOneDocument(filter) && { explainFirst: allOf(filter, [notQuarantined(paths)]) }),
       lease,
       write: async (stamp, tolerance) => {
         const entry = { id, at: new Date(stamp), exp: new Date(this.settings.clock.expiry(stamp, lease)) };
@@ -283,4 +286,11 @@ function asTheTransactionSees<T>(call: ResolvedCallOptions, running: Promise<T>)
 function driverErrorOf(error: unknown): unknown {
   const cause = (error as { cause?: unknown }).cause;
   return isLockError(error, 'DbError') && cause instanceof Error && cause.name.startsWith('Mongo') ? cause : error;
+}
+
+/** True when `filter` names its document by an `_id` equality (one document at most). */
+function namesOneDocument(filter: Document): boolean {
+  const id: unknown = filter._id;
+  if (id === undefined) return false;
+  return !(id !== null && typeof id === 'object' && !Array.isArray(id) && Object.keys(id).some((key) => key.startsWith('$')));
 }

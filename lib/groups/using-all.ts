@@ -5,7 +5,7 @@ import { expectFunction, expectMaxHold } from '../common/validation';
 import { CommitRequest, FOREIGN_COMMIT, isBareUpdate, isForeignCommit } from '../locks/commit';
 import { Quarantine } from '../locks/quarantine';
 import { DEFAULT_MAX_HOLD } from '../locks/lease-keeper';
-import type { LockHandle } from '../locks/lock-handle';
+import { Handle, type LockHandle } from '../locks/lock-handle';
 import { ACQUIRE_ALL_KEYS, acquireGroup, GROUP_MISPLACED, type AcquireAllParams } from './acquire-all';
 import { applyCommits, CommitAllRequest, type CommitAll } from './commit-all';
 import { GroupKeeper } from './group-keeper';
@@ -94,7 +94,7 @@ async function holdGroup<T>(group: HandleGroup, outer: AbortSignal | undefined, 
     await end();
     throw new TypeError(`Expected a \`usingAll()\` body to return this copy's \`commitAll([update, …], value)\`, got ${FOREIGN_COMMIT}: nothing was written, and every lock was released`);
   }
-  // A document the body deleted is no failure (as with `using()`); any other member's is.
-  await endMembers(members, ending, (error) => isLockError(error, 'RessourceNotFound'));
+  // A document the body deleted is no failure (as with `using()`); any other member's is. A member the body quarantined (`handle.quarantine()`) has ended already.
+  await endMembers(members.filter(({ handle }) => !Handle.quarantined(handle)), ending, (error) => isLockError(error, 'RessourceNotFound'));
   return result as T;
 }

@@ -1,5 +1,6 @@
 import type { Document } from 'mongodb';
 import type { LockOperation } from './operation';
+import { notQuarantined } from './quarantine';
 import { allOf, entryLiveOnServer, pruneTags, recordJudged, stampWithin, type LockPaths } from './stored-format';
 
 /** A continuation of an assertive registration to send. */
@@ -20,7 +21,8 @@ export interface ContinueRequest {
 /**
  * Continue (assertive): checks that the registered lock is still in the document and unexpired
  * by the server's clock (`$$NOW`), and that the stamp is within the tolerance below it; writes
- * the server's clock and prunes expired entries (at the checked stamp). Whether the tags the lock
+ * the server's clock and prunes expired entries (at the checked stamp). It also needs the document
+ * without a live quarantine mark: a continuation completes an acquisition, refused as every other. Whether the tags the lock
  * asserts over are gone is read from the reply.
  *
  * Why it never admits a second holder: it adds no entry and extends none; it only removes entries
@@ -29,7 +31,7 @@ export interface ContinueRequest {
 export function continueOperation(request: ContinueRequest): LockOperation {
   const { paths, at } = request;
   return {
-    filter: allOf(request.target, [{ $expr: { $and: [entryLiveOnServer(paths, request.tag, { id: request.id }), stampWithin(at, request.tolerance)] } }]),
+    filter: allOf(request.target, [notQuarantined(paths), { $expr: { $and: [entryLiveOnServer(paths, request.tag, { id: request.id }), stampWithin(at, request.tolerance)] } }]),
     update: { $pull: pruneTags(paths, request.tags, at), $currentDate: { [paths.now]: true }, $max: recordJudged(paths, at) },
   };
 }
