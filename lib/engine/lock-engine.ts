@@ -133,8 +133,7 @@ export class LockEngine {
     const context: AcquireContext = { paths, rule, conflict, lease, permits, owned, boom: call.boom, fair: extras.fair, refusal: extras.refusal, window };
     return this.stamped(call, {
       target: filter,
-      // A filter that may match several documents skips quarantined ones: its refusal is explained by a match without a live mark, if there is one.
-      ...(!namesOneDocument(filter) && { explainFirst: allOf(filter, [notQuarantined(paths)]) }),
+      ...explainFirstOf(filter, paths),
       lease,
       write: async (stamp, tolerance) => {
         const entry = { id, at: new Date(stamp), exp: new Date(this.settings.clock.expiry(stamp, lease)) };
@@ -288,9 +287,12 @@ function driverErrorOf(error: unknown): unknown {
   return isLockError(error, 'DbError') && cause instanceof Error && cause.name.startsWith('Mongo') ? cause : error;
 }
 
-/** True when `filter` names its document by an `_id` equality (one document at most). */
-function namesOneDocument(filter: Document): boolean {
+/**
+ * A filter that may match several documents (not an `_id` equality) skips quarantined ones: its
+ * refusal is explained first by a match without a live mark, if there is one.
+ */
+function explainFirstOf(filter: Document, paths: LockPaths): { explainFirst?: Document } {
   const id: unknown = filter._id;
-  if (id === undefined) return false;
-  return !(id !== null && typeof id === 'object' && !Array.isArray(id) && Object.keys(id).some((key) => key.startsWith('$')));
+  const byId = id !== undefined && !(id !== null && typeof id === 'object' && !Array.isArray(id) && Object.keys(id).some((key) => key.startsWith('$')));
+  return byId ? {} : { explainFirst: allOf(filter, [notQuarantined(paths)]) };
 }

@@ -1,3 +1,4 @@
+import { wasQuarantined } from '../locks/ended-holds';
 import type { BoomLike } from '../common/errors';
 import { keptLease, leaseEnded, LeaseKeeper } from '../locks/lease-keeper';
 import { Handle } from '../locks/lock-handle';
@@ -36,7 +37,7 @@ export class GroupKeeper {
       const leaseMs = Handle.lease(handle);
       if (handle.expiresAt >= NEVER || !Number.isFinite(leaseMs)) continue;
       // Extended with the keeping's boom when it has one (the hapi plugin's): a refused extension is then its boom, as a one-document route's is.
-      const lease = { ...keptLease(handle, leaseMs, boom ?? member.core.callOptions({}).call.boom, boom ? { boom } : {}), letGo: () => ending(held) === 'released' || Handle.quarantined(handle) };
+      const lease = { ...keptLease(handle, leaseMs, boom ?? member.core.callOptions({}).call.boom, boom ? { boom } : {}), letGo: () => ending(held) === 'released' || wasQuarantined(handle) };
       const keeper = new LeaseKeeper(lease, leaseMs, controller, Infinity);
       this.#keepers.push({ keeper, held });
       this.#unwatch.push(Handle.watchExpiry(handle, () => keeper.replan()));

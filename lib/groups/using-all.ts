@@ -1,3 +1,4 @@
+import { wasQuarantined } from '../locks/ended-holds';
 import { isLockError } from '../common/errors';
 import { knownKeys } from '../common/known-keys';
 import { readParams, type HoldParams } from '../common/options';
@@ -5,7 +6,7 @@ import { expectFunction, expectMaxHold } from '../common/validation';
 import { CommitRequest, FOREIGN_COMMIT, isBareUpdate, isForeignCommit } from '../locks/commit';
 import { Quarantine } from '../locks/quarantine';
 import { DEFAULT_MAX_HOLD } from '../locks/lease-keeper';
-import { Handle, type LockHandle } from '../locks/lock-handle';
+import type { LockHandle } from '../locks/lock-handle';
 import { ACQUIRE_ALL_KEYS, acquireGroup, GROUP_MISPLACED, type AcquireAllParams } from './acquire-all';
 import { applyCommits, CommitAllRequest, type CommitAll } from './commit-all';
 import { GroupKeeper } from './group-keeper';
@@ -95,6 +96,6 @@ async function holdGroup<T>(group: HandleGroup, outer: AbortSignal | undefined, 
     throw new TypeError(`Expected a \`usingAll()\` body to return this copy's \`commitAll([update, …], value)\`, got ${FOREIGN_COMMIT}: nothing was written, and every lock was released`);
   }
   // A document the body deleted is no failure (as with `using()`); any other member's is. A member the body quarantined (`handle.quarantine()`) has ended already.
-  await endMembers(members.filter(({ handle }) => !Handle.quarantined(handle)), ending, (error) => isLockError(error, 'RessourceNotFound'));
+  await endMembers(members.filter(({ handle }) => !wasQuarantined(handle)), ending, (error) => isLockError(error, 'RessourceNotFound'));
   return result as T;
 }

@@ -164,7 +164,7 @@ export class DocumentLock implements HandleOwner, AcquireSite {
     const inside = proof && inTransaction(call) ? proof : undefined;
     if (inside) this.transactionWrites.wrote(inside, call);
     const release = (): Promise<void> => this.engine.release(filter, tag, proof, claimed, call, { ...write, group, ...(mark && { mark }) });
-    const released = (): void => this.released(filter, tag, proof && 'id' in proof ? proof.id : undefined, claimed?.permits);
+    const released = (): void => wakeAfterRelease(this.waiters, filter, tag, proof && 'id' in proof ? proof.id : undefined, claimed?.permits);
     // A release in a transaction is not handed over: the waiter's lock would be the transaction's until it commits.
     await releaseHandingOver(this.engine, this.waiters, filter, write || mark || inTransaction(call) || !proof || !('id' in proof) ? undefined : claimed, call, release, released);
     if (inside) this.transactionWrites.released(inside, () => this.engine.release(filter, tag, inside, claimed, plain), plain.timeout);
@@ -187,13 +187,6 @@ export class DocumentLock implements HandleOwner, AcquireSite {
 
   release(target: Document, lock: LockData, params: unknown, group?: string): Promise<void> {
     return this.run(() => this.releaseWith(target, lock.tag, { id: lock.id }, lock, readParams('params', params, HANDLE_PARAMS), group));
-  }
-
-  /** A lock of `tag` on the document `target` names was let go here: hands it to the first local waiter it blocked (as many as its permits, for a limited tag). */
-  private released(target: Document, tag: string, lockId: string | undefined, permits = 1): void {
-    const id: unknown = target._id;
-    if (id !== undefined && !(isPlainObject(id) && Object.keys(id).some((key) => key.startsWith('$')))) this.waiters.released(id, tag, lockId, permits);
-    else if (lockId !== undefined) this.waiters.releasedLock(lockId, tag, permits);
   }
 
   /** Ends the hold of `lock` with a quarantine mark (lib/locks/quarantine.ts). */
@@ -244,4 +237,11 @@ export class DocumentLock implements HandleOwner, AcquireSite {
   async releaseWritten(written: Acquired, call: ResolvedCallOptions): Promise<void> {
     await this.engine.releaseWritten(written, call);
   }
+}
+
+/** A lock of `tag` on the document `target` names was let go here: hands it to the first local waiter it blocked (as many as its permits, for a limited tag). */
+function wakeAfterRelease(waiters: LocalWaiters, target: Document, tag: string, lockId: string | undefined, permits = 1): void {
+  const id: unknown = target._id;
+  if (id !== undefined && !(isPlainObject(id) && Object.keys(id).some((key) => key.startsWith('$')))) waiters.released(id, tag, lockId, permits);
+  else if (lockId !== undefined) waiters.releasedLock(lockId, tag, permits);
 }

@@ -5,6 +5,7 @@ import type { Unclaimed } from '../common/promise-library';
 import type { PromiseOf } from '../common/promise-types';
 import type { ConversionAftermath, ConvertParams } from './conversion';
 import { FollowedLock } from './followed-lock';
+import { markQuarantined } from './ended-holds';
 import type { QuarantineParams } from './quarantine';
 
 export type { LockData } from '../protocol/lock-data';
@@ -99,8 +100,6 @@ export class Handle implements LockHandle<Document, unknown, Document | undefine
   /** For a lock whose reply was lost: the server time after which its write can no longer land. */
   readonly #landsBy: number | undefined;
   #lapsed = false;
-  /** True once {@link quarantine} ended this hold with its mark. */
-  #quarantined = false;
   /**
    * The locked document as the acquisition left it (without the lock field), when `document` was
    * asked for; undefined otherwise.
@@ -191,11 +190,6 @@ export class Handle implements LockHandle<Document, unknown, Document | undefine
     handle.#lapsed = true;
   }
 
-  /** True once `handle.quarantine()` ended its hold (a group's end then releases nothing, its keeper keeps nothing). @internal */
-  static quarantined(handle: Handle): boolean {
-    return handle.#quarantined;
-  }
-
   /** The lease `handle` was taken or last extended with, in ms. @internal */
   static lease(handle: Handle): number {
     return handle.#owner.lease(handle.toJSON());
@@ -232,9 +226,7 @@ export class Handle implements LockHandle<Document, unknown, Document | undefine
   quarantine(params: QuarantineParams): Promise<void> {
     const quarantine = this.#owner.quarantine?.bind(this.#owner);
     if (!quarantine) return Promise.reject(new TypeError('Only a writeLock or multiLock lock is quarantined'));
-    return this.#lock.following(() => quarantine(this.#target, Handle.claim(this), params)).then(() => {
-      this.#quarantined = true;
-    });
+    return this.#lock.following(() => quarantine(this.#target, Handle.claim(this), params)).then(() => markQuarantined(this));
   }
 
   /** Pushes the lease forward (see {@link LockHandle.extend}). */
