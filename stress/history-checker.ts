@@ -23,7 +23,9 @@
  *    holder stamped less than `minHold` after it (by the acquisition stamps, server time), however
  *    early it released: the entry it leaves is never a hold;
  * 8. rate: the holds of a rate-limited target (with a `window`) never have more than `limit`
- *    permits stamped within any `window` ms.
+ *    permits stamped within any `window` ms;
+ * 9. quarantine: no hold of a quarantined target starts after its mark landed and before the mark
+ *    can have ended (its `until`, less the clocks' skew).
  *
  * All times are one machine's clock in ms (the test server runs on the same machine, so it is also
  * the server's clock).
@@ -58,8 +60,16 @@ export interface SettledEvent {
   readonly at: number;
 }
 
+/** A quarantine mark that landed (its call resolved by `landedBy`), ending at `until` by the server's clock. */
+export interface QuarantineEvent {
+  readonly type: 'quarantine';
+  readonly target: string;
+  readonly landedBy: number;
+  readonly until: number;
+}
+
 /** One recorded event. */
-export type HistoryEvent = HoldEvent | SettledEvent;
+export type HistoryEvent = HoldEvent | SettledEvent | QuarantineEvent;
 
 /** A lock entry as stored: its target, its tag, its id and when it expires (ms). */
 export interface StoredEntry {
@@ -87,12 +97,12 @@ export interface FinalState {
 
 /** One broken invariant, in words. */
 export interface Violation {
-  readonly rule: 'exclusion' | 'fencing' | 'leak' | 'liveness' | 'limit' | 'guarded' | 'minHold' | 'rate';
+  readonly rule: 'exclusion' | 'fencing' | 'leak' | 'liveness' | 'limit' | 'guarded' | 'minHold' | 'rate' | 'quarantine';
   readonly detail: string;
 }
 
 /** Checks a history; resolves every violation found (none: the history is correct). */
-export function checkHistory(events: readonly HistoryEvent[], final: FinalState): Violation[] {
+export function checkHistory(events: readonly HistoryEvent[], final: FinalState, skewMs = 0): Violation[] {
   const violations: Violation[] = [];
   const holds = events.filter((event): event is HoldEvent => event.type === 'hold');
   const byTarget = new Map<string, HoldEvent[]>();
@@ -130,6 +140,7 @@ export function checkHistory(events: readonly HistoryEvent[], final: FinalState)
   }
 
   for (const [target, list] of byTarget) violations.push(...minHoldViolations(target, list), ...rateViolations(target, list));
+  for (const mark of events.filter((event): event is QuarantineEvent => event.type === 'quarantine')) violations.push(...quarantineViolations(mark, byTarget.get(mark.target) ?? [], skewMs));
 
   for (const entry of final.liveEntries) {
     violations.push({ rule: 'leak', detail: `${entry.target}: ${entry.tag} lock ${entry.id} still held (expires ${new Date(entry.exp).toISOString()}) after every holder gave up` });
@@ -184,4 +195,11 @@ export function rateViolations(target: string, holds: readonly HoldEvent[]): Vio
     if (permits > first.limit!) violations.push({ rule: 'rate', detail: `${target}: ${permits} permits stamped within ${first.window} ms from ${first.stamp}, limit ${first.limit}` });
   }
   return violations;
+}
+
+/** Rule 9 for one mark: no hold of its target starts after the mark landed and before it can have ended (`until` less `skewMs`: a router's clock may be ahead). */
+export function quarantineViolations(mark: QuarantineEvent, holds: readonly HoldEvent[], skewMs: number): Violation[] {
+  return holds
+    .filter((hold) => hold.start > mark.landedBy && hold.start < mark.until - skewMs)
+    .map((hold) => ({ rule: 'quarantine' as const, detail: `${mark.target}: ${hold.holder} (fence ${hold.fence}) held from ${hold.start.toFixed(1)}, while quarantined (landed by ${mark.landedBy.toFixed(1)}, until ${mark.until.toFixed(1)})` }));
 }

@@ -8,6 +8,7 @@
  * (simulated-cluster.ts); a client's late acquisitions fail at once and land later (server-faults.ts).
  */
 import { settleWithin } from './settle-within';
+import { QUARANTINE_TARGET, runQuarantine } from './interleaving-quarantine';
 import { minHoldOf, RATE_TARGET, runWithMinHold, type HoldDetails } from './interleaving-min-hold';
 import { request as httpRequest } from 'node:http';
 import Hapi from '@hapi/hapi';
@@ -186,6 +187,8 @@ async function runOperation(operation: Operation, op: number, clients: readonly 
             for (const { handle, target, mode, more } of held) events.push({ type: 'hold', target, holder: handle.id, mode, fence: handle.fence, start, end, ...more });
           },
         );
+      case 'quarantine':
+        return await runQuarantine(locks.write, params, hold(events, docs, QUARANTINE_TARGET, 'exclusive', operation.holdMs), realNow, (event) => events.push(event));
       case 'election': {
         // A term is the hold of the election's document (created by the first campaign); the checker sees it as an exclusive holder.
         const term = await locks.leaders.campaign({ _id: 'e0' }, params);

@@ -76,6 +76,7 @@ export type Operation =
   | (Timed & { readonly kind: 'rate' })
   | (Timed & { readonly kind: 'upgrade' })
   | (Timed & { readonly kind: 'election' })
+  | (Timed & { readonly kind: 'quarantine' })
   | (Timed & { readonly kind: 'group'; readonly members: ReadonlyArray<GroupMember> })
   | (Timed & { readonly kind: 'resource'; readonly type: 'exclusive' | 'shared'; readonly ttl: number | undefined })
   | { readonly kind: 'purge'; readonly client: number; readonly startAt: number }
@@ -154,6 +155,8 @@ export function operation(clients: number): fc.Arbitrary<Operation> {
     { weight: 2, arbitrary: timed(clients).map((t) => ({ ...t, kind: 'upgrade' as const })) },
     // A campaign for one election: its term is the hold (its signal or the scenario's ends it), then it resigns.
     { weight: 2, arbitrary: timed(clients).map((t) => ({ ...t, kind: 'election' as const })) },
+    // A writeLock section on w1 that quarantines it for a while as it ends: every acquisition of w1 meanwhile is refused.
+    { weight: 1, arbitrary: timed(clients).map((t) => ({ ...t, kind: 'quarantine' as const })) },
     // A job taken with minHold (released early, its entry kept), and calls under a rate limit (a semaphore's permits taken with minHold).
     { weight: 2, arbitrary: fc.tuple(timed(clients), fc.constantFrom(100, 300 as const)).map(([t, minHold]) => ({ ...t, kind: 'runOnce' as const, minHold })) },
     { weight: 2, arbitrary: timed(clients).map((t) => ({ ...t, kind: 'rate' as const })) },

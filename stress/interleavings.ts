@@ -67,7 +67,8 @@ export async function checkInterleavings(options: InterleavingOptions): Promise<
   try {
     const property = fc.asyncProperty(scenario(options.size), async (history: Scenario) => {
       const result = await runScenario(history, { clients, db });
-      const found = checkHistory(result.events, result.final);
+      // A quarantine mark ends by the server's (a router's) clock: up to the largest router offset before its `until` by this machine's, and a few ms of timing.
+      const found = checkHistory(result.events, result.final, Math.max(0, ...(history.cluster?.routers.map(Math.abs) ?? [])) + 50);
       histories++;
       operations += history.operations.length;
       holds += result.events.filter((event) => event.type === 'hold').length;

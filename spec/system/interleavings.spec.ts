@@ -29,6 +29,14 @@ describe('the history checker', () => {
     expect(checkHistory([], withLog(log))).to.deep.equal([]);
   });
 
+  it('reports a hold of a quarantined target that starts before the mark can have ended, and none after it', () => {
+    const hold = (holder: string, start: number): HistoryEvent => ({ type: 'hold', target: 'w1', holder, mode: 'exclusive', fence: start, start, end: start + 10 });
+    const mark: HistoryEvent = { type: 'quarantine', target: 'w1', landedBy: 1_000, until: 2_500 };
+    expect(checkHistory([hold('before', 900), mark, hold('after', 2_600)], { liveEntries: [] }, 50)).to.deep.equal([]);
+    expect(checkHistory([mark, hold('during', 1_200)], { liveEntries: [] }, 50).map((violation) => violation.rule)).to.deep.equal(['quarantine']);
+    expect(checkHistory([mark, hold('within the skew', 2_480)], { liveEntries: [] }, 50), 'a router ahead may end it early').to.deep.equal([]);
+  });
+
   it('reports a holder whose guarded write landed after a later holder\'s', () => {
     const violations = checkHistory([], withLog([write('a', 1), write('b', 2), write('a', 1)]));
     expect(violations).to.have.length(1);
