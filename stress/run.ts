@@ -2,11 +2,13 @@
  * `npm run stress`: mutual exclusion under load. Several OS processes (each with its own driver
  * client and several workers) contend on a few targets of each lock kind (writeLock, a cooperative
  * multiLock tag, resource locks, fair writeLock, folded writeLock sections, a semaphore, reentrant
- * writeLock holds, read locks upgraded to write, election terms); half the processes (the even ones) have their
+ * writeLock holds, read locks upgraded to write, election terms, run-once jobs with minHold,
+ * sections that quarantine their document for a while); half the processes (the even ones) have their
  * waiters woken by change streams as well, the others only poll; an
  * independent checker reads every process's append-only log and the counters and verifies: never
  * two holders at once, fencing tokens strictly increasing per target, no lost update, and never
- * more than the limit of a semaphore's permits held at once. Full mode runs until at least
+ * more than the limit of a semaphore's permits held at once, run-once jobs stamped at least their
+ * minimum hold apart, and no section entered while its document was quarantined. Full mode runs until at least
  * 100,000 critical sections; `--small` runs a few seconds (part of `npm test`). Exits non-zero on
  * any violation.
  */
@@ -41,6 +43,10 @@ export interface StressReport {
   readonly lostUpdates: number;
   /** Instants at which a semaphore's holders held more permits than its limit. */
   readonly permitsOverLimit: number;
+  /** Run-once sections stamped less than their minimum hold after the one before on their target. */
+  readonly minHoldBroken: number;
+  /** Sections that started on a quarantined target after its mark landed and before its end. */
+  readonly quarantineBroken: number;
   /** The most permits of one semaphore held at once. */
   readonly mostPermits: number;
   readonly seconds: number;
@@ -82,7 +88,7 @@ async function main(): Promise<number> {
   const dir = mkdtempSync(join(tmpdir(), 'monglock-stress-'));
   try {
     const db = client.db(dbName);
-    const targets = [...['w', 'm', 'r', 'q', 'f', 's', 'o', 'c', 'e'].flatMap((kind) => Array.from({ length: settings.targets }, (_, i) => `${kind}${i}`)), 'h0'];
+    const targets = [...['w', 'm', 'r', 'q', 'f', 's', 'o', 'c', 'e', 'j', 'x'].flatMap((kind) => Array.from({ length: settings.targets }, (_, i) => `${kind}${i}`)), 'h0'];
     await db.collection('counters').insertMany(targets.filter((t) => !t.startsWith('f') && !t.startsWith('s')).map((target) => ({ _id: target as never, value: 0, lastFence: 0 })));
     // Folded sections keep their counter in the locked document itself; an election's document is created by its first campaign.
     await db.collection('documents').insertMany(targets.filter((t) => !t.startsWith('r') && !t.startsWith('e')).map((target) => ({ _id: target as never, ...(target.startsWith('f') ? { value: 0 } : {}) })));
@@ -108,6 +114,7 @@ async function main(): Promise<number> {
         if (list[i]!.fence <= list[i - 1]!.fence) fenceRegressions++;
       }
     }
+    const { minHoldBroken, quarantineBroken } = heldApart(byTarget);
     let lostUpdates = 0;
     const folded = await db.collection('documents').find({ _id: { $in: targets.filter((t) => t.startsWith('f')) } as never }).toArray();
     for (const counter of [...(await db.collection('counters').find().toArray()), ...folded]) {
@@ -129,11 +136,15 @@ async function main(): Promise<number> {
         'writeLock reentrant': records.filter((r) => r.target.startsWith('o')).length,
         'multiLock upgraded': records.filter((r) => r.target.startsWith('c')).length,
         'election terms': records.filter((r) => r.target.startsWith('e')).length,
+        'run-once jobs (minHold)': records.filter((r) => r.target.startsWith('j')).length,
+        'writeLock, some quarantined': records.filter((r) => r.target.startsWith('x')).length,
         'writeLock hot, every worker': records.filter((r) => r.target.startsWith('h')).length,
       },
       handOvers,
       permitsOverLimit,
       mostPermits,
+      minHoldBroken,
+      quarantineBroken,
       overlaps,
       fenceRegressions,
       rejectedWrites: records.filter((r) => !r.written).length,
@@ -141,7 +152,7 @@ async function main(): Promise<number> {
       seconds: Math.round((Date.now() - started) / 1000),
     };
     console.log(JSON.stringify(report));
-    const violations = overlaps + fenceRegressions + report.rejectedWrites + lostUpdates + permitsOverLimit;
+    const violations = overlaps + fenceRegressions + report.rejectedWrites + lostUpdates + permitsOverLimit + minHoldBroken + quarantineBroken;
     console.error(`${report.sections} critical sections (${JSON.stringify(report.byKind)}), ${violations} violations, ${report.seconds} s`);
     return violations === 0 && records.length > 0 ? 0 : 1;
   } finally {
@@ -150,6 +161,26 @@ async function main(): Promise<number> {
     await backend.stop();
     rmSync(dir, { recursive: true, force: true });
   }
+}
+
+/**
+ * Run-once sections: on a target, each one stamped at least its predecessor's minimum hold after it
+ * (server ms). Quarantined targets: no section enters after a mark landed and before its end
+ * (less a few ms: one machine, one clock, the server's `$$NOW` beside this process's).
+ */
+function heldApart(byTarget: ReadonlyMap<string, SectionRecord[]>): { minHoldBroken: number; quarantineBroken: number } {
+  let minHoldBroken = 0;
+  let quarantineBroken = 0;
+  for (const [target, list] of byTarget) {
+    if (target.startsWith('j')) {
+      const stamped = [...list].sort((a, b) => a.stamp! - b.stamp!);
+      for (let i = 1; i < stamped.length; i++) if (stamped[i]!.stamp! - stamped[i - 1]!.stamp! < stamped[i - 1]!.minHold!) minHoldBroken++;
+    }
+    for (const { quarantined } of list) {
+      if (quarantined) quarantineBroken += list.filter((section) => section.enter > quarantined.landedBy && section.enter < quarantined.until - 5).length;
+    }
+  }
+  return { minHoldBroken, quarantineBroken };
 }
 
 /** Sweeps the semaphore sections of each target: instants where the permits held exceed the limit, and the most held at once. */

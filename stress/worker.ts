@@ -39,7 +39,17 @@ export interface SectionRecord {
   readonly pid: number;
   /** Semaphore sections: the permits held (holders overlap; their sum may never exceed the limit). */
   readonly permits?: number;
+  /** Run-once sections (taken with minHold): the acquisition stamp (server ms) and the minimum hold. */
+  readonly stamp?: number;
+  readonly minHold?: number;
+  /** A section that ended by quarantining its target: when the mark had landed (local ms) and its `until` (server ms). */
+  readonly quarantined?: { readonly landedBy: number; readonly until: number };
 }
+
+/** A run-once section's minimum hold, ms: the next run on its target is stamped at least this much later. */
+export const STRESS_MIN_HOLD = 40;
+/** How long a stress quarantine lasts, ms. */
+export const STRESS_QUARANTINE = 60;
 
 const now = (): number => performance.timeOrigin + performance.now();
 
@@ -115,7 +125,38 @@ async function main(): Promise<void> {
     Array.from({ length: settings.workers }, async (_, worker) => {
       for (let round = 0; now() < deadline; round++) {
         const n = Math.floor(Math.random() * settings.targets);
-        switch ((worker + round) % 10) {
+        switch ((worker + round) % 12) {
+          case 10: {
+            // A run-once job: released at once, its entry kept until its minimum hold ends.
+            const job = await exclusive.acquire({ _id: `j${n}` }, { wait: 30_000, minHold: STRESS_MIN_HOLD });
+            const enter = now();
+            const counter = await counters.findOne({ _id: `j${n}` as never });
+            const written = await fenced(`j${n}`)(job, (counter?.value as number) + 1);
+            const exit = now();
+            await job.release();
+            buffered.push(`${JSON.stringify({ target: `j${n}`, fence: job.fence, enter, exit, written, pid: process.pid, stamp: job.timestamp, minHold: STRESS_MIN_HOLD } satisfies SectionRecord)}\n`);
+            break;
+          }
+          case 11: {
+            // A section that may end by quarantining its document for a while: every acquisition meanwhile is refused (Quarantined).
+            const held = await exclusive.acquire({ _id: `x${n}` }, { wait: 30_000 }).catch((error: unknown) => {
+              if (isLockError(error, 'Quarantined')) return undefined;
+              throw error;
+            });
+            if (!held) break;
+            const enter = now();
+            const counter = await counters.findOne({ _id: `x${n}` as never });
+            const written = await fenced(`x${n}`)(held, (counter?.value as number) + 1);
+            const exit = now();
+            let quarantined: SectionRecord['quarantined'];
+            if (round % 4 === 0) {
+              const until = Date.now() + STRESS_QUARANTINE;
+              await held.quarantine({ reason: 'stress', until: new Date(until) });
+              quarantined = { landedBy: now(), until };
+            } else await held.release();
+            buffered.push(`${JSON.stringify({ target: `x${n}`, fence: held.fence, enter, exit, written, pid: process.pid, ...(quarantined && { quarantined }) } satisfies SectionRecord)}\n`);
+            break;
+          }
           case 9: {
             // An election: the section is a term (its document created by the first campaign); the write is fenced by the term's token.
             const term = await leaders.campaign({ _id: `e${n}` }, { wait: 30_000 });
