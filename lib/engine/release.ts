@@ -12,6 +12,7 @@ import { explainLostLock } from './refusals';
 import { noteReleased } from './recent-releases';
 import { failedRelease } from './write-failures';
 import { releaseKeepsEntry } from '../protocol/min-hold';
+import { withStoredHold } from './stored-hold';
 
 /** What a release writes besides removing the lock: the caller's final write (a commit), and the group of a `commitAll`. */
 export interface ReleaseWrite extends Partial<FinalWrite> {
@@ -42,7 +43,7 @@ export interface LockRelease {
  */
 export async function releaseLock(settings: EngineSettings, rule: TagRule, request: LockRelease, call: ResolvedCallOptions, readClock: () => Promise<void>): Promise<void> {
   const { paths, store, clock, reportsReacquired } = settings;
-  const { target, tag, proof, claimed, write } = request;
+  const { target, tag, proof, write } = request;
   const { group } = write;
   const update = write.mark ? mergeUpdates(write.update, write.mark) : write.update;
   if (!proof) {
@@ -52,6 +53,8 @@ export async function releaseLock(settings: EngineSettings, rule: TagRule, reque
     if (!matched) throw lockError('RessourceNotFound', call.boom, { detail: 'no document matches the filter' });
     return;
   }
+  // A lock passed back without minHoldUntil: its stored entry says whether a release before its minimum hold ends keeps it.
+  const claimed = request.claimed && 'id' in proof ? await withStoredHold(store, paths, target, request.claimed, call) : request.claimed;
   const record = update && 'id' in proof ? commitRecord(proof.id, clock, call.timeout, group) : undefined;
   const w = update ? DATA_WRITE_CONCERN : call.releaseW;
   // A lock taken with minHold, released before its minimum hold surely ended (lower bound of the server's clock): its entry is kept until then.
