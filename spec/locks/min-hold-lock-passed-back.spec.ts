@@ -31,6 +31,16 @@ describe('minHold with lock data passed back without minHoldUntil', () => {
     expect({ released, second }).to.deep.include({ second: 'refused: LockAlreadyTaken' });
   });
 
+  it('writeLock: a release by { lock: { id, tag } } with a waiter of the same lock is not handed over within the minimum hold', async () => {
+    const collection = await freshCollection([{ _id: 1 }]);
+    const lock = writeLock({ collection, locktimeout: 60_000 });
+    const held = await lock.acquire({ _id: 1 }, { minHold: 5_000 });
+    const waiting = outcomeOf(lock.acquire({ _id: 1 }, { wait: 1_500 }), held.timestamp);
+    await new Promise((resolve) => setTimeout(resolve, 200)); // the waiter is waiting
+    await lock.release({ _id: 1 }, { lock: { id: held.id, tag: held.tag } as never }).catch(() => undefined);
+    expect(await waiting).to.equal('refused: LockAlreadyTaken');
+  });
+
   it('semaphore (rate limit 1 per 5 s): an extension by { lock: { id, tag } } to 300 ms does not end the permit before its window', async () => {
     const collection = await freshCollection([{ _id: 1 }]);
     const limiter = semaphore({ collection, limit: 1, locktimeout: 60_000 });
