@@ -12,7 +12,7 @@ import { explainLostLock } from './refusals';
 import { noteReleased } from './recent-releases';
 import { failedRelease } from './write-failures';
 import { releaseKeepsEntry } from '../protocol/min-hold';
-import { withStoredHold } from './stored-hold';
+import { storedHoldOf } from './stored-hold';
 
 /** What a release writes besides removing the lock: the caller's final write (a commit), and the group of a `commitAll`. */
 export interface ReleaseWrite extends Partial<FinalWrite> {
@@ -53,8 +53,9 @@ export async function releaseLock(settings: EngineSettings, rule: TagRule, reque
     if (!matched) throw lockError('RessourceNotFound', call.boom, { detail: 'no document matches the filter' });
     return;
   }
-  // A lock passed back without minHoldUntil: its stored entry says whether a release before its minimum hold ends keeps it.
-  const claimed = request.claimed && 'id' in proof ? await withStoredHold(store, paths, target, request.claimed, call) : request.claimed;
+  const { claimed } = request;
+  // A lock passed back without minHoldUntil: removed only if its entry has no hold (see below: else released again, keeping it).
+  const holdAbsent = claimed?.holdUnknown === true && 'id' in proof;
   const record = update && 'id' in proof ? commitRecord(proof.id, clock, call.timeout, group) : undefined;
   const w = update ? DATA_WRITE_CONCERN : call.releaseW;
   // A lock taken with minHold, released before its minimum hold surely ended (lower bound of the server's clock): its entry is kept until then.
@@ -62,7 +63,7 @@ export async function releaseLock(settings: EngineSettings, rule: TagRule, reque
   let matched: boolean;
   try {
     matched = await withDbErrors(call.boom, () =>
-      store.applyOne(releaseOperation({ paths, rule, target, proof, update, match: write.match, arrayFilters: write.arrayFilters, record, alsoTag: claimed?.maybeTag, keptUntil, keptFields: write.keptFields }), call, w),
+      store.applyOne(releaseOperation({ paths, rule, target, proof, update, match: write.match, arrayFilters: write.arrayFilters, record, alsoTag: claimed?.maybeTag, keptUntil, keptFields: write.keptFields, holdAbsent }), call, w),
     );
   } catch (error) {
     if (inTransaction(call)) throw error; // nothing is settled inside the transaction: it decides what lands
@@ -77,6 +78,9 @@ export async function releaseLock(settings: EngineSettings, rule: TagRule, reque
     return;
   }
   const seen = await withDbErrors(call.boom, () => store.inspect(target, call));
+  const hold = holdAbsent ? storedHoldOf(paths.read(seen.value), tag, proof.id) : undefined;
+  // Its entry has a hold: a lock taken with minHold, released as its handle releases it.
+  if (claimed && hold !== undefined) return releaseLock(settings, rule, { ...request, claimed: { ...claimed, holdUnknown: undefined, minHoldUntil: hold } }, call, readClock);
   const lost = explainLostLock({ paths, rule, reportsReacquired, boom: call.boom, withUpdate: update !== undefined, withMatch: write.match !== undefined }, seen, claimed ?? { id: '', tag, timestamp: 0, fence: 0, expiresAt: 0 }, proof);
   throw lost.error ?? lockError('LockNotFound', call.boom, { detail: 'the lock is not held' });
 }

@@ -2,7 +2,7 @@ import type { Document } from 'mongodb';
 import { withDbErrors } from '../common/errors';
 import type { ResolvedCallOptions } from '../common/options';
 import type { LockData } from '../protocol/lock-data';
-import type { LockPaths } from '../protocol/stored-format';
+import type { LockPaths, StoredLock } from '../protocol/stored-format';
 import type { Store } from './store';
 
 /**
@@ -21,4 +21,10 @@ export async function withStoredHold(store: Store, paths: LockPaths, target: Doc
   const stored = paths.read(seen.value);
   const entry = [lock.tag, ...(lock.maybeTag === undefined ? [] : [lock.maybeTag])].flatMap((tag) => stored.tags?.[tag] ?? []).find((candidate) => candidate.id === lock.id);
   return entry?.hold instanceof Date ? { ...known, minHoldUntil: entry.hold.getTime() } : known;
+}
+
+/** The stored end of the minimum hold (server ms) of the entry `id` of `tag` in `lock`, if it has one. */
+export function storedHoldOf(lock: StoredLock, tag: string, id: string): number | undefined {
+  const entry = (lock.tags?.[tag] ?? []).find((candidate) => candidate.id === id);
+  return entry?.hold instanceof Date ? entry.hold.getTime() : undefined;
 }

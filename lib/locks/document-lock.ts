@@ -162,8 +162,8 @@ export class DocumentLock implements HandleOwner, AcquireSite {
     const { write, session, call } = finalCallOf(p, this.engine.field, plain);
     if (write && !proof) throw new TypeError('Expected `params.lock` (or `params.timestamp`) with `params.update`: a forced release applies no update');
     if (session && !proof) throw new TypeError('Expected `params.lock` (or `params.timestamp`) with `params.session`: a forced release joins no transaction');
-    // A lock passed back without minHoldUntil: its stored entry says whether the release keeps it (and so whether it may be handed over).
-    const known = claimed && proof && 'id' in proof ? await withStoredHold(this.engine.store, this.engine.paths, filter, claimed, call) : claimed;
+    // A lock passed back without minHoldUntil (`holdUnknown`): its release, or its hand-over, removes its entry only if it has no hold; else the release keeps it (lib/engine/release.ts).
+    const known = claimed;
     const inside = proof && inTransaction(call) ? proof : undefined;
     if (inside) this.transactionWrites.wrote(inside, call);
     const release = (): Promise<void> => this.engine.release(filter, tag, proof, known, call, { ...write, group, ...(mark && { mark }) });
