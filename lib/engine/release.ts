@@ -58,8 +58,8 @@ export async function releaseLock(settings: EngineSettings, rule: TagRule, reque
   const holdAbsent = claimed?.holdUnknown === true && 'id' in proof;
   const record = update && 'id' in proof ? commitRecord(proof.id, clock, call.timeout, group) : undefined;
   const w = update ? DATA_WRITE_CONCERN : call.releaseW;
-  // A lock taken with minHold, released before its minimum hold surely ended (lower bound of the server's clock): its entry is kept until then.
-  const keptUntil = releaseKeepsEntry(claimed?.minHoldUntil, clock.lower(), rule.limit !== undefined) ? new Date(claimed.minHoldUntil) : undefined;
+  // A lock taken with minHold: its entry is kept (renamed, no hold) until its minimum hold ends by the server's clock, never judged by this client's.
+  const keptUntil = releaseKeepsEntry(claimed?.minHoldUntil) ? new Date(claimed.minHoldUntil) : undefined;
   let matched: boolean;
   try {
     matched = await withDbErrors(call.boom, () =>

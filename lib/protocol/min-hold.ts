@@ -72,14 +72,15 @@ export function keepEntryOperation(paths: LockPaths, tag: string, id: string, ho
 }
 
 /**
- * True when a release of a lock whose minimum hold ends at `hold` (server ms) must leave its entry:
- * unless the lower bound of the server's clock (`serverLower`) has passed that end, it may not
- * have (a release that removes the entry is sent only once it has, for sure). A rate limit's
- * permit (`windowed`) always does: only an acquisition's prune, at its own stamp, removes it
- * (lib/protocol/rate-window.ts); once its end has passed, the entry kept is expired already.
+ * True when a release of a lock must leave its entry: whenever it was taken with minHold (`hold`,
+ * server ms), whatever this client's clock says. The client's bounds on the server's clock are no
+ * proof that the server's has passed `hold` (a local clock that stepped forward, a failover to a
+ * primary whose clock is behind): an entry kept after its end is harmless, since its `exp` is
+ * lowered to `hold` (`$min`) and it lapses there without any write, pruned or replaced as any
+ * expired entry is. A rate limit's permit always kept its entry, for the same reason.
  */
-export function releaseKeepsEntry(hold: number | undefined, serverLower: number, windowed = false): hold is number {
-  return hold !== undefined && (windowed || serverLower < hold);
+export function releaseKeepsEntry(hold: number | undefined): hold is number {
+  return hold !== undefined;
 }
 
 /**

@@ -169,7 +169,7 @@ function withMinHold(site: ResourceSite, doc: Document, group: string, now: numb
   return RESOURCE_TAGS.flatMap((tag) =>
     (lock.tags?.[tag] ?? []).flatMap((entry) => {
       const hold = entry.hold instanceof Date ? entry.hold.getTime() : undefined;
-      return (entry as StoredEntry & Document).group === group && entry.exp.getTime() > now && releaseKeepsEntry(hold, site.clock.lower(), site.engine.rule(tag).limit !== undefined) ? [{ tag, entry, hold }] : [];
+      return (entry as StoredEntry & Document).group === group && entry.exp.getTime() > now && releaseKeepsEntry(hold) ? [{ tag, entry, hold }] : [];
     }),
   );
 }
