@@ -20,7 +20,7 @@ export interface LockData {
   readonly minHoldUntil?: number | undefined;
   /** A tag a conversion whose reply was lost may have moved it to: a release looks for it there too, and a commit or extension refused under `tag` is sent again there. */
   readonly maybeTag?: string | undefined;
-  /** Passed back as plain data without `minHoldUntil`: whether it was taken with `minHold` is read from its stored entry before a release or an extension (lib/engine/stored-hold.ts). Never in its JSON. */
+  /** Passed back as plain data without `minHoldUntil`: its release or hand-over removes its entry only without a hold (else keeps it), its extension reads the entry first (lib/engine/stored-hold.ts). Never in its JSON. @internal */
   readonly holdUnknown?: true | undefined;
 }
 
