@@ -12,7 +12,7 @@ import { explainLostLock } from './refusals';
 import { noteReleased } from './recent-releases';
 import { failedRelease } from './write-failures';
 import { releaseKeepsEntry } from '../protocol/min-hold';
-import { storedHoldOf } from './stored-hold';
+import { storedHoldOf, withStoredHold } from './stored-hold';
 
 /** What a release writes besides removing the lock: the caller's final write (a commit), and the group of a `commitAll`. */
 export interface ReleaseWrite extends Partial<FinalWrite> {
@@ -70,7 +70,9 @@ export async function releaseLock(settings: EngineSettings, rule: TagRule, reque
     if (!isLockError(error, 'DbError')) throw error;
     if (!update) throw failedRelease(error, call.boom);
     if (!record) return settleTimestampCommit(error, call);
-    const lock = claimed ?? { id: record.lock, tag, timestamp: 0, fence: 0, expiresAt: 0 };
+    // A lock passed back without minHoldUntil: its stored hold, if any, makes the settling write keep its entry (renamed) rather than remove it.
+    const known = holdAbsent && claimed ? await withStoredHold(store, paths, target, claimed, call).catch(() => claimed) : claimed;
+    const lock = known ?? { id: record.lock, tag, timestamp: 0, fence: 0, expiresAt: 0 };
     return settleCommit({ store, paths, clock, readClock }, target, { lock, record }, error, call);
   }
   if (matched) {
