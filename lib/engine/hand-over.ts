@@ -70,7 +70,7 @@ export async function handOver(
         tolerance = clock.tolerance(terms.lease);
         const entry = { id: lock.id, at: new Date(stamp), exp: new Date(clock.expiry(stamp, terms.lease)) };
         lock = { ...lock, timestamp: stamp, expiresAt: entry.exp.getTime() };
-        const operation = handOverOperation({ paths, rule, tags, filter: target, entry, tolerance, fair: terms.fairness(), holder: holder.id });
+        const operation = handOverOperation({ paths, rule, tags, filter: target, entry, tolerance, fair: terms.fairness(), holder: holder.id, ...(holder.holdUnknown && { replacingHasNoHold: true }) });
         return store.applyForToken(operation, call, handOverConcern(terms.w, call.releaseW));
       }),
     );

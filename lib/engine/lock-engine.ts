@@ -21,7 +21,7 @@ import { DATA_WRITE_CONCERN } from './commit-outcome';
 import { releaseLock, type LockRelease, type ReleaseWrite } from './release';
 import { explainLostLock, explainRefusedAcquisition, unexplainedRefusal, type AcquireContext } from './refusals';
 import { prunedAt } from '../protocol/rate-window';
-import { withoutMinHold } from '../protocol/min-hold';
+import { holdsMinHold, withoutMinHold } from '../protocol/min-hold';
 import { observeWrite, readClock, refuseExcessSkew, runStamped, type StampedWrite } from './stamped-write';
 import type { Inspection, Store, Timed } from './store';
 import { failedAcquisition } from './write-failures';
@@ -130,7 +130,7 @@ export class LockEngine {
     const permits = rule.limit === undefined ? undefined : (extras.permits ?? 1);
     const { owned } = extras;
     const window = rule.limit === undefined ? undefined : extras.minHold; // a rate limit's (lib/protocol/rate-window.ts)
-    const context: AcquireContext = { paths, rule, conflict, lease, permits, owned, boom: call.boom, fair: extras.fair, refusal: extras.refusal, window };
+    const context: AcquireContext = { paths, rule, conflict, lease, permits, owned, boom: call.boom, fair: extras.fair, refusal: extras.refusal, window, minHold: extras.minHold !== undefined };
     return this.stamped(call, {
       target: filter,
       ...explainFirstOf(filter, paths),
@@ -151,7 +151,7 @@ export class LockEngine {
         const now = this.observeWrite(reply.value, reply);
         const lock = paths.read(reply.value);
         const target = this.deployment.addressOf(reply.value);
-        const pruneAt = prunedAt(window, now, stamp);
+        const pruneAt = holdsMinHold(lock.tags?.[tag]) ? stamp : prunedAt(window, now, stamp);
         if (!rule.exclusive && hasExpiredEntries(lock, tag, pruneAt)) await this.pruneOwnTag(pruneTagOperation(paths, target, tag, new Date(pruneAt)), call);
         const data: LockData = { id, tag, timestamp: stamp, fence: fenceOf(lock), expiresAt: entry.exp.getTime(), ...(permits && { permits }), ...(owned && { owner: owned.owner }), ...held };
         await this.deployment.refuseSkewed(call, () => this.release(target, tag, { id }, withoutMinHold(data), call));

@@ -12,6 +12,7 @@ import { explainLostLock } from './refusals';
 import { noteReleased } from './recent-releases';
 import { failedRelease } from './write-failures';
 import { releaseKeepsEntry } from '../protocol/min-hold';
+import { storedHoldOf, withStoredHold } from './stored-hold';
 
 /** What a release writes besides removing the lock: the caller's final write (a commit), and the group of a `commitAll`. */
 export interface ReleaseWrite extends Partial<FinalWrite> {
@@ -42,7 +43,7 @@ export interface LockRelease {
  */
 export async function releaseLock(settings: EngineSettings, rule: TagRule, request: LockRelease, call: ResolvedCallOptions, readClock: () => Promise<void>): Promise<void> {
   const { paths, store, clock, reportsReacquired } = settings;
-  const { target, tag, proof, claimed, write } = request;
+  const { target, tag, proof, write } = request;
   const { group } = write;
   const update = write.mark ? mergeUpdates(write.update, write.mark) : write.update;
   if (!proof) {
@@ -52,21 +53,26 @@ export async function releaseLock(settings: EngineSettings, rule: TagRule, reque
     if (!matched) throw lockError('RessourceNotFound', call.boom, { detail: 'no document matches the filter' });
     return;
   }
+  const { claimed } = request;
+  // A lock passed back without minHoldUntil: removed only if its entry has no hold (see below: else released again, keeping it).
+  const holdAbsent = claimed?.holdUnknown === true && 'id' in proof;
   const record = update && 'id' in proof ? commitRecord(proof.id, clock, call.timeout, group) : undefined;
   const w = update ? DATA_WRITE_CONCERN : call.releaseW;
-  // A lock taken with minHold, released before its minimum hold surely ended (lower bound of the server's clock): its entry is kept until then.
-  const keptUntil = releaseKeepsEntry(claimed?.minHoldUntil, clock.lower(), rule.limit !== undefined) ? new Date(claimed.minHoldUntil) : undefined;
+  // A lock taken with minHold: its entry is kept (renamed, no hold) until its minimum hold ends by the server's clock, never judged by this client's.
+  const keptUntil = releaseKeepsEntry(claimed?.minHoldUntil) ? new Date(claimed.minHoldUntil) : undefined;
   let matched: boolean;
   try {
     matched = await withDbErrors(call.boom, () =>
-      store.applyOne(releaseOperation({ paths, rule, target, proof, update, match: write.match, arrayFilters: write.arrayFilters, record, alsoTag: claimed?.maybeTag, keptUntil, keptFields: write.keptFields }), call, w),
+      store.applyOne(releaseOperation({ paths, rule, target, proof, update, match: write.match, arrayFilters: write.arrayFilters, record, alsoTag: claimed?.maybeTag, keptUntil, keptFields: write.keptFields, holdAbsent }), call, w),
     );
   } catch (error) {
     if (inTransaction(call)) throw error; // nothing is settled inside the transaction: it decides what lands
     if (!isLockError(error, 'DbError')) throw error;
     if (!update) throw failedRelease(error, call.boom);
     if (!record) return settleTimestampCommit(error, call);
-    const lock = claimed ?? { id: record.lock, tag, timestamp: 0, fence: 0, expiresAt: 0 };
+    // A lock passed back without minHoldUntil: its stored hold, if any, makes the settling write keep its entry (renamed) rather than remove it.
+    const known = holdAbsent && claimed ? await withStoredHold(store, paths, target, claimed, call).catch(() => claimed) : claimed;
+    const lock = known ?? { id: record.lock, tag, timestamp: 0, fence: 0, expiresAt: 0 };
     return settleCommit({ store, paths, clock, readClock }, target, { lock, record }, error, call);
   }
   if (matched) {
@@ -74,6 +80,9 @@ export async function releaseLock(settings: EngineSettings, rule: TagRule, reque
     return;
   }
   const seen = await withDbErrors(call.boom, () => store.inspect(target, call));
+  const hold = holdAbsent ? storedHoldOf(paths.read(seen.value), tag, proof.id) : undefined;
+  // Its entry has a hold: a lock taken with minHold, released as its handle releases it.
+  if (claimed && hold !== undefined) return releaseLock(settings, rule, { ...request, claimed: { ...claimed, holdUnknown: undefined, minHoldUntil: hold } }, call, readClock);
   const lost = explainLostLock({ paths, rule, reportsReacquired, boom: call.boom, withUpdate: update !== undefined, withMatch: write.match !== undefined }, seen, claimed ?? { id: '', tag, timestamp: 0, fence: 0, expiresAt: 0 }, proof);
   throw lost.error ?? lockError('LockNotFound', call.boom, { detail: 'the lock is not held' });
 }

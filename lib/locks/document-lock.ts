@@ -20,6 +20,7 @@ import { holdWhile, type UsingBody } from './scoped-hold';
 import { releaseHandingOver } from './hand-over';
 import { DEFAULT_MAX_HOLD } from './lease-keeper';
 import { expectLeaseCoversMinHold } from '../common/min-hold-params';
+import { withStoredHold } from '../engine/stored-hold';
 import { ServerClock } from '../protocol/server-clock';
 import { Store } from '../engine/store';
 import { DeploymentProbe } from '../engine/deployment';
@@ -161,13 +162,15 @@ export class DocumentLock implements HandleOwner, AcquireSite {
     const { write, session, call } = finalCallOf(p, this.engine.field, plain);
     if (write && !proof) throw new TypeError('Expected `params.lock` (or `params.timestamp`) with `params.update`: a forced release applies no update');
     if (session && !proof) throw new TypeError('Expected `params.lock` (or `params.timestamp`) with `params.session`: a forced release joins no transaction');
+    // A lock passed back without minHoldUntil (`holdUnknown`): its release, or its hand-over, removes its entry only if it has no hold; else the release keeps it (lib/engine/release.ts).
+    const known = claimed;
     const inside = proof && inTransaction(call) ? proof : undefined;
     if (inside) this.transactionWrites.wrote(inside, call);
-    const release = (): Promise<void> => this.engine.release(filter, tag, proof, claimed, call, { ...write, group, ...(mark && { mark }) });
-    const released = (): void => wakeAfterRelease(this.waiters, filter, tag, proof && 'id' in proof ? proof.id : undefined, claimed?.permits);
+    const release = (): Promise<void> => this.engine.release(filter, tag, proof, known, call, { ...write, group, ...(mark && { mark }) });
+    const released = (): void => wakeAfterRelease(this.waiters, filter, tag, proof && 'id' in proof ? proof.id : undefined, known?.permits);
     // A release in a transaction is not handed over: the waiter's lock would be the transaction's until it commits.
-    await releaseHandingOver(this.engine, this.waiters, filter, write || mark || inTransaction(call) || !proof || !('id' in proof) ? undefined : claimed, call, release, released);
-    if (inside) this.transactionWrites.released(inside, () => this.engine.release(filter, tag, inside, claimed, plain), plain.timeout);
+    await releaseHandingOver(this.engine, this.waiters, filter, write || mark || inTransaction(call) || !proof || !('id' in proof) ? undefined : known, call, release, released);
+    if (inside) this.transactionWrites.released(inside, () => this.engine.release(filter, tag, inside, known, plain), plain.timeout);
   }
 
   /**
@@ -178,7 +181,10 @@ export class DocumentLock implements HandleOwner, AcquireSite {
   async extendWith(target: unknown, lock: LockData, proof: Proof, params: unknown): Promise<Handle> {
     const filter = expectFilter('filter', target);
     const { params: p, call } = this.callOptions(params);
-    const extended = await extendLock(this, filter, lock, proof, expectLeaseCoversMinHold(this.leaseOf(lock.tag, p), lock, (stamp, end) => this.clock.leaseOf(stamp, end)), p, call);
+    const lease = this.leaseOf(lock.tag, p);
+    // A lock passed back without minHoldUntil: its stored entry says how short a lease may be.
+    const known = 'id' in proof ? await withStoredHold(this.engine.store, this.engine.paths, filter, lock, call) : lock;
+    const extended = await extendLock(this, filter, known, proof, expectLeaseCoversMinHold(lease, known, (stamp, end) => this.clock.leaseOf(stamp, end)), p, call);
     for (const given of [p.lock, p.timestamp]) {
       if (given instanceof Handle && given.id === lock.id) Handle.updateExpiry(given, extensionOf(extended));
     }

@@ -100,8 +100,8 @@ async function settleFailed(
   if (releaseError !== undefined && !landed) throw releaseError;
 }
 
-/** The waiter a release of `holder` on `target` may hand the lock to, if any: none when the release leaves a minimum hold's entry. */
+/** The waiter a release of `holder` on `target` may hand the lock to, if any: none when the release leaves a minimum hold's entry (a lock passed back without minHoldUntil is handed over only if its entry has no hold). */
 function granteeOf(engine: LockEngine, waiters: LocalWaiters, target: Document, holder: LockData | undefined): Waiter | undefined {
-  if (!holder || releaseKeepsEntry(holder.minHoldUntil, engine.clock.lower()) || holder.owner !== undefined || holder.permits !== undefined || holder.maybeTag !== undefined || !engine.rule(holder.tag).exclusive) return undefined;
+  if (!holder || releaseKeepsEntry(holder.minHoldUntil) || holder.owner !== undefined || holder.permits !== undefined || holder.maybeTag !== undefined || !engine.rule(holder.tag).exclusive) return undefined;
   return namesOneDocument(target, engine.store.shardKey) ? waiters.grantee(target._id, holder.tag) : undefined;
 }

@@ -39,6 +39,8 @@ export function readLockData(name: string, value: unknown, knownTags: ReadonlySe
     expiresAt: (lock.expiresAt as number | undefined) ?? 0,
     ...(typeof lock.permits === 'number' && { permits: lock.permits }),
     ...(typeof lock.minHoldUntil === 'number' && { minHoldUntil: lock.minHoldUntil }),
+    // JSON without minHoldUntil (a caller's own serialization may leave it out): the stored entry says whether the lock was taken with minHold.
+    ...(!claim && typeof lock.minHoldUntil !== 'number' && { holdUnknown: true as const }),
     ...(lock.owner !== undefined && { owner: expectOwner(`${name}.owner`, lock.owner) }),
     ...(typeof lock.maybeTag === 'string' && knownTags.has(lock.maybeTag) && { maybeTag: lock.maybeTag }),
   };

@@ -18,7 +18,7 @@ import {
 } from './stored-format';
 import { recordStamp, stampNotBeforeRecent } from './recent-stamps';
 import { notQuarantined } from './quarantine';
-import { minHoldEntry } from './min-hold';
+import { minHoldEntry, notJudgedAfter } from './min-hold';
 import { recordWindowStamp, windowStampConditions } from './rate-window';
 
 /** What a lock kind adds to an acquisition (resource locks: owner details, a limit, a GC date). */
@@ -55,6 +55,8 @@ export interface AcquireRequest {
    * takes the place of, its holder's, which must still be there; it does not count as a live lock.
    */
   readonly replacing?: string;
+  /** With `replacing`: the holder's entry must have no `hold` (a lock passed back without minHoldUntil: one taken with minHold is not handed over, lib/protocol/min-hold.ts). */
+  readonly replacingHasNoHold?: boolean;
   /** ms of minimum hold (lib/protocol/min-hold.ts); on a limited tag, a rate limit's window (lib/protocol/rate-window.ts). */
   readonly minHold?: number;
   /** With `minHold`: when it ends, which the entry stores (`at + minHold`, stored longer by the clocks' skew as a lease is). */
@@ -123,10 +125,11 @@ export function acquireOperation(request: AcquireRequest): LockOperation {
   const filter = allOf(request.filter, [
     notQuarantined(paths),
     ...rule.cooperative.map((other) => (other === tag && replacing !== undefined ? noLiveEntry(paths, other, at, replacing) : noLiveEntry(paths, other, at))),
-    ...(replacing !== undefined ? [hasEntry(paths, tag, { id: replacing })] : []),
+    ...(replacing !== undefined ? [hasEntry(paths, tag, { id: replacing, ...(request.replacingHasNoHold && { hold: { $exists: false } }) })] : []),
     ...(rule.exclusive ? [stampNotBeforeRecent(paths, tag, at)] : []),
     ...(limited ? permitConditions(paths, limited, permits, at, window) : isUnlimitedShared(rule) ? [noStoredLimit(paths, tag, at)] : []),
     ...(window !== undefined ? windowStampConditions(paths, tag, at) : []),
+    ...(request.minHold !== undefined ? [notJudgedAfter(paths, at)] : []),
     ...(owned ? [owned.counter !== undefined ? counterIs(paths, owned.counter) : ownerHoldsNone(paths, tag, owned.owner)] : []),
     ...(rule.yieldsToUpgradesOf?.length ? [noPendingUpgrade(paths, rule.yieldsToUpgradesOf, at)] : []),
     ...(fair && queueTags.length > 0 ? [noEarlierTicket(paths, queueTags, at, fair.ticket)] : []),

@@ -20,6 +20,8 @@ export interface LockData {
   readonly minHoldUntil?: number | undefined;
   /** A tag a conversion whose reply was lost may have moved it to: a release looks for it there too, and a commit or extension refused under `tag` is sent again there. */
   readonly maybeTag?: string | undefined;
+  /** Passed back as plain data without `minHoldUntil`: its release or hand-over removes its entry only without a hold (else keeps it), its extension reads the entry first (lib/engine/stored-hold.ts). Never in its JSON. @internal */
+  readonly holdUnknown?: true | undefined;
 }
 
 /** A lock as a release claims it: `landsBy`, when its acquisition can no longer land (0: confirmed); `lapsed`, its lease keeper gave it up (no extension came in time). */

@@ -72,12 +72,30 @@ export function keepEntryOperation(paths: LockPaths, tag: string, id: string, ho
 }
 
 /**
- * True when a release of a lock whose minimum hold ends at `hold` (server ms) must leave its entry:
- * unless the lower bound of the server's clock (`serverLower`) has passed that end, it may not
- * have (a release that removes the entry is sent only once it has, for sure). A rate limit's
- * permit (`windowed`) always does: only an acquisition's prune, at its own stamp, removes it
- * (lib/protocol/rate-window.ts); once its end has passed, the entry kept is expired already.
+ * True when a release of a lock must leave its entry: whenever it was taken with minHold (`hold`,
+ * server ms), whatever this client's clock says. The client's bounds on the server's clock are no
+ * proof that the server's has passed `hold` (a local clock that stepped forward, a failover to a
+ * primary whose clock is behind): an entry kept after its end is harmless, since its `exp` is
+ * lowered to `hold` (`$min`) and it lapses there without any write, pruned or replaced as any
+ * expired entry is. A rate limit's permit always kept its entry, for the same reason.
  */
-export function releaseKeepsEntry(hold: number | undefined, serverLower: number, windowed = false): hold is number {
-  return hold !== undefined && (windowed || serverLower < hold);
+export function releaseKeepsEntry(hold: number | undefined): hold is number {
+  return hold !== undefined;
+}
+
+/**
+ * Filter of an acquisition taken with `minHold` (a run-once job's, a rate limit's permit), stamped
+ * `at`: no write judged the entries at a later stamp (`judged`, raised by every write that prunes
+ * expired entries at its stamp: an acquisition, extension, re-entry, conversion or continuation of
+ * any tag). Such a write may have pruned an entry (a kept one, a permit of the window) that was
+ * still live at `at`; counted without it, this acquisition could win within another's minimum hold
+ * (or window). Refused, it is tried again with a stamp at or after `judged`.
+ */
+export function notJudgedAfter(paths: LockPaths, at: Date): Document {
+  return { [paths.judged]: { $not: { $gt: at } } };
+}
+
+/** True when `tag`'s stored entries include one taken with `minHold` (a `hold`): its own prune must then be at the acquisition's stamp, not the server's later now, which could remove an entry that an acquisition of another tag, stamped before it, still had to count. */
+export function holdsMinHold(entries: ReadonlyArray<{ readonly hold?: unknown }> | undefined): boolean {
+  return Array.isArray(entries) && entries.some((entry) => entry.hold !== undefined);
 }

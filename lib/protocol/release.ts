@@ -28,6 +28,8 @@ export interface ReleaseRequest {
   readonly keptUntil?: Date;
   /** With `keptUntil`: what the kept entry's fields become besides (a resource lock's group, renamed). */
   readonly keptFields?: Document;
+  /** An id proof's lock passed back without minHoldUntil: removed (or committed under) only if its entry has no `hold`; one with a hold is released again keeping it (lib/engine/release.ts). */
+  readonly holdAbsent?: boolean;
 }
 
 /**
@@ -60,14 +62,15 @@ export function releaseOperation(request: ReleaseRequest): LockOperation {
       update: { $pull: { [paths.tag(rule.tag)]: match, [paths.tag(alsoTag)]: match } },
     };
   }
+  const absent = request.holdAbsent && !request.keptUntil && 'id' in proof ? { ...match, hold: { $exists: false } } : undefined;
   const kept = request.keptUntil && 'id' in proof ? keepEntryOperation(paths, rule.tag, proof.id, request.keptUntil, request.keptFields) : undefined;
   const conditions = update
-    ? [...onlyOne(paths, rule.tag, proof), ...commitConditions(paths, rule, proof), ...(request.match ? [request.match] : [])]
-    : [hasEntry(paths, rule.tag, match), ...onlyOne(paths, rule.tag, proof)];
+    ? [...onlyOne(paths, rule.tag, proof), ...commitConditions(paths, rule, proof), ...(request.match ? [request.match] : []), ...(absent ? [hasEntry(paths, rule.tag, absent)] : [])]
+    : [hasEntry(paths, rule.tag, absent ?? match), ...onlyOne(paths, rule.tag, proof)];
   const arrayFilters = [...(update && request.arrayFilters ? request.arrayFilters : []), ...(kept?.arrayFilters ?? [])];
   return {
     filter: allOf(request.target, kept ? [...conditions, kept.condition] : conditions),
-    update: mergeUpdates(update, kept ? kept.update : { $pull: { [paths.tag(rule.tag)]: match } }, record && { $push: recordCommit(paths, record) }),
+    update: mergeUpdates(update, kept ? kept.update : { $pull: { [paths.tag(rule.tag)]: absent ?? match } }, record && { $push: recordCommit(paths, record) }),
     ...(arrayFilters.length > 0 && { arrayFilters }),
   };
 }

@@ -227,7 +227,8 @@ export function entryLiveOnServer(paths: LockPaths, tag: string, proof: { id: st
   const identifies =
     'id' in proof
       ? { $eq: ['$$entry.id', proof.id] }
-      : { $and: [{ $gte: ['$$entry.at', new Date(proof.timestamp)] }, { $lt: ['$$entry.at', new Date(proof.timestamp + 1)] }] };
+      : // a v2 timestamp never names a lock taken with minHold (see proofMatch in lib/protocol/proofs.ts)
+        { $and: [{ $gte: ['$$entry.at', new Date(proof.timestamp)] }, { $lt: ['$$entry.at', new Date(proof.timestamp + 1)] }, { $not: [{ $ifNull: ['$$entry.hold', false] }] }] };
   return {
     $in: [
       true,

@@ -14,6 +14,8 @@ import { expectLockId } from './params';
 import { purgeExpired, repeatPurge, type PurgeOutcome } from './purge';
 import type { ResourceStore } from './resource-store';
 import { liveStatusesOf, status, type LockStatus } from './status';
+import { keptId, releaseKeepsEntry } from '../protocol/min-hold';
+import { expectLeaseCoversMinHold } from '../common/min-hold-params';
 
 /** The `_id` of the document the clock is read from: an object, so never a resource's name. */
 const CLOCK_DOCUMENT = { monglock: 'clock' };
@@ -60,8 +62,17 @@ export async function unlock(site: ResourceSite, lockId: unknown): Promise<LockS
   const now = serverNow?.getTime() ?? site.clock.lower();
   const released = await Promise.all(
     docs.map(async (doc) => {
+      // A lock of the group taken with minHold, whose minimum hold may not have ended: released as its handle releases it (kept, its group renamed, until that end), not removed.
+      const kept = withMinHold(site, doc, group, now);
+      for (const { tag, entry, hold } of kept) {
+        await site.engine.release({ _id: doc._id }, tag, { id: entry.id }, { ...dataOf(site, tag, entry, doc), minHoldUntil: hold }, call, { keptFields: { group: keptId(group) } }).catch((error: unknown) => {
+          if (!isLockError(error, 'LockNotFound') && !isLockError(error, 'LockWasReacquired')) throw error; // gone meanwhile: nothing to release
+        });
+      }
       const before = await withDbErrors(call.boom, () => site.store.updateReturningBefore(unlockOperation(site.paths, { _id: doc._id }, group), call));
-      return liveStatusesOf(site.paths, before, now).filter((released) => released.lockId === group);
+      const keptIds = new Set(kept.map(({ entry }) => entry.id));
+      const keptStatuses = keptIds.size === 0 ? [] : liveStatusesOf(site.paths, onlyEntries(site.paths, doc, keptIds), now);
+      return [...keptStatuses, ...liveStatusesOf(site.paths, before, now)].filter((released) => released.lockId === group);
     }),
   );
   return released.flat().sort((a, b) => b.createdAt.getTime() - a.createdAt.getTime());
@@ -87,6 +98,10 @@ export async function renew(site: ResourceSite, lockId: unknown, ttl: unknown): 
   const expired = held.filter(({ entry }) => entry.exp.getTime() <= now).map(({ doc, tag }) => `${String(doc._id)} (${tag})`);
   if (expired.length > 0) {
     throw lockError('LockNotFound', call.boom, { detail: `lockId ${group} has expired locks: ${expired.join(', ')}`, data: { lockId: group, expired } });
+  }
+  // A lock taken with minHold: a shorter ttl could end it before its minimum hold (as a handle's extension, refused before anything is written).
+  for (const { entry } of held) {
+    if (entry.hold instanceof Date) expectLeaseCoversMinHold(lease, { timestamp: entry.at.getTime(), minHoldUntil: entry.hold.getTime() }, (stamp, end) => site.clock.leaseOf(stamp, end));
   }
   const outcomes = await Promise.allSettled(
     held.map(async ({ doc, tag, entry }) => {
@@ -145,5 +160,23 @@ function groupFilter(site: ResourceSite, group: string): Document {
 }
 
 function dataOf(site: ResourceSite, tag: string, entry: StoredEntry, doc: Document): LockData {
-  return { id: entry.id, tag, timestamp: entry.at.getTime(), fence: fenceOf(site.paths.read(doc)), expiresAt: entry.exp.getTime() };
+  return { id: entry.id, tag, timestamp: entry.at.getTime(), fence: fenceOf(site.paths.read(doc)), expiresAt: entry.exp.getTime(), ...(entry.hold instanceof Date && { minHoldUntil: entry.hold.getTime() }) };
+}
+
+/** The live entries of `group` in `doc` taken with minHold whose minimum hold may not have ended (by the lower bound of the server's clock): an unlock keeps them. */
+function withMinHold(site: ResourceSite, doc: Document, group: string, now: number): Array<{ tag: string; entry: StoredEntry; hold: number }> {
+  const lock = site.paths.read(doc);
+  return RESOURCE_TAGS.flatMap((tag) =>
+    (lock.tags?.[tag] ?? []).flatMap((entry) => {
+      const hold = entry.hold instanceof Date ? entry.hold.getTime() : undefined;
+      return (entry as StoredEntry & Document).group === group && entry.exp.getTime() > now && releaseKeepsEntry(hold) ? [{ tag, entry, hold }] : [];
+    }),
+  );
+}
+
+/** `doc` with only the entries whose ids are in `ids` (what an unlock reports of the entries it kept). */
+function onlyEntries(paths: LockPaths, doc: Document, ids: ReadonlySet<string>): Document {
+  const lock = paths.read(doc);
+  const tags = Object.fromEntries(Object.entries(lock.tags ?? {}).map(([tag, entries]) => [tag, (entries ?? []).filter((entry) => ids.has(entry.id))]));
+  return { ...doc, [paths.field]: { ...lock, tags } };
 }
