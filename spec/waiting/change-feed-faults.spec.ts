@@ -367,7 +367,8 @@ describe('change-stream wake-ups under faults: lost, duplicated, delayed, reorde
     expect(await feedsIdle(allViews, 5_000), 'the feeds of the earlier tests are idle').to.equal(true);
     const before = await settledCursors();
     const often: StreamFaults = { ...FAULTS, close: 0.1, fail: 0.05, killAfterOpen: 0.6 };
-    const run = await runWorkload(exclusive('writeLock', false), seed + 10_000, often, { processes: 3, workersPerProcess: 2, sectionsPerWorker: 8, thinkMs: 200 });
+    // Long enough (20 sections a worker, about 2 s) for a feed whose stream ended to open another (1 s after: REOPEN_MS): a clean-clone CI run of 8 sections a worker ended in 927 ms, its 3 streams closed and none reopened yet.
+    const run = await runWorkload(exclusive('writeLock', false), seed + 10_000, often, { processes: 3, workersPerProcess: 2, sectionsPerWorker: 20, thinkMs: 200 });
     const { counts } = run.streams;
     console.log(`      ${run.sections.length} sections in ${ms(run.ms)}; faults: ${run.streams.summary()}; ${run.streams.cursorIds.size} server cursors seen`);
     expect(counts.closed + counts.failed, 'streams ended mid-feed').to.be.greaterThan(0);
