@@ -5,10 +5,11 @@
  * (its stamps lag another client's) is refused while permits are free: SemaphoreFull "held when
  * the update ran", 1 of 50 permits taken. FAILS on 75cff56 (both cases: every call without wait is
  * refused, and a call waiting 3 s too); passes with notJudgedAfter removed from the acquisition
- * filter (probe, not committed).
+ * filter (probe, not committed). Third case (FAILS on 75cff56 too): a run-once multiLock tag beside
+ * another tag that is held and extended is refused CooperativeLock "held when the update ran", 4 of 4.
  */
 import { expect } from 'chai';
-import { semaphore } from '../../lib';
+import { multiLock, semaphore } from '../../lib';
 import { delayedCollection } from '../../stress/delayed-collection';
 import { freshCollection, newClient } from '../support/fixture';
 
@@ -60,5 +61,33 @@ describe('a rate limit on a document another client keeps extending', function (
     extending = false;
     await loop;
     expect(outcome).to.equal('acquired');
+  });
+
+  it('a run-once multiLock tag (minHold 100 ms) beside another tag held and extended every 20 ms: the slower client runs it, free, without waiting', async () => {
+    const collection = await freshCollection([{ _id: 1 }]);
+    const options = { locktimeouts: { job: 5_000, other: 5_000 }, lockRelationships: { job: { cooperative: ['job'] }, other: { cooperative: ['other'] } } };
+    const otherClient = await newClient();
+    const busy = multiLock({ collection: otherClient.db(collection.dbName).collection(collection.collectionName), ...options });
+    const slow = multiLock({ collection: delayedCollection(collection, { request: (method) => (method === 'findOneAndUpdate' ? 40 : undefined) }), ...options });
+    const held = await busy.acquire({ _id: 1 }, { tag: 'other' });
+    let extending = true;
+    const loop = (async () => {
+      while (extending) await held.extend(2_000).then(() => new Promise((resolve) => setTimeout(resolve, 20)));
+    })();
+    const outcomes: string[] = [];
+    try {
+      for (let i = 0; i < 4; i++) {
+        outcomes.push(
+          await slow.acquire({ _id: 1 }, { tag: 'job', minHold: 100 }).then(
+            async (handle) => (await handle.release(), await new Promise((resolve) => setTimeout(resolve, 150)), 'acquired'),
+            (error: { subtype?: string; message?: string }) => `refused: ${error.subtype} (${error.message})`,
+          ),
+        );
+      }
+    } finally {
+      extending = false;
+      await loop;
+    }
+    expect(outcomes.filter((o) => o !== 'acquired'), 'tag job is free: its runs are 250 ms apart').to.deep.equal([]);
   });
 });
