@@ -13,7 +13,7 @@ import { pruneTagOperation } from '../protocol/prune';
 import type { OwnedAcquisition } from '../protocol/reentry';
 import type { ServerClock } from '../protocol/server-clock';
 import { allOf, hasExpiredEntries, liveEntries, type LockPaths, type StoredLock } from '../protocol/stored-format';
-import { notQuarantined } from '../protocol/quarantine';
+import { liveQuarantine, notQuarantined } from '../protocol/quarantine';
 import { AssertivePending, landing, withDocument, type Acquired } from './acquired';
 import { FairTickets } from './fair-tickets';
 import { handOver, withdrawHandOver, type GranteeTerms } from './hand-over';
@@ -288,11 +288,12 @@ function driverErrorOf(error: unknown): unknown {
 }
 
 /**
- * A filter that may match several documents (not an `_id` equality) skips quarantined ones: its
- * refusal is explained first by a match without a live mark, if there is one.
+ * A filter that may match several documents (not an `_id` equality) skips quarantined ones: when
+ * its first match carries a live mark, its refusal is explained by a match without one, if any.
  */
-function explainFirstOf(filter: Document, paths: LockPaths): { explainFirst?: Document } {
+function explainFirstOf(filter: Document, paths: LockPaths): Pick<StampedWrite<unknown>, 'explainFirst'> {
   const id: unknown = filter._id;
   const byId = id !== undefined && !(id !== null && typeof id === 'object' && !Array.isArray(id) && Object.keys(id).some((key) => key.startsWith('$')));
-  return byId ? {} : { explainFirst: allOf(filter, [notQuarantined(paths)]) };
+  const needed = (seen: Inspection): boolean => seen.value !== null && liveQuarantine(paths.read(seen.value), seen.serverNow?.getTime() ?? 0) !== undefined;
+  return byId ? {} : { explainFirst: { filter: allOf(filter, [notQuarantined(paths)]), needed } };
 }

@@ -51,6 +51,8 @@ export async function acquireOwned(engine: LockEngine, filter: Document, tag: st
         if (!pinned) await setHoldFence(engine, won, call);
         return won;
       }
+      // A nested hold has no minimum hold of its own: the caller that asks for one is told, before anything is written.
+      if (extras.minHold !== undefined) throw new TypeError(`Expected no \`params.minHold\` for a nested hold: owner \`${owner}\` holds this lock already, and a nested hold takes no minimum hold of its own (take it with the owner's first hold)`);
       return await reenter(engine, engine.deployment.addressOf(seen.value), tag, owner, outer.fence!, lease, call, extras.document);
     } catch (error) {
       const changed = ownerMayRetry(error) || (outer !== undefined && isLockError(error, 'LockNotFound'));

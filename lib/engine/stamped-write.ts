@@ -16,11 +16,13 @@ export interface StampedWrite<T> {
   /** The document a refusal is explained from (the caller's filter, or `{ _id }`). */
   readonly target: Document;
   /**
-   * A narrower filter the explaining read tries first (an acquisition by a filter that may match
-   * several documents: its matches without a live quarantine mark, which it skips); when it
-   * matches nothing, the refusal is explained from `target`.
+   * A narrower filter the refusal is explained from instead (an acquisition by a filter that may
+   * match several documents: its matches without a live quarantine mark, which it skips), read
+   * only when `needed` says so of the document `target` selected (its first match carries a live
+   * mark: a caller that quarantines nothing reads once, as before); when it matches nothing, the
+   * refusal is explained from `target`'s document.
    */
-  readonly explainFirst?: Document;
+  readonly explainFirst?: { readonly filter: Document; readonly needed: (seen: Inspection) => boolean };
   /** The lease the stamp's tolerance is derived from, in ms. */
   readonly lease: number;
   /**
@@ -67,8 +69,9 @@ export async function runStamped<T>(clock: ServerClock, store: Store, call: Reso
     );
     if (result !== undefined) return result;
     if (!stamped.explain) throw stamped.unexplained?.() ?? new Error('refused');
-    const preferred = stamped.explainFirst ? await readClock(clock, store, call, stamped.explainFirst) : undefined;
-    const seen = preferred?.value ? preferred : await readClock(clock, store, call, stamped.target);
+    const first = await readClock(clock, store, call, stamped.target);
+    const preferred = stamped.explainFirst?.needed(first) ? await readClock(clock, store, call, stamped.explainFirst.filter) : undefined;
+    const seen = preferred?.value ? preferred : first;
     const verdict = stamped.explain(seen, stamp, tolerance);
     if (!verdict.retry) {
       // A guessed stamp (the local clock, before any reply) ahead of $$NOW when the update ran may be behind it by the read: a refusal the read cannot explain proves nothing, try once more on the bounds just read.

@@ -65,7 +65,7 @@ export function releaseOperation(request: ReleaseRequest): LockOperation {
   const absent = request.holdAbsent && !request.keptUntil && 'id' in proof ? { ...match, hold: { $exists: false } } : undefined;
   const kept = request.keptUntil && 'id' in proof ? keepEntryOperation(paths, rule.tag, proof.id, request.keptUntil, request.keptFields) : undefined;
   const conditions = update
-    ? [...onlyOne(paths, rule.tag, proof), ...commitConditions(paths, rule, proof), ...(request.match ? [request.match] : []), ...(absent ? [hasEntry(paths, rule.tag, absent)] : [])]
+    ? [...onlyOne(paths, rule.tag, proof), ...commitConditions(paths, rule, proof), ...(request.match ? [request.match] : []), ...(absent && 'id' in proof ? [entryWithoutHold(paths, rule.tag, proof.id)] : [])]
     : [hasEntry(paths, rule.tag, absent ?? match), ...onlyOne(paths, rule.tag, proof)];
   const arrayFilters = [...(update && request.arrayFilters ? request.arrayFilters : []), ...(kept?.arrayFilters ?? [])];
   return {
@@ -128,4 +128,16 @@ export function commitConditions(paths: LockPaths, rule: TagRule, proof: Proof):
 /** For a monglock v2 timestamp proof: the condition that it names exactly one lock of `tag`. */
 export function onlyOne(paths: LockPaths, tag: string, proof: Proof): Document[] {
   return 'timestamp' in proof ? [{ $expr: timestampUnique(paths, tag, proof.timestamp) }] : [];
+}
+
+/**
+ * For a commit of a lock passed back without minHoldUntil: its entry `id` of `tag` has no `hold`.
+ * In `$expr`, as every other lock condition of a commit, so that it matches no array element: a
+ * positional `$` in the caller's update names the element of the caller's `match` (a query operator
+ * on the lock's array would make the query traverse two arrays, for which `$` is ambiguous).
+ */
+function entryWithoutHold(paths: LockPaths, tag: string, id: string): Document {
+  return {
+    $expr: { $in: [true, { $map: { input: { $ifNull: [`$${paths.tag(tag)}`, []] }, as: 'entry', in: { $and: [{ $eq: ['$$entry.id', id] }, { $not: [{ $ifNull: ['$$entry.hold', false] }] }] } } }] },
+  };
 }
