@@ -130,7 +130,7 @@ export class LockEngine {
     const permits = rule.limit === undefined ? undefined : (extras.permits ?? 1);
     const { owned } = extras;
     const window = rule.limit === undefined ? undefined : extras.minHold; // a rate limit's (lib/protocol/rate-window.ts)
-    const context: AcquireContext = { paths, rule, conflict, lease, permits, owned, boom: call.boom, fair: extras.fair, refusal: extras.refusal, window, minHold: extras.minHold !== undefined };
+    const context: AcquireContext = { paths, rule, conflict, lease, permits, owned, boom: call.boom, fair: extras.fair, refusal: extras.refusal, window };
     return this.stamped(call, {
       target: filter,
       ...explainFirstOf(filter, paths),

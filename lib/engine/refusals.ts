@@ -35,8 +35,6 @@ export interface AcquireContext {
   readonly refusal?: (lock: StoredLock, now: number) => string | undefined;
   /** A rate limit's window (ms): permits of a limited tag taken with minHold (lib/protocol/rate-window.ts). */
   readonly window?: number;
-  /** Taken with minHold: refused while a write judged the entries at a later stamp (lib/protocol/min-hold.ts, notJudgedAfter). */
-  readonly minHold?: boolean;
 }
 
 /**
@@ -74,8 +72,7 @@ export function explainRefusedAcquisition(context: AcquireContext, seen: Inspect
   if (ahead > 0) return refused(`${ahead} waiter(s) came first (fair mode)`);
   const permits = context.permits ?? 1;
   if (isLimited(rule) && used + permits > rule.limit) return windowRefusal(refused(`${used} of ${rule.limit} permits of tag ${rule.tag} are ${context.window === undefined ? 'held' : `held or taken within the last ${context.window} ms`}, ${permits} asked`), lock, rule.tag, now, context.window);
-  const judged = context.minHold && lock.judged instanceof Date ? lock.judged.getTime() : 0;
-  const latest = Math.max(judged, rule.exclusive || context.window !== undefined ? Math.max(0, ...(lock.recent?.[rule.tag] ?? []).map((date) => date.getTime())) : 0);
+  const latest = rule.exclusive || context.window !== undefined ? Math.max(0, ...(lock.recent?.[rule.tag] ?? []).map((date) => date.getTime())) : 0;
   if (latest > stamp) return laterStampVerdict(seen, latest, lockError(conflict, boom, { detail: 'held when the update ran' }));
   if (stampRefused(seen, stamp, tolerance)) return { retry: true, why: stampLag(seen, stamp, tolerance, context.lease) };
   const own = context.refusal?.(lock, now);

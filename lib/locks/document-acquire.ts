@@ -76,7 +76,7 @@ export async function acquireOnDocument(
   const entry = (p as Record<symbol, Document | undefined>)[ENTRY_FIELDS];
   const owner = resumed || entry ? undefined : ownerOf(site.engine.rule(ruleTag), p);
   const document = expectDocumentOption('params.document', p.document, site.engine.field);
-  const minHold = minHoldOf(p, lease, resumed !== undefined);
+  const minHold = minHoldOf(p, lease, resumed !== undefined, site.engine.rule(ruleTag).assertive.length > 0);
   const waiting = readWaitParams(p);
   const quiet = (p as Record<symbol, unknown>)[UNEXPLAINED_REFUSAL] === true;
   const { signal, dispose } = linkSignals(waiting.signal, cancellation?.signal);
@@ -219,9 +219,11 @@ export function ownerOf(rule: TagRule, params: Record<string, unknown>): string 
   return expectOwner('params.owner', params.owner);
 }
 
-/** `params.minHold` (ms, 1 to the lease), refused when the call continues an assertive registration (its lock was taken already). */
-function minHoldOf(params: Record<string, unknown>, lease: number, resumed: boolean): number | undefined {
+/** `params.minHold` (ms, 1 to the lease), refused when the call continues an assertive registration (its lock was taken already) or its tag is assertive over others. */
+function minHoldOf(params: Record<string, unknown>, lease: number, resumed: boolean, assertive: boolean): number | undefined {
   if (resumed && params.minHold !== undefined) throw new TypeError('Expected no `params.minHold` with `params.lock`: the registration it continues was taken without one');
+  // A registration that its caller gives back was never held: its minimum hold would refuse everyone for nothing.
+  if (assertive && params.minHold !== undefined) throw new TypeError('Expected no `params.minHold` on a tag assertive over others: it may only register (AssertiveLock) before it holds, and a minimum hold is for a lock taken at once');
   return expectMinHold('params.minHold', params.minHold, lease);
 }
 

@@ -18,7 +18,7 @@ import {
 } from './stored-format';
 import { recordStamp, stampNotBeforeRecent } from './recent-stamps';
 import { notQuarantined } from './quarantine';
-import { minHoldEntry, notJudgedAfter } from './min-hold';
+import { minHoldEntry } from './min-hold';
 import { recordWindowStamp, windowStampConditions } from './rate-window';
 
 /** What a lock kind adds to an acquisition (resource locks: owner details, a limit, a GC date). */
@@ -115,7 +115,7 @@ export function acquireOperation(request: AcquireRequest): LockOperation {
       $currentDate: { [paths.now]: true },
       $max: { [paths.until]: entry.exp, ...recordJudged(paths, at) },
       ...(rule.exclusive ? { $set: { [paths.tag(tag)]: [stored] }, $push: recordStamp(paths, tag, at) } : { $push: { [paths.tag(tag)]: stored } }),
-      $pull: { ...pruneTags(paths, others, at), ...pruneCommits(paths, at), ...queue },
+      $pull: { ...pruneTags(paths, others, at, true), ...pruneCommits(paths, at), ...queue },
     },
     limited && recordLimit(paths, limited, window),
     window !== undefined ? recordWindowStamp(paths, tag, at) : undefined,
@@ -129,7 +129,6 @@ export function acquireOperation(request: AcquireRequest): LockOperation {
     ...(rule.exclusive ? [stampNotBeforeRecent(paths, tag, at)] : []),
     ...(limited ? permitConditions(paths, limited, permits, at, window) : isUnlimitedShared(rule) ? [noStoredLimit(paths, tag, at)] : []),
     ...(window !== undefined ? windowStampConditions(paths, tag, at) : []),
-    ...(request.minHold !== undefined ? [notJudgedAfter(paths, at)] : []),
     ...(owned ? [owned.counter !== undefined ? counterIs(paths, owned.counter) : ownerHoldsNone(paths, tag, owned.owner)] : []),
     ...(rule.yieldsToUpgradesOf?.length ? [noPendingUpgrade(paths, rule.yieldsToUpgradesOf, at)] : []),
     ...(fair && queueTags.length > 0 ? [noEarlierTicket(paths, queueTags, at, fair.ticket)] : []),

@@ -32,6 +32,6 @@ export function continueOperation(request: ContinueRequest): LockOperation {
   const { paths, at } = request;
   return {
     filter: allOf(request.target, [notQuarantined(paths), { $expr: { $and: [entryLiveOnServer(paths, request.tag, { id: request.id }), stampWithin(at, request.tolerance)] } }]),
-    update: { $pull: pruneTags(paths, request.tags, at), $currentDate: { [paths.now]: true }, $max: recordJudged(paths, at) },
+    update: { $pull: pruneTags(paths, request.tags, at, true), $currentDate: { [paths.now]: true }, $max: recordJudged(paths, at) },
   };
 }

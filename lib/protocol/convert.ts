@@ -99,7 +99,7 @@ export function convertOperation(request: ConvertRequest): LockOperation {
         $currentDate: { [paths.now]: true },
         $max: { [paths.until]: entry.exp, ...recordJudged(paths, at) },
         ...(to.exclusive ? { $set: { [paths.tag(to.tag)]: [stored] }, $push: recordStamp(paths, to.tag, at) } : { $push: { [paths.tag(to.tag)]: stored } }),
-        $pull: { [paths.tag(from.tag)]: { id: entry.id }, [paths.upgrade]: { id: entry.id }, ...pruneTags(paths, others, at), ...pruneCommits(paths, at) },
+        $pull: { [paths.tag(from.tag)]: { id: entry.id }, [paths.upgrade]: { id: entry.id }, ...pruneTags(paths, others, at, true), ...pruneCommits(paths, at) },
       },
       limited && recordLimit(paths, limited),
       isUnlimitedShared(to) ? clearLimit(paths, to.tag) : undefined,

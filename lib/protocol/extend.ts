@@ -58,7 +58,7 @@ export function extendOperation(request: ExtendRequest): LockOperation {
         ...(!request.raiseOnly && { $set: { [expiry]: exp } }),
         $currentDate: { [paths.now]: true },
         $max: { [paths.until]: exp, ...recordJudged(paths, at), ...(request.raiseOnly && { [expiry]: exp }) },
-        $pull: { ...pruneTags(paths, others, at), ...pruneCommits(paths, at) },
+        $pull: { ...pruneTags(paths, others, at, true), ...pruneCommits(paths, at) },
       },
       request.extension,
     ),

@@ -83,18 +83,6 @@ export function releaseKeepsEntry(hold: number | undefined): hold is number {
   return hold !== undefined;
 }
 
-/**
- * Filter of an acquisition taken with `minHold` (a run-once job's, a rate limit's permit), stamped
- * `at`: no write judged the entries at a later stamp (`judged`, raised by every write that prunes
- * expired entries at its stamp: an acquisition, extension, re-entry, conversion or continuation of
- * any tag). Such a write may have pruned an entry (a kept one, a permit of the window) that was
- * still live at `at`; counted without it, this acquisition could win within another's minimum hold
- * (or window). Refused, it is tried again with a stamp at or after `judged`.
- */
-export function notJudgedAfter(paths: LockPaths, at: Date): Document {
-  return { [paths.judged]: { $not: { $gt: at } } };
-}
-
 /** True when `tag`'s stored entries include one taken with `minHold` (a `hold`): its own prune must then be at the acquisition's stamp, not the server's later now, which could remove an entry that an acquisition of another tag, stamped before it, still had to count. */
 export function holdsMinHold(entries: ReadonlyArray<{ readonly hold?: unknown }> | undefined): boolean {
   return Array.isArray(entries) && entries.some((entry) => entry.hold !== undefined);

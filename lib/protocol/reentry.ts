@@ -100,7 +100,7 @@ export function reenterOperation(request: ReenterRequest): LockOperation {
       $push: { [paths.tag(rule.tag)]: stored, ...(rule.exclusive ? recordStamp(paths, rule.tag, entry.at) : {}) },
       $currentDate: { [paths.now]: true },
       $max: { [paths.until]: entry.exp, ...recordJudged(paths, entry.at) },
-      $pull: { ...pruneTags(paths, others, entry.at), ...pruneCommits(paths, entry.at) },
+      $pull: { ...pruneTags(paths, others, entry.at, true), ...pruneCommits(paths, entry.at) },
     }),
   };
 }

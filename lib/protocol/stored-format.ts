@@ -268,10 +268,16 @@ export function allOf(filter: Document, conditions: Document[]): Document {
   return { $and: [filter, ...conditions] }; // an invalid $and of the caller's: the server says so
 }
 
-/** Update: remove the entries of each tag that expired at or before `stamp` (a stamp the server has passed). */
-export function pruneTags(paths: LockPaths, tags: Iterable<string>, stamp: Date): Document {
+/**
+ * Update: remove the entries of each tag that expired at or before `stamp` (a stamp the server has
+ * passed). With `keepHolds` (a write of another tag), not those taken with `minHold` (a `hold`):
+ * a kept entry or a rate limit's permit ends for its own tag's acquisitions only, each judged at
+ * its own stamp, so that an acquisition of that tag stamped earlier, arriving later, still counts
+ * it (lib/protocol/min-hold.ts).
+ */
+export function pruneTags(paths: LockPaths, tags: Iterable<string>, stamp: Date, keepHolds = false): Document {
   const pull: Document = {};
-  for (const tag of tags) pull[paths.tag(tag)] = { exp: { $lte: stamp } };
+  for (const tag of tags) pull[paths.tag(tag)] = keepHolds ? { exp: { $lte: stamp }, hold: { $exists: false } } : { exp: { $lte: stamp } };
   return pull;
 }
 

@@ -1,14 +1,13 @@
 /**
- * minHold on an assertive tag (a multiLock writer that asserts over readers): a call without wait
- * that only registered (AssertiveLock, err.lock: a registration, never a hold) and whose caller
- * gives it back. Nobody ran under it, as under an abandoned acquisition's lock (removed, not kept:
- * docs/api.md); the caller's release keeps it instead, and the document stays refused for minHold.
- * FAILS on 75cff56: another writer is refused for the registration's minimum hold.
+ * minHold on an assertive tag (a multiLock writer that asserts over readers): such a call may only
+ * register (AssertiveLock, err.lock: a registration, never a hold), and a caller that gives the
+ * registration back never ran under it. Its minimum hold refused every other writer for its whole
+ * length (review of 75cff56), so it is refused before anything is written.
  */
 import { expect } from 'chai';
 import type { Collection, Document } from 'mongodb';
-import { isLockError, multiLock } from '../../lib';
-import { freshCollection } from '../support/fixture';
+import { multiLock } from '../../lib';
+import { freshCollection, rejectionOf, snapshotOf } from '../support/fixture';
 
 const readWrite = (collection: Collection<Document>) =>
   multiLock({
@@ -17,25 +16,21 @@ const readWrite = (collection: Collection<Document>) =>
     lockRelationships: { read: { cooperative: ['write'] }, write: { cooperative: ['write'], assertive: ['read'] } },
   });
 
-describe('minHold on an assertive registration given back', function () {
+describe('minHold on a tag assertive over others', function () {
   this.timeout(30_000);
 
-  it('a registration (AssertiveLock) released by its caller, which never held the lock, leaves no minimum hold', async () => {
+  it('is refused with a TypeError before anything is written (a registration given back would refuse everyone for its minimum hold); the tags it asserts over take one', async () => {
     const collection = await freshCollection([{ _id: 1 }]);
     const rw = readWrite(collection);
     const reader = await rw.acquire({ _id: 1 }, { tag: 'read' });
-    const refused = await rw.acquire({ _id: 1 }, { tag: 'write', minHold: 10_000 }).then(
-      () => undefined,
-      (error: unknown) => error,
-    );
-    expect(isLockError(refused, 'AssertiveLock')).to.equal(true);
-    await (refused as { lock: { release(): Promise<void> } }).lock.release();
+    const before = await snapshotOf(collection);
+    const refused = await rejectionOf(rw.acquire({ _id: 1 }, { tag: 'write', minHold: 10_000 }));
+    expect(refused).to.be.instanceOf(TypeError);
+    expect(refused.message).to.match(/assertive/);
+    expect(await snapshotOf(collection)).to.equal(before);
     await reader.release();
-    const next = await rw.acquire({ _id: 1 }, { tag: 'write' }).then(
-      async (handle) => (await handle.release(), 'acquired'),
-      (error: { subtype?: string }) => `refused: ${error.subtype}`,
-    );
-    const doc = await collection.findOne({ _id: 1 as never });
-    expect(next, JSON.stringify(doc?.lock?.tags)).to.equal('acquired');
+    const read = await rw.acquire({ _id: 1 }, { tag: 'read', minHold: 1_000 });
+    expect(read.minHoldUntil).to.be.a('number');
+    await read.release();
   });
 });
