@@ -1,5 +1,5 @@
 import type { Document } from 'mongodb';
-import { isLockError, withDbErrors } from '../common/errors';
+import { withDbErrors } from '../common/errors';
 import { knownKeys } from '../common/known-keys';
 import { readParams, resolveLockOptions, type CallOptions, type LockOptions, type PromiseLibrary } from '../common/options';
 import type { PromiseOf } from '../common/promise-types';
@@ -117,11 +117,9 @@ export function election<TSchema extends Document = Document, P extends PromiseL
     leader: (filter: unknown, params: unknown) =>
       core.run(async () => {
         const target = expectElectionFilter(filter, shardKey);
-        const reading = await read(target, readParams('params', params, LEADER)).catch((error: unknown) => {
-          if (isLockError(error, 'RessourceNotFound')) return undefined;
-          throw error;
-        });
-        return reading?.stored && leaderOf(reading.stored, reading.serverNow.getTime())?.state;
+        // A missing document reads as nobody leading (engine.read resolves it as null, never RessourceNotFound).
+        const reading = await read(target, readParams('params', params, LEADER));
+        return reading.stored && leaderOf(reading.stored, reading.serverNow.getTime())?.state;
       }),
     observe: (filter: unknown, params: unknown) => {
       const target = expectElectionFilter(filter, shardKey);

@@ -26,6 +26,7 @@ import { observeWrite, readClock, refuseExcessSkew, runStamped, type StampedWrit
 import type { Inspection, Store, Timed } from './store';
 import { failedAcquisition } from './write-failures';
 import { inTransaction, type FinalWrite } from '../common/write-params';
+import { idNamedBy } from '../common/validation';
 import { DeploymentView, type DeploymentProbe } from './deployment';
 import { continueRegistration } from './continuation';
 
@@ -292,8 +293,6 @@ function driverErrorOf(error: unknown): unknown {
  * its first match carries a live mark, its refusal is explained by a match without one, if any.
  */
 function explainFirstOf(filter: Document, paths: LockPaths): Pick<StampedWrite<unknown>, 'explainFirst'> {
-  const id: unknown = filter._id;
-  const byId = id !== undefined && !(id !== null && typeof id === 'object' && !Array.isArray(id) && Object.keys(id).some((key) => key.startsWith('$')));
   const needed = (seen: Inspection): boolean => seen.value !== null && liveQuarantine(paths.read(seen.value), seen.serverNow?.getTime() ?? 0) !== undefined;
-  return byId ? {} : { explainFirst: { filter: allOf(filter, [notQuarantined(paths)]), needed } };
+  return idNamedBy(filter) !== undefined ? {} : { explainFirst: { filter: allOf(filter, [notQuarantined(paths)]), needed } };
 }

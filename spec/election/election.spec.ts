@@ -34,10 +34,10 @@ describe('election', () => {
   it('keeps the lease past several lease lengths while the term lasts, and proclaim changes the value under the same token', async function () {
     this.timeout(20_000);
     const collection = await freshCollection();
-    const elections = election({ collection, lease: 600 });
+    const elections = election({ collection, lease: 1_000 });
     const term = await elections.campaign({ _id: 'x' });
     expect(term.value).to.equal(null);
-    await sleep(1_500);
+    await sleep(2_500);
     expect(term.signal.aborted, 'renewed in the background').to.equal(false);
     expect(term.remaining()).to.be.above(0);
     await term.proclaim({ now: 'here' });
@@ -90,20 +90,24 @@ describe('election', () => {
     const observed = (async () => {
       for await (const state of elections.observe({ _id: 'x' }, { signal: stop.signal })) states.push(state);
     })();
-    await sleep(200);
+    // Each step waits until the observer saw the one before (a loaded machine may read late: it then reports the latest state, not every step).
+    const seen = async (count: number): Promise<void> => {
+      for (let i = 0; i < 200 && states.length < count; i++) await sleep(50);
+    };
+    await seen(1);
     const term = await elections.campaign({ _id: 'x' }, { value: 1 });
-    await sleep(300);
+    await seen(2);
     await term.proclaim(2);
-    await sleep(300);
+    await seen(3);
     await term.resign();
-    await sleep(300);
+    await seen(4);
     // A leader whose renewals cannot reach the server (its client closed): its lease ends without a write.
     const client = await newClient();
-    const dying = election({ collection: client.db(collection.dbName).collection(collection.collectionName), lease: 400 });
+    const dying = election({ collection: client.db(collection.dbName).collection(collection.collectionName), lease: 1_500 });
     await dying.campaign({ _id: 'x' }, { value: 3 });
-    await sleep(100);
+    await seen(5);
     await client.close(true);
-    await sleep(1_200);
+    await seen(6);
     stop.abort();
     await observed;
     expect(states.map((s) => (s === undefined ? undefined : s.value))).to.deep.equal([undefined, 1, 2, undefined, 3, undefined]);

@@ -7,11 +7,14 @@ import { lineQueue } from '../support/child-lines';
 import { freshCollection, mongoBackend } from '../support/fixture';
 
 const ROOT = join(__dirname, '..', '..');
+/** The leader processes started by the current test. */
+const started: ChildProcessWithoutNullStreams[] = [];
 
 /** Starts a leader process (stress/leader.ts) and resolves once it leads. */
 async function startLeader(dbName: string, collectionName: string, name: string, leaseMs: number): Promise<{ child: ChildProcessWithoutNullStreams; fence: number; nextLine: () => Promise<string> }> {
   const child = spawn(process.execPath, ['--import', 'tsx', join('stress', 'leader.ts'), mongoBackend().uri, dbName, collectionName, name, String(leaseMs)], { cwd: ROOT });
   child.stderr.on('data', (chunk: Buffer) => process.stderr.write(chunk));
+  started.push(child);
   const nextLine = lineQueue(child);
   const message = JSON.parse(await nextLine()) as { event: string; fence: number };
   expect(message.event).to.equal('leading');
@@ -20,6 +23,10 @@ async function startLeader(dbName: string, collectionName: string, name: string,
 
 describe('election failover (leaders in their own processes)', function () {
   this.timeout(60_000);
+  // A leader process a failed test left behind (waiting on its stdin) is killed.
+  afterEach(() => {
+    for (const child of started.splice(0)) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  });
 
   it('a leader killed with SIGKILL is replaced once its lease ends, within the lease plus one wake-up, with a greater token', async () => {
     const collection = await freshCollection();

@@ -3,7 +3,7 @@ import { expect } from 'chai';
 import { election, withOwner, type Term } from '../../lib';
 import { freshCollection, newClient, rejectionOf, sleep } from '../support/fixture';
 
-describe('election edge cases (review)', () => {
+describe('election: a campaign whose document is deleted, owner contexts, racing proclaims, observations that end, the Promise option and shared signals', () => {
   it('a campaign waiting while the election\'s document is deleted creates it again and leads, with a greater token', async function () {
     this.timeout(20_000);
     const collection = await freshCollection();
