@@ -4,7 +4,7 @@ import { election } from '../../lib';
 import { delayedCollection } from '../../stress/delayed-collection';
 import { freshCollection, newClient, sleep } from '../support/fixture';
 
-describe('election under slow lock commands (review)', () => {
+describe('election under slow lock commands', () => {
   it('leaders whose renewals and acquisitions are delayed past their lease: guarded writes of two terms never interleave, tokens grow, a term whose write failed had lost its lead', async function () {
     this.timeout(90_000);
     const collection = await freshCollection([{ _id: 'x', log: [] }]);

@@ -1,7 +1,7 @@
 /**
  * minHold on an owner's nested hold (reentrant locks): the owner already holds the lock, and asks
  * for a nested hold with minHold (a run-once job inside a larger section of the same owner).
- * FAILS on 75cff56: the nested hold is taken without its minimum hold (handle.minHoldUntil is
+ * Before it was refused with a TypeError, the nested hold is taken without its minimum hold (handle.minHoldUntil is
  * undefined, the entry has no hold), and once the owner's holds are released another caller
  * acquires within the minimum hold: the minHold asked for is silently dropped. docs/api.md says "a
  * nested hold of an owner (re-entry) takes no minimum hold of its own", but the call is not told:

@@ -9,7 +9,7 @@
  * the index of the last array a predicate traversed). mongo-java-server happens to update the right
  * element (first case passes here); the second case checks the property the documented guarantee
  * rests on, in the command sent: no lock array is queried outside `$expr`.
- * FAILS on 75cff56 (second case).
+ * (Before the fix, the second case failed: the condition was an `$elemMatch` beside the caller's match.)
  */
 import { expect } from 'chai';
 import type { CommandStartedEvent, Document } from 'mongodb';

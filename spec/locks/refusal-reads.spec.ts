@@ -4,7 +4,7 @@
  * findAndModify, aggregate). Since 953932f the refusal is explained first from the matches without
  * a live mark, and from the filter when there is none: a worker polling an empty queue (no
  * document matches) sends two reads per poll.
- * FAILS on 75cff56 (the empty queue's poll sends findAndModify, aggregate, aggregate).
+ * (A first version of the quarantine skip made the empty queue's poll send findAndModify, aggregate, aggregate.)
  */
 import { expect } from 'chai';
 import { isLockError, writeLock } from '../../lib';
