@@ -4,7 +4,7 @@
  */
 import { expect } from 'chai';
 import type { CommandSucceededEvent, Document } from 'mongodb';
-import { election, isLockError, multiLock, resourceLocks, semaphore, writeLock } from '../../lib';
+import { isLockError, multiLock, resourceLocks, semaphore, writeLock } from '../../lib';
 import { listingMatch, listResourceLocks, suggestedIndex, type ListedLock } from '../../lib/integrations/cli/lock-listing';
 import { DB_NAME, freshCollection, mongoBackend, newClient, rejectionOf, sleep } from '../support/fixture';
 import { runCli as run, watchCli } from '../support/cli-process';
@@ -38,41 +38,6 @@ describe('monglock CLI', function () {
     await reader.release();
     await upgrade;
     await upgrader.release();
-  });
-
-  it('status lists an election\'s leader, marked as an election, with its value, token and time left', async () => {
-    const collection = await freshCollection([{ _id: 'cart' }]);
-    const where = ['--uri', mongoBackend().uri, '--db', collection.dbName, '--collection', collection.collectionName];
-    const term = await election({ collection, lease: 30_000 }).campaign({ _id: 'billing' }, { value: { host: 'worker-2' } });
-    const plain = await writeLock({ collection, locktimeout: 30_000 }).acquire({ _id: 'cart' });
-    const table = await run(['status', ...where]);
-    console.log(table.out.replace(/^/gm, '      | '));
-    expect(table.out).to.match(new RegExp(`billing\\s+leader \\(election\\)\\s+held\\s+\\w+\\s+${term.fence}\\s.*\\{"host":"worker-2"\\}$`, 'm'));
-    expect(table.out).to.match(/cart\s+write\s+held\s.*\s-$/m);
-    const rows = JSON.parse((await run(['status', ...where, '--json'])).out) as ListedLock[];
-    const leader = rows.find((row) => row.target === 'billing');
-    expect(leader).to.deep.include({ tag: 'leader', state: 'held', documentFence: term.fence, election: { value: { host: 'worker-2' } } });
-    expect(leader?.remainingMs).to.be.above(0);
-    expect(rows.find((row) => row.target === 'cart')?.election).to.equal(undefined);
-    await Promise.all([term.resign(), plain.release()]);
-  });
-
-  it('status shows a lock released before its minimum hold ended as kept (a rate limit\'s window too); release --doc --tag removes it, ending the minimum hold', async () => {
-    const collection = await freshCollection([{ _id: 'job' }, { _id: 'api' }]);
-    const where = ['--uri', mongoBackend().uri, '--db', collection.dbName, '--collection', collection.collectionName];
-    const jobs = writeLock({ collection, locktimeout: 30_000 });
-    const ran = await jobs.acquire({ _id: 'job' }, { minHold: 20_000 });
-    await ran.release();
-    await (await semaphore({ collection, limit: 3, locktimeout: 30_000 }).acquire({ _id: 'api' }, { minHold: 20_000 })).release();
-    const rows = JSON.parse((await run(['status', ...where, '--json'])).out) as ListedLock[];
-    expect(rows.map((row) => [row.target, row.state, row.lockId])).to.deep.equal([
-      ['job', 'kept', `${ran.id}:kept`],
-      ['api', 'kept', rows[1]!.lockId],
-    ]);
-    expect(rows[1]!.permits).to.deep.equal({ taken: 1, used: 1, limit: 3, window: 20_000 });
-    const released = await run(['release', ...where, '--doc', 'job', '--tag', 'write', '--yes']);
-    expect(released.out, released.err).to.match(/released 1 lock\(s\)/);
-    await (await jobs.acquire({ _id: 'job' })).release();
   });
 
   it('status lists held locks and waiters (table and --json); release --id force-releases one; bad calls exit 1 or 2', async () => {
